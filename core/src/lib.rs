@@ -1,0 +1,26 @@
+//! Shared vocabulary of infersched: the one execution model of `semantics.md`.
+//!
+//! * [`Request`] and [`Workload`]: what arrives (prompt tokens `I`, output tokens `O`,
+//!   arrival time `T`).
+//! * [`Limits`]: the per-batch constraints C, P, M (with block size), R_max.
+//! * [`Schedule`]: an ordered list of batches of [`Entry`]s, the data every producer
+//!   (heuristic or MILP) emits, with a stable JSON file format.
+//! * [`BatchFeatures`] and [`CostModel`]: batch time as a function of batch features.
+//! * [`replay()`]: the independent validator. From (workload, limits, cost model,
+//!   schedule) alone it recomputes every state and time, or rejects the schedule naming
+//!   the batch, the request and the rule broken. All metrics ([`Summary`]) come from it.
+
+pub mod cost;
+pub mod io;
+pub mod limits;
+pub mod metrics;
+pub mod replay;
+pub mod request;
+pub mod schedule;
+
+pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
+pub use limits::{Infeasibility, Limits, LimitsError};
+pub use metrics::{Distribution, Summary};
+pub use replay::{BatchRecord, Replay, ReplayError, RequestRecord, replay};
+pub use request::{Request, Workload, WorkloadError};
+pub use schedule::{Action, Batch, Entry, SCHEDULE_FORMAT, Schedule, ScheduleError};

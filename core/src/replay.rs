@@ -1,0 +1,1058 @@
+//! The independent replay: the executable definition of `semantics.md`.
+//!
+//! From (workload, limits, cost model, schedule) alone it recomputes every request's
+//! state (`m` KV tokens held, `G` tokens generated), every batch's features, start and
+//! end time, and every token's emission time, or rejects the schedule with an error that
+//! names the batch, the request and the rule broken. Batch indices and request ids in
+//! errors are 0-based, as in the schedule file.
+
+use crate::cost::{BatchFeatures, CostModel};
+use crate::limits::{Infeasibility, Limits, LimitsError};
+use crate::request::Workload;
+use crate::schedule::{Action, Schedule};
+use thiserror::Error;
+
+/// Relative tolerance when comparing a producer's claimed batch times to the replay's.
+pub const CLAIMED_TIME_TOLERANCE: f64 = 1e-9;
+
+/// Why a schedule is not valid for a workload under limits (one rule of `semantics.md`).
+#[derive(Debug, Error, PartialEq)]
+pub enum ReplayError {
+    /// The limits themselves are invalid.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+    /// No schedule at all can serve the workload under these limits.
+    #[error("infeasible: {0}")]
+    Infeasible(#[from] Infeasibility),
+    /// An entry names a request id outside the workload.
+    #[error(
+        "batch {batch}, entry {entry}: unknown request id {request} (the workload has {requests} requests, ids 0..{requests})"
+    )]
+    UnknownRequest {
+        /// Batch index.
+        batch: usize,
+        /// Entry index within the batch.
+        entry: usize,
+        /// The id given.
+        request: u32,
+        /// Number of requests in the workload.
+        requests: usize,
+    },
+    /// A request appears twice in one batch.
+    #[error(
+        "batch {batch}: request {request} appears more than once (at most one entry per request per batch)"
+    )]
+    DuplicateEntry {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+    },
+    /// A request is both evicted and processed in one batch.
+    #[error(
+        "batch {batch}: request {request} is evicted and processes tokens in the same batch (an evicted request processes nothing in that batch)"
+    )]
+    EvictAndProcess {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+    },
+    /// A processing entry with zero tokens.
+    #[error(
+        "batch {batch}: request {request} processes 0 tokens (a processing entry needs c >= 1)"
+    )]
+    ZeroTokens {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+    },
+    /// A finished request appears again.
+    #[error(
+        "batch {batch}: request {request} already generated all its {output} tokens and cannot appear again"
+    )]
+    FinishedRequestScheduled {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+        /// O of the request.
+        output: u32,
+    },
+    /// Eviction of a request that holds no KV.
+    #[error(
+        "batch {batch}: request {request} is evicted but holds no KV (only a request with m > 0 can be evicted)"
+    )]
+    EvictWithoutKv {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+    },
+    /// Processing beyond the known tokens.
+    #[error(
+        "batch {batch}: request {request} processes {tokens} tokens but holds {held} of its {known} known tokens (m + c must be <= K = I + G = {known})"
+    )]
+    KnownTokenLimit {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+        /// m before the step.
+        held: u64,
+        /// c.
+        tokens: u64,
+        /// K = I + G.
+        known: u64,
+    },
+    /// Token budget C exceeded.
+    #[error("batch {batch}: processes {tokens} tokens, over the token budget C = {limit}")]
+    TokenBudget {
+        /// Batch index.
+        batch: usize,
+        /// Tokens processed.
+        tokens: u64,
+        /// C.
+        limit: u64,
+    },
+    /// Prefill budget P exceeded.
+    #[error(
+        "batch {batch}: processes {tokens} prefill tokens, over the prefill budget P = {limit}"
+    )]
+    PrefillBudget {
+        /// Batch index.
+        batch: usize,
+        /// Prefill tokens.
+        tokens: u64,
+        /// P.
+        limit: u64,
+    },
+    /// KV capacity M exceeded.
+    #[error(
+        "batch {batch}: KV in use after the step is {used} tokens (in blocks of {block_size}), over the capacity M = {limit}; request {request} was the last to grow"
+    )]
+    KvCapacity {
+        /// Batch index.
+        batch: usize,
+        /// Occupied KV after the step, block-rounded.
+        used: u64,
+        /// M.
+        limit: u64,
+        /// Block size.
+        block_size: u32,
+        /// The last request in the batch whose KV grew.
+        request: u32,
+    },
+    /// Too many requests hold KV.
+    #[error("batch {batch}: {running} requests hold KV after the step, over R_max = {limit}")]
+    MaxRunning {
+        /// Batch index.
+        batch: usize,
+        /// Requests with m > 0 after the step.
+        running: u64,
+        /// R_max.
+        limit: u64,
+    },
+    /// A claimed start time precedes the arrival of a request the batch processes.
+    #[error(
+        "batch {batch}: claimed start {start_s} s is before the arrival of request {request} at {arrival_s} s (no processing before arrival)"
+    )]
+    BeforeArrival {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+        /// Claimed start.
+        start_s: f64,
+        /// The request's arrival.
+        arrival_s: f64,
+    },
+    /// A producer's claimed time differs from the replay's.
+    #[error("batch {batch}: claimed {field} = {claimed} s but replay computes {replayed} s")]
+    ClaimedTimeMismatch {
+        /// Batch index.
+        batch: usize,
+        /// `start_s` or `end_s`.
+        field: &'static str,
+        /// The producer's value.
+        claimed: f64,
+        /// The replay's value.
+        replayed: f64,
+    },
+    /// The cost model returned a negative or non-finite time.
+    #[error("batch {batch}: the cost model returned {time_s} s (expected a finite time >= 0)")]
+    InvalidBatchTime {
+        /// Batch index.
+        batch: usize,
+        /// What it returned.
+        time_s: f64,
+    },
+    /// A request has not generated all its tokens by the end of the schedule.
+    #[error(
+        "request {request} never finishes: it generated {generated} of its {output} tokens by the end of the schedule ({batches} batches)"
+    )]
+    NeverFinished {
+        /// Request id.
+        request: u32,
+        /// G at the end.
+        generated: u32,
+        /// O.
+        output: u32,
+        /// Number of batches in the schedule.
+        batches: usize,
+    },
+}
+
+/// What replay computed for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    /// Request id.
+    pub id: u32,
+    /// I.
+    pub input_tokens: u32,
+    /// O.
+    pub output_tokens: u32,
+    /// T.
+    pub arrival_s: f64,
+    /// Start of the first batch that processes the request.
+    pub first_scheduled_s: f64,
+    /// Emission time of the first generated token.
+    pub first_token_s: f64,
+    /// Emission time of the last generated token.
+    pub completion_s: f64,
+    /// Times the request was evicted.
+    pub evictions: u32,
+    /// Tokens processed again after evictions (the KV discarded by them).
+    pub recomputed_tokens: u64,
+    /// All tokens processed: `I + O - 1 + recomputed_tokens`.
+    pub processed_tokens: u64,
+    /// Largest gap between consecutive tokens (0 when O = 1).
+    pub max_tbt_s: f64,
+}
+
+impl RequestRecord {
+    /// Time to first token: first token time - T.
+    pub fn ttft_s(&self) -> f64 {
+        self.first_token_s - self.arrival_s
+    }
+    /// End-to-end latency: completion - T.
+    pub fn e2e_s(&self) -> f64 {
+        self.completion_s - self.arrival_s
+    }
+    /// Time per output token after the first: (E2E - TTFT) / (O - 1); None when O = 1.
+    pub fn tpot_s(&self) -> Option<f64> {
+        (self.output_tokens > 1)
+            .then(|| (self.completion_s - self.first_token_s) / f64::from(self.output_tokens - 1))
+    }
+    /// E2E / O.
+    pub fn normalized_latency_s(&self) -> f64 {
+        self.e2e_s() / f64::from(self.output_tokens)
+    }
+    /// Start of the first batch containing the request - T.
+    pub fn queueing_delay_s(&self) -> f64 {
+        self.first_scheduled_s - self.arrival_s
+    }
+}
+
+/// What replay computed for one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchRecord {
+    /// 0-based batch index.
+    pub index: usize,
+    /// S_j.
+    pub start_s: f64,
+    /// E_j.
+    pub end_s: f64,
+    /// The batch's cost-model features.
+    pub features: BatchFeatures,
+    /// Prefill tokens (sum of c over prefill entries).
+    pub prefill_tokens: u64,
+    /// Eviction entries.
+    pub evictions: u32,
+    /// Tokens generated (one per request whose m reached K).
+    pub generated: u32,
+    /// Requests that finished in this batch.
+    pub finished: u32,
+    /// KV occupied after the step (block-rounded, finishing requests included).
+    pub kv_tokens: u64,
+    /// Requests holding KV after the step (finishing requests included).
+    pub running: u64,
+}
+
+impl BatchRecord {
+    /// E_j - S_j.
+    pub fn duration_s(&self) -> f64 {
+        self.end_s - self.start_s
+    }
+    /// Processing entries (prefills + decodes).
+    pub fn processing_entries(&self) -> u64 {
+        self.features.n_prefill + self.features.n_decode
+    }
+}
+
+/// The result of a successful replay: every batch and request, and all token gaps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// The limits the schedule was checked against.
+    pub limits: Limits,
+    /// Per batch, in order.
+    pub batches: Vec<BatchRecord>,
+    /// Per request, by id.
+    pub requests: Vec<RequestRecord>,
+    /// Every gap between consecutive tokens of a request (TBT samples).
+    pub tbt_gaps_s: Vec<f64>,
+}
+
+impl Replay {
+    /// End of the last batch.
+    pub fn makespan_s(&self) -> f64 {
+        self.batches.last().map_or(0.0, |b| b.end_s)
+    }
+}
+
+fn times_agree(a: f64, b: f64) -> bool {
+    (a - b).abs() <= CLAIMED_TIME_TOLERANCE * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Replays `schedule` for `workload` under `limits` with batch times from `cost`.
+///
+/// Checks every rule of `semantics.md`; see [`ReplayError`] for the list.
+pub fn replay(
+    workload: &Workload,
+    limits: &Limits,
+    cost: &dyn CostModel,
+    schedule: &Schedule,
+) -> Result<Replay, ReplayError> {
+    limits.validate()?;
+    limits.check_feasible(workload)?;
+    let reqs = workload.requests();
+    let n = reqs.len();
+    let mut held = vec![0u64; n];
+    let mut generated = vec![0u32; n];
+    let mut last_seen = vec![usize::MAX; n];
+    let mut last_token_s = vec![0f64; n];
+    let mut records: Vec<RequestRecord> = reqs
+        .iter()
+        .enumerate()
+        .map(|(id, r)| RequestRecord {
+            id: id as u32,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            arrival_s: r.arrival_s,
+            first_scheduled_s: f64::NAN,
+            first_token_s: f64::NAN,
+            completion_s: f64::NAN,
+            evictions: 0,
+            recomputed_tokens: 0,
+            processed_tokens: 0,
+            max_tbt_s: 0.0,
+        })
+        .collect();
+    let prefill_budget = limits.effective_prefill_budget();
+    let mut kv_used = 0u64;
+    let mut running = 0u64;
+    let mut tbt_gaps_s = Vec::new();
+    let mut batches = Vec::with_capacity(schedule.batches.len());
+    let mut prev_end = 0.0f64;
+    // (request, generated a token) for each processing entry of the current batch.
+    let mut processed: Vec<(usize, bool)> = Vec::new();
+
+    for (j, batch) in schedule.batches.iter().enumerate() {
+        processed.clear();
+        let mut features = BatchFeatures::default();
+        let mut prefill_tokens = 0u64;
+        let mut evictions = 0u32;
+        let mut latest_arrival = 0.0f64;
+        let mut last_grown: Option<u32> = None;
+        for (k, entry) in batch.entries.iter().enumerate() {
+            let id = entry.request;
+            let i = id as usize;
+            if i >= n {
+                return Err(ReplayError::UnknownRequest {
+                    batch: j,
+                    entry: k,
+                    request: id,
+                    requests: n,
+                });
+            }
+            if last_seen[i] == j {
+                let first_is_evict = batch.entries[..k]
+                    .iter()
+                    .find(|e| e.request == id)
+                    .is_some_and(|e| e.action == Action::Evict);
+                let this_is_evict = entry.action == Action::Evict;
+                return Err(if first_is_evict != this_is_evict {
+                    ReplayError::EvictAndProcess {
+                        batch: j,
+                        request: id,
+                    }
+                } else {
+                    ReplayError::DuplicateEntry {
+                        batch: j,
+                        request: id,
+                    }
+                });
+            }
+            last_seen[i] = j;
+            let r = &reqs[i];
+            if generated[i] == r.output_tokens {
+                return Err(ReplayError::FinishedRequestScheduled {
+                    batch: j,
+                    request: id,
+                    output: r.output_tokens,
+                });
+            }
+            match entry.action {
+                Action::Evict => {
+                    if held[i] == 0 {
+                        return Err(ReplayError::EvictWithoutKv {
+                            batch: j,
+                            request: id,
+                        });
+                    }
+                    kv_used -= limits.occupied(held[i]);
+                    running -= 1;
+                    records[i].recomputed_tokens += held[i];
+                    records[i].evictions += 1;
+                    held[i] = 0;
+                    evictions += 1;
+                }
+                Action::Process(c) => {
+                    if c == 0 {
+                        return Err(ReplayError::ZeroTokens {
+                            batch: j,
+                            request: id,
+                        });
+                    }
+                    let c = u64::from(c);
+                    let known = u64::from(r.input_tokens) + u64::from(generated[i]);
+                    let before = held[i];
+                    if before + c > known {
+                        return Err(ReplayError::KnownTokenLimit {
+                            batch: j,
+                            request: id,
+                            held: before,
+                            tokens: c,
+                            known,
+                        });
+                    }
+                    let after = before + c;
+                    if generated[i] >= 1 && before + 1 == known {
+                        features.add_decode(after);
+                    } else {
+                        features.add_prefill(c, before);
+                        prefill_tokens += c;
+                    }
+                    if before == 0 {
+                        running += 1;
+                    }
+                    let grown = limits.occupied(after) - limits.occupied(before);
+                    if grown > 0 {
+                        kv_used += grown;
+                        last_grown = Some(id);
+                    }
+                    held[i] = after;
+                    records[i].processed_tokens += c;
+                    let gen_token = after == known;
+                    if gen_token {
+                        generated[i] += 1;
+                    }
+                    latest_arrival = latest_arrival.max(r.arrival_s);
+                    processed.push((i, gen_token));
+                }
+            }
+        }
+        if let Some(limit) = limits.token_budget
+            && features.tokens > limit
+        {
+            return Err(ReplayError::TokenBudget {
+                batch: j,
+                tokens: features.tokens,
+                limit,
+            });
+        }
+        if let Some(limit) = prefill_budget
+            && prefill_tokens > limit
+        {
+            return Err(ReplayError::PrefillBudget {
+                batch: j,
+                tokens: prefill_tokens,
+                limit,
+            });
+        }
+        if let Some(limit) = limits.kv_capacity
+            && kv_used > limit
+        {
+            return Err(ReplayError::KvCapacity {
+                batch: j,
+                used: kv_used,
+                limit,
+                block_size: limits.block_size,
+                request: last_grown.unwrap_or(0),
+            });
+        }
+        if let Some(limit) = limits.max_running
+            && running > limit
+        {
+            return Err(ReplayError::MaxRunning {
+                batch: j,
+                running,
+                limit,
+            });
+        }
+
+        let start_s = prev_end.max(latest_arrival);
+        let time_s = cost.batch_time_s(&features);
+        if !(time_s.is_finite() && time_s >= 0.0) {
+            return Err(ReplayError::InvalidBatchTime { batch: j, time_s });
+        }
+        let end_s = start_s + time_s;
+        if let Some(claimed) = batch.start_s {
+            for &(i, _) in &processed {
+                if claimed < reqs[i].arrival_s {
+                    return Err(ReplayError::BeforeArrival {
+                        batch: j,
+                        request: i as u32,
+                        start_s: claimed,
+                        arrival_s: reqs[i].arrival_s,
+                    });
+                }
+            }
+            if !times_agree(claimed, start_s) {
+                return Err(ReplayError::ClaimedTimeMismatch {
+                    batch: j,
+                    field: "start_s",
+                    claimed,
+                    replayed: start_s,
+                });
+            }
+        }
+        if let Some(claimed) = batch.end_s
+            && !times_agree(claimed, end_s)
+        {
+            return Err(ReplayError::ClaimedTimeMismatch {
+                batch: j,
+                field: "end_s",
+                claimed,
+                replayed: end_s,
+            });
+        }
+
+        let mut gen_count = 0u32;
+        let mut finished = 0u32;
+        let kv_after_step = kv_used;
+        let running_after_step = running;
+        for &(i, gen_token) in &processed {
+            let rec = &mut records[i];
+            if rec.first_scheduled_s.is_nan() {
+                rec.first_scheduled_s = start_s;
+            }
+            if !gen_token {
+                continue;
+            }
+            gen_count += 1;
+            if generated[i] == 1 {
+                rec.first_token_s = end_s;
+            } else {
+                let gap = end_s - last_token_s[i];
+                rec.max_tbt_s = rec.max_tbt_s.max(gap);
+                tbt_gaps_s.push(gap);
+            }
+            last_token_s[i] = end_s;
+            if generated[i] == reqs[i].output_tokens {
+                rec.completion_s = end_s;
+                finished += 1;
+                kv_used -= limits.occupied(held[i]);
+                running -= 1;
+                held[i] = 0;
+            }
+        }
+        batches.push(BatchRecord {
+            index: j,
+            start_s,
+            end_s,
+            features,
+            prefill_tokens,
+            evictions,
+            generated: gen_count,
+            finished,
+            kv_tokens: kv_after_step,
+            running: running_after_step,
+        });
+        prev_end = end_s;
+    }
+
+    if let Some(i) = (0..n).find(|&i| generated[i] < reqs[i].output_tokens) {
+        return Err(ReplayError::NeverFinished {
+            request: i as u32,
+            generated: generated[i],
+            output: reqs[i].output_tokens,
+            batches: schedule.batches.len(),
+        });
+    }
+    Ok(Replay {
+        limits: *limits,
+        batches,
+        requests: records,
+        tbt_gaps_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::Feature;
+    use crate::request::Request;
+    use crate::schedule::{Batch, Entry};
+
+    /// t = 1 * one + 0.1 * tokens + 0.01 * decode_kv + 0.001 * prefill_attn.
+    struct TestCost;
+    impl CostModel for TestCost {
+        fn batch_time_s(&self, f: &BatchFeatures) -> f64 {
+            f.get(Feature::One)
+                + 0.1 * f.get(Feature::Tokens)
+                + 0.01 * f.get(Feature::DecodeKv)
+                + 0.001 * f.get(Feature::PrefillAttn)
+        }
+    }
+
+    fn workload(reqs: &[(u32, u32, f64)]) -> Workload {
+        Workload::new(
+            reqs.iter()
+                .map(|&(i, o, t)| Request {
+                    input_tokens: i,
+                    output_tokens: o,
+                    arrival_s: t,
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn sched(batches: Vec<Vec<Entry>>) -> Schedule {
+        Schedule::new(batches.into_iter().map(Batch::new).collect())
+    }
+
+    use Entry as E;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn hand_computed_chunk_mix_evict_refill() {
+        let w = workload(&[(3, 2, 0.0), (2, 1, 0.5)]);
+        let s = sched(vec![
+            vec![E::process(0, 2)],
+            vec![E::process(0, 1), E::process(1, 2)],
+            vec![E::evict(0)],
+            vec![E::process(0, 4)],
+        ]);
+        let r = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap();
+        // b0: prefill chunk c=2 over m=0: 1 + 0.2 + 0.004.
+        assert!(close(r.batches[0].end_s, 1.204));
+        // b1: chunk c=1 over m=2 (attn 1 + 4) and r1's prefill c=2 (attn 4): 1 + 0.3 + 0.009.
+        assert_eq!(r.batches[1].features.prefill_attn, 9);
+        assert_eq!(r.batches[1].features.prefill_ctx, 2);
+        assert!(close(r.batches[1].start_s, 1.204));
+        assert!(close(r.batches[1].end_s, 2.513));
+        assert_eq!(r.batches[1].generated, 2);
+        assert_eq!(r.batches[1].finished, 1);
+        assert_eq!(
+            r.batches[1].kv_tokens, 5,
+            "finishing r1 still counts in its batch"
+        );
+        // b2: eviction only, costs nothing.
+        assert!(close(r.batches[2].end_s, 2.513));
+        assert_eq!(r.batches[2].kv_tokens, 0);
+        // b3: refill of K = I + G = 4 tokens, a prefill (attn 16): 1 + 0.4 + 0.016.
+        assert_eq!(r.batches[3].features.n_prefill, 1);
+        assert_eq!(r.batches[3].features.n_decode, 0);
+        assert!(close(r.batches[3].end_s, 3.929));
+        let r0 = &r.requests[0];
+        assert!(close(r0.ttft_s(), 2.513));
+        assert!(close(r0.e2e_s(), 3.929));
+        assert!(close(r0.tpot_s().unwrap(), 1.416));
+        assert_eq!(
+            (r0.evictions, r0.recomputed_tokens, r0.processed_tokens),
+            (1, 3, 7)
+        );
+        let r1 = &r.requests[1];
+        assert!(close(r1.ttft_s(), 2.013));
+        assert!(close(r1.queueing_delay_s(), 0.704));
+        assert_eq!(r1.tpot_s(), None);
+        assert_eq!(r.tbt_gaps_s.len(), 1);
+        assert!(close(r.tbt_gaps_s[0], 1.416));
+    }
+
+    #[test]
+    fn decodes_read_kv_and_arrivals_delay_batches() {
+        let w = workload(&[(2, 3, 5.0)]);
+        let s = sched(vec![
+            vec![E::process(0, 2)],
+            vec![E::process(0, 1)],
+            vec![E::process(0, 1)],
+        ]);
+        let r = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap();
+        assert!(
+            close(r.batches[0].start_s, 5.0),
+            "batch waits for the arrival"
+        );
+        assert!(close(r.batches[0].end_s, 5.0 + 1.0 + 0.2 + 0.004));
+        // Decode: m 2 -> 3, reads KV 3: 1 + 0.1 + 0.03.
+        assert_eq!(r.batches[1].features.n_decode, 1);
+        assert_eq!(r.batches[1].features.decode_kv, 3);
+        assert!(close(r.batches[1].duration_s(), 1.13));
+        assert_eq!(r.batches[2].features.decode_kv, 4);
+        assert!(close(r.batches[2].duration_s(), 1.14));
+        assert_eq!(r.batches[2].kv_tokens, 4, "max KV is I + O - 1");
+        assert!(close(r.requests[0].max_tbt_s, 1.14));
+        assert!(close(r.makespan_s(), 5.0 + 1.204 + 1.13 + 1.14));
+    }
+
+    fn err(w: &Workload, l: Limits, s: Schedule) -> ReplayError {
+        replay(w, &l, &TestCost, &s).unwrap_err()
+    }
+
+    #[test]
+    fn each_rule_has_a_breaking_schedule() {
+        let w = workload(&[(2, 2, 0.0), (2, 1, 0.0)]);
+        let ok = || {
+            vec![
+                vec![E::process(0, 2), E::process(1, 2)],
+                vec![E::process(0, 1)],
+            ]
+        };
+        assert!(replay(&w, &Limits::unlimited(), &TestCost, &sched(ok())).is_ok());
+        let un = Limits::unlimited;
+
+        // C: the first batch processes 4 tokens.
+        let e = err(
+            &w,
+            Limits {
+                token_budget: Some(3),
+                ..un()
+            },
+            sched(ok()),
+        );
+        assert_eq!(
+            e,
+            ReplayError::TokenBudget {
+                batch: 0,
+                tokens: 4,
+                limit: 3
+            }
+        );
+        // P: 4 prefill tokens > 3, although C = 4 allows the batch.
+        let l = Limits {
+            token_budget: Some(4),
+            prefill_budget: Some(3),
+            ..un()
+        };
+        let e = err(&w, l, sched(ok()));
+        assert_eq!(
+            e,
+            ReplayError::PrefillBudget {
+                batch: 0,
+                tokens: 4,
+                limit: 3
+            }
+        );
+        // P counts prefills only: the decode batch of 1 token passes P = 2 where prefills fit.
+        let l = Limits {
+            token_budget: Some(4),
+            prefill_budget: Some(2),
+            ..un()
+        };
+        let s = sched(vec![
+            vec![E::process(0, 2)],
+            vec![E::process(0, 1), E::process(1, 2)],
+        ]);
+        assert!(replay(&w, &l, &TestCost, &s).is_ok());
+        // M: 4 tokens held after batch 0 (finishing r1 included) > 3.
+        let e = err(
+            &w,
+            Limits {
+                kv_capacity: Some(3),
+                ..un()
+            },
+            sched(ok()),
+        );
+        assert!(
+            matches!(
+                e,
+                ReplayError::KvCapacity {
+                    batch: 0,
+                    used: 4,
+                    limit: 3,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // M with block size 2: r0 holds 3 tokens = 2 blocks = 4 after batch 1.
+        let l = Limits {
+            kv_capacity: Some(4),
+            block_size: 2,
+            ..un()
+        };
+        let s = sched(vec![
+            vec![E::process(1, 2)],
+            vec![E::process(0, 2)],
+            vec![E::process(0, 1)],
+        ]);
+        assert!(replay(&w, &l, &TestCost, &s).is_ok());
+        let w3 = workload(&[(2, 2, 0.0), (1, 1, 0.0)]);
+        let l = Limits {
+            kv_capacity: Some(4),
+            block_size: 2,
+            ..un()
+        };
+        let s = sched(vec![
+            vec![E::process(0, 2)],
+            vec![E::process(0, 1), E::process(1, 1)],
+        ]);
+        // r0 holds 3 (2 blocks) and r1 holds 1 (1 block): 6 > 4, though 3 + 1 = 4 tokens.
+        let e = err(&w3, l, s);
+        assert!(
+            matches!(
+                e,
+                ReplayError::KvCapacity {
+                    batch: 1,
+                    used: 6,
+                    limit: 4,
+                    block_size: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // R_max: two requests hold KV after batch 0.
+        let e = err(
+            &w,
+            Limits {
+                max_running: Some(1),
+                ..un()
+            },
+            sched(ok()),
+        );
+        assert_eq!(
+            e,
+            ReplayError::MaxRunning {
+                batch: 0,
+                running: 2,
+                limit: 1
+            }
+        );
+        // Known-token limit: 3 tokens of a 2-token prompt.
+        let e = err(&w, un(), sched(vec![vec![E::process(0, 3)]]));
+        assert_eq!(
+            e,
+            ReplayError::KnownTokenLimit {
+                batch: 0,
+                request: 0,
+                held: 0,
+                tokens: 3,
+                known: 2
+            }
+        );
+        // A decode step processes exactly one token: 2 tokens when K - m = 1 breaks the rule.
+        let e = err(
+            &w,
+            un(),
+            sched(vec![vec![E::process(0, 2)], vec![E::process(0, 2)]]),
+        );
+        assert!(
+            matches!(
+                e,
+                ReplayError::KnownTokenLimit {
+                    batch: 1,
+                    held: 2,
+                    known: 3,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Evict and process in one batch.
+        let e = err(
+            &w,
+            un(),
+            sched(vec![
+                vec![E::process(0, 1)],
+                vec![E::evict(0), E::process(0, 1)],
+            ]),
+        );
+        assert_eq!(
+            e,
+            ReplayError::EvictAndProcess {
+                batch: 1,
+                request: 0
+            }
+        );
+        // Twice in one batch.
+        let e = err(
+            &w,
+            un(),
+            sched(vec![vec![E::process(0, 1), E::process(0, 1)]]),
+        );
+        assert_eq!(
+            e,
+            ReplayError::DuplicateEntry {
+                batch: 0,
+                request: 0
+            }
+        );
+        // Finished request processing again.
+        let mut s = ok();
+        s.push(vec![E::process(1, 1)]);
+        let e = err(&w, un(), sched(s));
+        assert_eq!(
+            e,
+            ReplayError::FinishedRequestScheduled {
+                batch: 2,
+                request: 1,
+                output: 1
+            }
+        );
+        // Finished requests cannot be evicted either (their KV is already freed).
+        let mut s = ok();
+        s.push(vec![E::evict(1)]);
+        assert!(matches!(
+            err(&w, un(), sched(s)),
+            ReplayError::FinishedRequestScheduled { .. }
+        ));
+        // Never finishing.
+        let e = err(
+            &w,
+            un(),
+            sched(vec![vec![E::process(0, 2), E::process(1, 2)]]),
+        );
+        assert_eq!(
+            e,
+            ReplayError::NeverFinished {
+                request: 0,
+                generated: 1,
+                output: 2,
+                batches: 1
+            }
+        );
+        // Unknown id.
+        let e = err(
+            &w,
+            un(),
+            sched(vec![vec![E::process(0, 2), E::process(7, 1)]]),
+        );
+        assert_eq!(
+            e,
+            ReplayError::UnknownRequest {
+                batch: 0,
+                entry: 1,
+                request: 7,
+                requests: 2
+            }
+        );
+        // Evicting a request that holds nothing.
+        let e = err(&w, un(), sched(vec![vec![E::evict(0)]]));
+        assert_eq!(
+            e,
+            ReplayError::EvictWithoutKv {
+                batch: 0,
+                request: 0
+            }
+        );
+        // Zero tokens.
+        let e = err(&w, un(), sched(vec![vec![E::process(0, 0)]]));
+        assert_eq!(
+            e,
+            ReplayError::ZeroTokens {
+                batch: 0,
+                request: 0
+            }
+        );
+        // A request that can never fit: I + O - 1 = 3 > M = 2.
+        let e = err(
+            &w,
+            Limits {
+                kv_capacity: Some(2),
+                ..un()
+            },
+            sched(ok()),
+        );
+        assert!(matches!(e, ReplayError::Infeasible(_)), "{e}");
+        assert!(e.to_string().contains("request 0 needs 3 KV tokens"), "{e}");
+        // Invalid limits.
+        let e = err(
+            &w,
+            Limits {
+                max_running: Some(0),
+                ..un()
+            },
+            sched(ok()),
+        );
+        assert!(matches!(e, ReplayError::Limits(_)));
+    }
+
+    #[test]
+    fn arrival_and_claimed_times() {
+        let w = workload(&[(1, 1, 0.0), (1, 1, 2.0)]);
+        let mut s = sched(vec![vec![E::process(0, 1)], vec![E::process(1, 1)]]);
+        // Batch 0: 1 + 0.1 + 0.001 = 1.101; batch 1 waits for r1's arrival at 2.0.
+        let r = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap();
+        assert!(close(r.batches[1].start_s, 2.0));
+        let summary = crate::Summary::from_replay(&r);
+        assert!(close(summary.idle_s, 2.0 - 1.101));
+        // A producer claiming batch 1 starts at 1.101 would process r1 before it arrives.
+        s.batches[1].start_s = Some(1.101);
+        let e = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReplayError::BeforeArrival {
+                    batch: 1,
+                    request: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        s.batches[1].start_s = Some(2.0);
+        s.batches[1].end_s = Some(3.2);
+        let e = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ReplayError::ClaimedTimeMismatch {
+                    batch: 1,
+                    field: "end_s",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        s.batches[1].end_s = Some(3.101);
+        assert!(replay(&w, &Limits::unlimited(), &TestCost, &s).is_ok());
+    }
+
+    #[test]
+    fn invalid_cost_is_rejected() {
+        struct Negative;
+        impl CostModel for Negative {
+            fn batch_time_s(&self, _: &BatchFeatures) -> f64 {
+                -1.0
+            }
+        }
+        let w = workload(&[(1, 1, 0.0)]);
+        let e = replay(
+            &w,
+            &Limits::unlimited(),
+            &Negative,
+            &sched(vec![vec![E::process(0, 1)]]),
+        );
+        assert!(matches!(
+            e,
+            Err(ReplayError::InvalidBatchTime { batch: 0, .. })
+        ));
+    }
+}

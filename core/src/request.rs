@@ -1,0 +1,153 @@
+//! Requests and workloads.
+
+use thiserror::Error;
+
+/// One inference request: `I` prompt tokens, `O` output tokens, arrival time `T`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Request {
+    /// `I`: prompt tokens (>= 1).
+    pub input_tokens: u32,
+    /// `O`: output tokens to generate (>= 1).
+    pub output_tokens: u32,
+    /// `T`: arrival time in seconds (finite, >= 0).
+    pub arrival_s: f64,
+}
+
+impl Request {
+    /// The most KV tokens this request ever holds: `I + O - 1` (the newest token never has KV).
+    pub fn max_kv_tokens(&self) -> u64 {
+        u64::from(self.input_tokens) + u64::from(self.output_tokens) - 1
+    }
+
+    /// Tokens processed by a run without evictions: `I + O - 1`.
+    pub fn base_processed_tokens(&self) -> u64 {
+        self.max_kv_tokens()
+    }
+}
+
+/// Why a workload is not valid.
+#[derive(Debug, Error, PartialEq)]
+pub enum WorkloadError {
+    /// A workload must hold at least one request.
+    #[error("the workload has no requests")]
+    Empty,
+    /// A field of one request is out of range.
+    #[error("request {index}: {field} {reason}")]
+    InvalidField {
+        /// 0-based request id (row index).
+        index: usize,
+        /// Field name.
+        field: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// More requests than request ids can address.
+    #[error("the workload has {0} requests; at most 4294967295 are supported")]
+    TooMany(usize),
+}
+
+/// A validated, non-empty list of requests. Request ids are 0-based indices into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    requests: Vec<Request>,
+}
+
+impl Workload {
+    /// Validates and wraps `requests`: at least one, `I >= 1`, `O >= 1`, arrival finite and >= 0.
+    pub fn new(requests: Vec<Request>) -> Result<Self, WorkloadError> {
+        if requests.is_empty() {
+            return Err(WorkloadError::Empty);
+        }
+        if u32::try_from(requests.len()).is_err() {
+            return Err(WorkloadError::TooMany(requests.len()));
+        }
+        for (index, r) in requests.iter().enumerate() {
+            if r.input_tokens == 0 {
+                return Err(WorkloadError::InvalidField {
+                    index,
+                    field: "input_tokens",
+                    reason: "must be >= 1".into(),
+                });
+            }
+            if r.output_tokens == 0 {
+                return Err(WorkloadError::InvalidField {
+                    index,
+                    field: "output_tokens",
+                    reason: "must be >= 1".into(),
+                });
+            }
+            if !r.arrival_s.is_finite() || r.arrival_s < 0.0 {
+                return Err(WorkloadError::InvalidField {
+                    index,
+                    field: "arrival_s",
+                    reason: format!("must be finite and >= 0, got {}", r.arrival_s),
+                });
+            }
+        }
+        Ok(Self { requests })
+    }
+
+    /// The requests, indexed by request id.
+    pub fn requests(&self) -> &[Request] {
+        &self.requests
+    }
+
+    /// Number of requests (never 0).
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Always false: a workload is never empty. Present for API symmetry with slices.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Consumes the workload, returning its requests.
+    pub fn into_requests(self) -> Vec<Request> {
+        self.requests
+    }
+
+    /// Request ids in first-come-first-served order: by arrival time, then id.
+    pub fn fcfs_order(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = (0..self.requests.len() as u32).collect();
+        ids.sort_by(|&a, &b| {
+            self.requests[a as usize]
+                .arrival_s
+                .total_cmp(&self.requests[b as usize].arrival_s)
+                .then(a.cmp(&b))
+        });
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(i: u32, o: u32, t: f64) -> Request {
+        Request {
+            input_tokens: i,
+            output_tokens: o,
+            arrival_s: t,
+        }
+    }
+
+    #[test]
+    fn rejects_empty_zero_and_negative() {
+        assert_eq!(Workload::new(vec![]), Err(WorkloadError::Empty));
+        let e = Workload::new(vec![req(1, 1, 0.0), req(0, 1, 0.0)]).unwrap_err();
+        assert!(e.to_string().contains("request 1: input_tokens"), "{e}");
+        let e = Workload::new(vec![req(1, 0, 0.0)]).unwrap_err();
+        assert!(e.to_string().contains("output_tokens"), "{e}");
+        let e = Workload::new(vec![req(1, 1, -1.0)]).unwrap_err();
+        assert!(e.to_string().contains("arrival_s"), "{e}");
+        assert!(Workload::new(vec![req(1, 1, f64::NAN)]).is_err());
+    }
+
+    #[test]
+    fn max_kv_and_fcfs_order() {
+        assert_eq!(req(5, 3, 0.0).max_kv_tokens(), 7);
+        let w = Workload::new(vec![req(1, 1, 2.0), req(1, 1, 1.0), req(1, 1, 1.0)]).unwrap();
+        assert_eq!(w.fcfs_order(), vec![1, 2, 0]);
+    }
+}

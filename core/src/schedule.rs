@@ -1,0 +1,475 @@
+//! Schedules: ordered batches of entries, and their stable file formats.
+//!
+//! JSON (`infersched-schedule/1`), read by other tools, so kept stable:
+//! ```json
+//! {"format": "infersched-schedule/1", "batches": [
+//!   {"entries": [{"request": 0, "tokens": 512}, {"request": 3, "evict": true}]}
+//! ]}
+//! ```
+//! Request ids are 0-based row indices of the workload. Optional fields: top-level
+//! `"meta"` (any JSON value, e.g. the producer's name), and per batch `"start_s"` /
+//! `"end_s"`, the producer's claimed times, which replay checks against its own.
+//!
+//! CSV: header `batch,request,tokens`, one row per entry, `tokens` a positive integer or
+//! the word `evict`; batch indices are 0-based and non-decreasing (gaps are empty batches).
+
+use serde::Deserialize;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// The `format` value of schedule JSON files.
+pub const SCHEDULE_FORMAT: &str = "infersched-schedule/1";
+
+/// What an entry does to its request in one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Drop the request's KV (`m := 0`); generated tokens are kept and must be refilled.
+    Evict,
+    /// Process this many tokens (>= 1).
+    Process(u32),
+}
+
+/// One request's step in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// 0-based request id.
+    pub request: u32,
+    /// Evict or process tokens.
+    pub action: Action,
+}
+
+impl Entry {
+    /// An entry processing `tokens` tokens of `request`.
+    pub fn process(request: u32, tokens: u32) -> Self {
+        Self {
+            request,
+            action: Action::Process(tokens),
+        }
+    }
+
+    /// An entry evicting `request`.
+    pub fn evict(request: u32) -> Self {
+        Self {
+            request,
+            action: Action::Evict,
+        }
+    }
+}
+
+/// One batch: its entries, and optionally the times its producer claims for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// The entries, at most one per request.
+    pub entries: Vec<Entry>,
+    /// The producer's claimed start time (checked by replay when present).
+    pub start_s: Option<f64>,
+    /// The producer's claimed end time (checked by replay when present).
+    pub end_s: Option<f64>,
+}
+
+impl Batch {
+    /// A batch of `entries` with no claimed times.
+    pub fn new(entries: Vec<Entry>) -> Self {
+        Self {
+            entries,
+            start_s: None,
+            end_s: None,
+        }
+    }
+}
+
+/// An ordered list of batches, as produced by heuristics and the MILP alike.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Schedule {
+    /// The batches in execution order.
+    pub batches: Vec<Batch>,
+    /// Free-form metadata (e.g. `{"producer": "vllm"}`), written as `"meta"`.
+    pub meta: Option<serde_json::Value>,
+}
+
+/// Why a schedule file could not be read or written.
+#[derive(Debug, Error)]
+pub enum ScheduleError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// File path.
+        path: PathBuf,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// The JSON is malformed or does not have the schedule's shape.
+    #[error("{path}: line {line} column {column}: {message}")]
+    Json {
+        /// File path.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What serde_json said.
+        message: String,
+    },
+    /// A field has a value the format does not allow.
+    #[error("{path}: {location}: {reason}")]
+    Invalid {
+        /// File path.
+        path: PathBuf,
+        /// Where: a JSON path like `batches[2].entries[0]`, or `line 7`.
+        location: String,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRepr {
+    format: String,
+    #[serde(default)]
+    meta: Option<serde_json::Value>,
+    batches: Vec<BatchRepr>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRepr {
+    entries: Vec<EntryRepr>,
+    #[serde(default)]
+    start_s: Option<f64>,
+    #[serde(default)]
+    end_s: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryRepr {
+    request: u32,
+    #[serde(default)]
+    tokens: Option<u64>,
+    #[serde(default)]
+    evict: Option<bool>,
+}
+
+impl Schedule {
+    /// A schedule of these batches, without metadata.
+    pub fn new(batches: Vec<Batch>) -> Self {
+        Self {
+            batches,
+            meta: None,
+        }
+    }
+
+    /// Total number of entries over all batches.
+    pub fn entry_count(&self) -> usize {
+        self.batches.iter().map(|b| b.entries.len()).sum()
+    }
+
+    /// Reads a schedule file: CSV if the name ends in `.csv`, JSON otherwise.
+    pub fn read(path: &Path) -> Result<Self, ScheduleError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScheduleError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+        {
+            Self::from_csv_str(&text, path)
+        } else {
+            Self::from_json_str(&text, path)
+        }
+    }
+
+    /// Parses schedule JSON; `path` is only used in error messages.
+    pub fn from_json_str(text: &str, path: &Path) -> Result<Self, ScheduleError> {
+        let repr: FileRepr = serde_json::from_str(text).map_err(|e| ScheduleError::Json {
+            path: path.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        let invalid = |location: String, reason: String| ScheduleError::Invalid {
+            path: path.to_owned(),
+            location,
+            reason,
+        };
+        if repr.format != SCHEDULE_FORMAT {
+            return Err(invalid(
+                "format".into(),
+                format!("expected \"{SCHEDULE_FORMAT}\", got \"{}\"", repr.format),
+            ));
+        }
+        let mut batches = Vec::with_capacity(repr.batches.len());
+        for (j, b) in repr.batches.into_iter().enumerate() {
+            for (name, v) in [("start_s", b.start_s), ("end_s", b.end_s)] {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err(invalid(
+                        format!("batches[{j}].{name}"),
+                        format!("expected a finite time >= 0, got {v}"),
+                    ));
+                }
+            }
+            let mut entries = Vec::with_capacity(b.entries.len());
+            for (k, e) in b.entries.into_iter().enumerate() {
+                let loc = || format!("batches[{j}].entries[{k}]");
+                let action = match (e.tokens, e.evict) {
+                    (Some(_), Some(true)) => {
+                        return Err(invalid(
+                            loc(),
+                            "has both \"tokens\" and \"evict\": an entry either evicts or processes"
+                                .into(),
+                        ));
+                    }
+                    (Some(t), _) => Action::Process(u32::try_from(t).map_err(|_| {
+                        invalid(loc(), format!("\"tokens\" = {t} is larger than 4294967295"))
+                    })?),
+                    (None, Some(true)) => Action::Evict,
+                    (None, _) => {
+                        return Err(invalid(
+                            loc(),
+                            "expected \"tokens\": N (N >= 1) or \"evict\": true".into(),
+                        ));
+                    }
+                };
+                entries.push(Entry {
+                    request: e.request,
+                    action,
+                });
+            }
+            batches.push(Batch {
+                entries,
+                start_s: b.start_s,
+                end_s: b.end_s,
+            });
+        }
+        Ok(Self {
+            batches,
+            meta: repr.meta,
+        })
+    }
+
+    /// Parses the CSV form; `path` is only used in error messages.
+    pub fn from_csv_str(text: &str, path: &Path) -> Result<Self, ScheduleError> {
+        let invalid = |location: String, reason: String| ScheduleError::Invalid {
+            path: path.to_owned(),
+            location,
+            reason,
+        };
+        let mut lines = text.lines().enumerate();
+        let header = lines
+            .next()
+            .map(|(_, h)| h.trim().to_owned())
+            .unwrap_or_default();
+        if header != "batch,request,tokens" {
+            return Err(invalid(
+                "line 1".into(),
+                format!("expected the header \"batch,request,tokens\", got \"{header}\""),
+            ));
+        }
+        let mut batches: Vec<Batch> = Vec::new();
+        for (i, line) in lines {
+            let lineno = i + 1;
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+            if fields.len() != 3 {
+                return Err(invalid(
+                    format!("line {lineno}"),
+                    format!(
+                        "expected 3 fields (batch,request,tokens), got {}",
+                        fields.len()
+                    ),
+                ));
+            }
+            let batch: usize = fields[0].parse().map_err(|_| {
+                invalid(
+                    format!("line {lineno}, column batch"),
+                    format!("expected a batch index >= 0, got \"{}\"", fields[0]),
+                )
+            })?;
+            let request: u32 = fields[1].parse().map_err(|_| {
+                invalid(
+                    format!("line {lineno}, column request"),
+                    format!("expected a request id >= 0, got \"{}\"", fields[1]),
+                )
+            })?;
+            let action = if fields[2] == "evict" {
+                Action::Evict
+            } else {
+                Action::Process(fields[2].parse().map_err(|_| {
+                    invalid(
+                        format!("line {lineno}, column tokens"),
+                        format!("expected a token count or \"evict\", got \"{}\"", fields[2]),
+                    )
+                })?)
+            };
+            if batch + 1 < batches.len() {
+                return Err(invalid(
+                    format!("line {lineno}, column batch"),
+                    format!(
+                        "batch indices must not decrease: {batch} after {}",
+                        batches.len() - 1
+                    ),
+                ));
+            }
+            if batch >= batches.len() {
+                batches.resize_with(batch + 1, Batch::default);
+            }
+            batches[batch].entries.push(Entry { request, action });
+        }
+        Ok(Self::new(batches))
+    }
+
+    /// Writes the JSON form, one batch per line.
+    pub fn write_json(&self, w: &mut dyn Write) -> io::Result<()> {
+        write!(w, "{{\"format\":\"{SCHEDULE_FORMAT}\",")?;
+        if let Some(meta) = &self.meta {
+            write!(w, "\"meta\":{},", serde_json::to_string(meta)?)?;
+        }
+        w.write_all(b"\"batches\":[")?;
+        let mut line = String::new();
+        for (j, b) in self.batches.iter().enumerate() {
+            line.clear();
+            line.push_str(if j == 0 { "\n" } else { ",\n" });
+            line.push_str("{\"entries\":[");
+            for (k, e) in b.entries.iter().enumerate() {
+                if k > 0 {
+                    line.push(',');
+                }
+                match e.action {
+                    Action::Process(c) => {
+                        let _ = write!(line, "{{\"request\":{},\"tokens\":{c}}}", e.request);
+                    }
+                    Action::Evict => {
+                        let _ = write!(line, "{{\"request\":{},\"evict\":true}}", e.request);
+                    }
+                }
+            }
+            line.push(']');
+            for (name, v) in [("start_s", b.start_s), ("end_s", b.end_s)] {
+                if let Some(v) = v {
+                    let _ = write!(line, ",\"{name}\":{}", serde_json::to_string(&v)?);
+                }
+            }
+            line.push('}');
+            w.write_all(line.as_bytes())?;
+        }
+        w.write_all(b"\n]}\n")
+    }
+
+    /// Writes the CSV form (empty trailing batches are not representable and are omitted).
+    pub fn write_csv(&self, w: &mut dyn Write) -> io::Result<()> {
+        w.write_all(b"batch,request,tokens\n")?;
+        for (j, b) in self.batches.iter().enumerate() {
+            for e in &b.entries {
+                match e.action {
+                    Action::Process(c) => writeln!(w, "{j},{},{c}", e.request)?,
+                    Action::Evict => writeln!(w, "{j},{},evict", e.request)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the schedule to `path` atomically: CSV if the name ends in `.csv`, else JSON.
+    pub fn write(&self, path: &Path) -> Result<(), ScheduleError> {
+        let csv = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        crate::io::write_atomic(path, |w| {
+            if csv {
+                self.write_csv(w)
+            } else {
+                self.write_json(w)
+            }
+        })
+        .map_err(|source| ScheduleError::Io {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> &'static Path {
+        Path::new("s.json")
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let s = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": [{"request": 0, "tokens": 512}, {"request": 3, "evict": true}]}]}"#,
+            p(),
+        )
+        .unwrap();
+        assert_eq!(
+            s.batches[0].entries,
+            vec![Entry::process(0, 512), Entry::evict(3)]
+        );
+    }
+
+    #[test]
+    fn json_and_csv_round_trip() {
+        let mut s = Schedule::new(vec![
+            Batch::new(vec![Entry::process(0, 3), Entry::process(1, 2)]),
+            Batch::default(),
+            Batch {
+                entries: vec![Entry::evict(1), Entry::process(0, 1)],
+                start_s: Some(0.5),
+                end_s: Some(0.75),
+            },
+        ]);
+        s.meta = Some(serde_json::json!({"producer": "test"}));
+        let mut out = Vec::new();
+        s.write_json(&mut out).unwrap();
+        let back = Schedule::from_json_str(std::str::from_utf8(&out).unwrap(), p()).unwrap();
+        assert_eq!(back, s);
+
+        let mut out = Vec::new();
+        s.write_csv(&mut out).unwrap();
+        let back = Schedule::from_csv_str(std::str::from_utf8(&out).unwrap(), p()).unwrap();
+        assert_eq!(back.batches.len(), 3);
+        assert!(back.batches[1].entries.is_empty());
+        assert_eq!(back.batches[2].entries, s.batches[2].entries);
+    }
+
+    #[test]
+    fn errors_name_the_place() {
+        let e = Schedule::from_json_str(r#"{"format": "other", "batches": []}"#, p()).unwrap_err();
+        assert!(e.to_string().contains("format: expected"), "{e}");
+        let e = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": []}, {"entries": [{"request": 1}]}]}"#,
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("batches[1].entries[0]"), "{e}");
+        let e = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": [{"request": 1, "tokens": 2, "evict": true}]}]}"#,
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("both"), "{e}");
+        let e = Schedule::from_json_str("{\"format\": \"infersched-schedule/1\",\n \"batches\": [{\"entries\": [{\"request\": -1, \"tokens\": 1}]}]}", p()).unwrap_err();
+        assert!(e.to_string().starts_with("s.json: line 2"), "{e}");
+        let e = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": [], "typo": 1}]}"#,
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("typo"), "{e}");
+        let e = Schedule::from_csv_str("batch,request,tokens\n1,0,3\n0,0,2\n", p()).unwrap_err();
+        assert!(e.to_string().contains("line 3"), "{e}");
+        let e = Schedule::from_csv_str("batch,request,tokens\n0,0,x\n", p()).unwrap_err();
+        assert!(e.to_string().contains("line 2, column tokens"), "{e}");
+    }
+}

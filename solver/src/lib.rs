@@ -1,0 +1,1 @@
+//! The optimal scheduler (placeholder for the MILP of `milp.md`).
