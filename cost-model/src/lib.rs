@@ -1,1 +1,20 @@
-//! cost-model
+//! Batch-time cost models for infersched.
+//!
+//! * [`LinearCostModel`]: `t(batch) = sum_k theta_k * phi_k(batch)` over the features of
+//!   `semantics.md`, read from and written to coefficient files
+//!   (`infersched-cost-model/1` JSON, with units and provenance).
+//! * [`presets`]: the published InferMax coefficients (`llama2-7b-a100`,
+//!   `llama3-70b-tp4-a100`), embedded from `notebooks-data/cost-models/`.
+//! * [`hardware`]: model and GPU specs, bytes per KV token, and the KV capacity M.
+//! * [`fit`]: non-negative least squares from a samples CSV (or Vidur's `mlp.csv`),
+//!   with R^2 and absolute-percentage-error statistics.
+
+pub mod fit;
+pub mod hardware;
+pub mod linear;
+pub mod presets;
+
+pub use fit::{FitError, FitReport, FitStats, Samples, fit_nnls, nnls};
+pub use hardware::{GpuSpec, HardwareError, ModelSpec, kv_capacity_tokens};
+pub use linear::{CoefficientFile, CostModelError, LinearCostModel, Provenance, TimeUnit};
+pub use presets::{PRESET_NAMES, preset, resolve};

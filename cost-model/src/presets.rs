@@ -1,0 +1,80 @@
+//! Built-in coefficient sets, embedded from `notebooks-data/cost-models/`.
+
+use crate::linear::{CostModelError, LinearCostModel};
+use std::path::Path;
+
+/// Names of the built-in presets.
+pub const PRESET_NAMES: [&str; 2] = ["llama2-7b-a100", "llama3-70b-tp4-a100"];
+
+const PRESET_FILES: [&str; 2] = [
+    include_str!("../../notebooks-data/cost-models/llama2-7b-a100.json"),
+    include_str!("../../notebooks-data/cost-models/llama3-70b-tp4-a100.json"),
+];
+
+/// The preset called `name`, if there is one.
+pub fn preset(name: &str) -> Option<LinearCostModel> {
+    let i = PRESET_NAMES.iter().position(|n| *n == name)?;
+    let path = format!("<preset {name}>");
+    Some(
+        LinearCostModel::from_json_str(PRESET_FILES[i], Path::new(&path))
+            .expect("built-in presets are valid (checked by tests)"),
+    )
+}
+
+/// A preset by name, or else a coefficient file by path.
+pub fn resolve(spec: &str) -> Result<LinearCostModel, CostModelError> {
+    if let Some(m) = preset(spec) {
+        return Ok(m);
+    }
+    let path = Path::new(spec);
+    if path.is_file() {
+        LinearCostModel::read(path)
+    } else {
+        Err(CostModelError::Unknown(spec.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::{BatchFeatures, CostModel};
+
+    #[test]
+    fn presets_load_and_match_the_sanity_check() {
+        for name in PRESET_NAMES {
+            let m = preset(name).unwrap();
+            assert_eq!(m.name, name);
+        }
+        let m = preset("llama2-7b-a100").unwrap();
+        // cost-model-presets.md: a 512-token prefill is about 38 ms on the 7B preset.
+        let mut f = BatchFeatures::default();
+        f.add_prefill(512, 0);
+        let t = m.batch_time_s(&f);
+        let expected = 32.0
+            * (0.06486 + 0.00191 * 512.0 + 0.0926 + 1.6773e-7 * 512.0 * 512.0 + 0.001534)
+            * 1e-3;
+        assert!((t - expected).abs() < 1e-12, "{t} vs {expected}");
+        assert!((t - 0.038).abs() < 0.001, "{t}");
+        // A decode batch of 32 requests at 1,000 tokens of context: about 14 ms.
+        let mut f = BatchFeatures::default();
+        for _ in 0..32 {
+            f.add_decode(1000);
+        }
+        let t = m.batch_time_s(&f);
+        let expected = 32.0
+            * (0.06486 + 0.00191 * 32.0 + 0.01921 + 8.513e-6 * 32_000.0 + 0.00074 * 32.0)
+            * 1e-3;
+        assert!((t - expected).abs() < 1e-12, "{t} vs {expected}");
+        assert!((t - 0.01412).abs() < 1e-4, "{t}");
+    }
+
+    #[test]
+    fn resolve_reports_unknown_names() {
+        let e = resolve("llama9-a100").unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("llama9-a100") && s.contains("llama2-7b-a100"),
+            "{s}"
+        );
+    }
+}
