@@ -1,0 +1,214 @@
+//! Vidur/Splitwise processed-trace CSV files.
+
+use infersched_core::{Request, Workload, WorkloadError};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Why a trace file could not be read or written.
+#[derive(Debug, Error)]
+pub enum TraceError {
+    /// Read or write failure.
+    #[error("{path}: {source}")]
+    Io {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+    /// A header, row or value is wrong.
+    #[error("{path}: {location}: {reason}")]
+    Invalid {
+        /// File.
+        path: PathBuf,
+        /// `header`, `line N` or `line N, column X`.
+        location: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// The rows are well-formed but do not make a workload.
+    #[error("{path}: {source}")]
+    Workload {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        source: WorkloadError,
+    },
+}
+
+/// Reads a trace CSV file.
+pub fn read_trace(path: &Path) -> Result<Workload, TraceError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    read_trace_str(&text, path)
+}
+
+fn parse_count(s: &str) -> Option<u32> {
+    if let Ok(v) = s.parse::<u32>() {
+        return Some(v);
+    }
+    // Accept integer-valued floats ("54.0"), as pandas sometimes writes them.
+    let v = s.parse::<f64>().ok()?;
+    (v.fract() == 0.0 && v >= 0.0 && v <= f64::from(u32::MAX)).then_some(v as u32)
+}
+
+/// Parses trace CSV text; `path` names it in errors. Request ids are 0-based data-row
+/// indices. Columns: `num_prefill_tokens` (I >= 1), `num_decode_tokens` (O >= 1),
+/// optional `arrived_at` (seconds >= 0; all 0 when absent); others are ignored.
+pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
+    let invalid = |location: String, reason: String| TraceError::Invalid {
+        path: path.to_owned(),
+        location,
+        reason,
+    };
+    let mut rdr = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let header = rdr
+        .headers()
+        .map_err(|e| invalid("header".into(), e.to_string()))?
+        .clone();
+    let find = |name: &str| header.iter().position(|h| h == name);
+    let input_col = find("num_prefill_tokens").ok_or_else(|| {
+        invalid(
+            "header".into(),
+            "expected a column \"num_prefill_tokens\" (and \"num_decode_tokens\", optional \"arrived_at\")".into(),
+        )
+    })?;
+    let output_col = find("num_decode_tokens").ok_or_else(|| {
+        invalid(
+            "header".into(),
+            "expected a column \"num_decode_tokens\"".into(),
+        )
+    })?;
+    let arrival_col = find("arrived_at");
+    let mut requests = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            invalid(format!("line {line}"), e.to_string())
+        })?;
+        let line = rec.position().map_or(0, |p| p.line());
+        let count = |k: usize, name: &str| -> Result<u32, TraceError> {
+            let s = rec.get(k).unwrap_or("");
+            match parse_count(s) {
+                Some(v) if v >= 1 => Ok(v),
+                _ => Err(invalid(
+                    format!("line {line}, column {name}"),
+                    format!("expected a whole number of tokens >= 1, got \"{s}\""),
+                )),
+            }
+        };
+        let input_tokens = count(input_col, "num_prefill_tokens")?;
+        let output_tokens = count(output_col, "num_decode_tokens")?;
+        let arrival_s = match arrival_col {
+            None => 0.0,
+            Some(k) => {
+                let s = rec.get(k).unwrap_or("");
+                match s.parse::<f64>() {
+                    Ok(v) if v.is_finite() && v >= 0.0 => v,
+                    _ => {
+                        return Err(invalid(
+                            format!("line {line}, column arrived_at"),
+                            format!("expected a time in seconds >= 0, got \"{s}\""),
+                        ));
+                    }
+                }
+            }
+        };
+        requests.push(Request {
+            input_tokens,
+            output_tokens,
+            arrival_s,
+        });
+    }
+    Workload::new(requests).map_err(|source| TraceError::Workload {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Writes a workload as trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`).
+pub fn write_trace_to(workload: &Workload, w: &mut dyn Write) -> io::Result<()> {
+    w.write_all(b"arrived_at,num_prefill_tokens,num_decode_tokens\n")?;
+    for r in workload.requests() {
+        writeln!(w, "{},{},{}", r.arrival_s, r.input_tokens, r.output_tokens)?;
+    }
+    Ok(())
+}
+
+/// Writes a workload to `path` atomically.
+pub fn write_trace(workload: &Workload, path: &Path) -> Result<(), TraceError> {
+    infersched_core::io::write_atomic(path, |w| write_trace_to(workload, w)).map_err(|source| {
+        TraceError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> &'static Path {
+        Path::new("t.csv")
+    }
+
+    #[test]
+    fn reads_both_bundled_formats_and_round_trips() {
+        let w = read_trace_str(
+            "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n3772,54,3826,69.8\n2015,156.0,2171,12.9\n",
+            p(),
+        )
+        .unwrap();
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.requests()[1].output_tokens, 156);
+        assert_eq!(w.requests()[1].arrival_s, 0.0);
+        let w = read_trace_str(
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,4808,10\n0.052,3180,8\n",
+            p(),
+        )
+        .unwrap();
+        assert_eq!(w.requests()[1].arrival_s, 0.052);
+        let mut out = Vec::new();
+        write_trace_to(&w, &mut out).unwrap();
+        let back = read_trace_str(std::str::from_utf8(&out).unwrap(), p()).unwrap();
+        assert_eq!(back, w);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let e = read_trace_str("a,b\n1,2\n", p()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.csv: header: expected a column \"num_prefill_tokens\""),
+            "{e}"
+        );
+        let e =
+            read_trace_str("num_prefill_tokens,num_decode_tokens\n5,3\n0,3\n", p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t.csv: line 3, column num_prefill_tokens: expected a whole number of tokens >= 1, got \"0\""
+        );
+        let e = read_trace_str("num_prefill_tokens,num_decode_tokens\n5,-3\n", p()).unwrap_err();
+        assert!(
+            e.to_string().contains("line 2, column num_decode_tokens"),
+            "{e}"
+        );
+        let e = read_trace_str("num_prefill_tokens,num_decode_tokens\n5,2.5\n", p()).unwrap_err();
+        assert!(e.to_string().contains("got \"2.5\""), "{e}");
+        let e = read_trace_str(
+            "arrived_at,num_prefill_tokens,num_decode_tokens\n-1,5,3\n",
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("column arrived_at"), "{e}");
+        let e = read_trace_str("num_prefill_tokens,num_decode_tokens\n5,3,9\n", p()).unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+        let e = read_trace_str("num_prefill_tokens,num_decode_tokens\n", p()).unwrap_err();
+        assert!(e.to_string().contains("no requests"), "{e}");
+    }
+}
