@@ -1,1 +1,34 @@
-//! infersched
+//! infersched: provably optimal batch schedules for LLM inference serving, and the
+//! schedulers real systems use, measured through one independent replay.
+//!
+//! This crate is the library facade and the `infersched` binary. The parts:
+//! * [`core`]: requests, limits, schedules, the replay/validator and metrics;
+//! * [`workload`]: traces, synthetic workloads, sampling;
+//! * [`cost_model`]: linear batch-time models, presets, fitting;
+//! * [`schedulers`], [`solver`], [`kernels_calibration`]: heuristic policies, the MILP,
+//!   GPU calibration;
+//! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
+//!   `summary.json`).
+//!
+//! ```
+//! use infersched::core::{replay, Entry, Batch, Limits, Request, Schedule, Summary, Workload};
+//! let workload = Workload::new(vec![Request { input_tokens: 4, output_tokens: 2, arrival_s: 0.0 }]).unwrap();
+//! let schedule = Schedule::new(vec![
+//!     Batch::new(vec![Entry::process(0, 4)]), // prefill: generates token 1
+//!     Batch::new(vec![Entry::process(0, 1)]), // decode: generates token 2
+//! ]);
+//! let cost = infersched::cost_model::preset("llama2-7b-a100").unwrap();
+//! let r = replay(&workload, &Limits::unlimited(), &cost, &schedule).unwrap();
+//! let s = Summary::from_replay(&r);
+//! assert_eq!(s.batches, 2);
+//! assert!(s.makespan_s > 0.0);
+//! ```
+
+pub use infersched_core as core;
+pub use infersched_cost_model as cost_model;
+pub use infersched_kernels_calibration as kernels_calibration;
+pub use infersched_schedulers as schedulers;
+pub use infersched_solver as solver;
+pub use infersched_workload as workload;
+
+pub mod output;

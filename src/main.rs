@@ -1,1 +1,426 @@
-fn main() {}
+//! The `infersched` command line.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use infersched::core::{Limits, Schedule, Summary, replay};
+use infersched::cost_model::{self, LinearCostModel, Samples};
+use infersched::workload::{
+    self, ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec, WorkloadStats,
+};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "infersched",
+    version,
+    about = "Optimal and heuristic batch schedules for LLM inference serving, measured by one independent replay"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a schedule and compute every time and metric from it.
+    Replay(ReplayArgs),
+    /// Generate, sample and describe workloads.
+    #[command(subcommand)]
+    Workload(WorkloadCommand),
+    /// Show cost-model presets and the KV capacity they imply.
+    #[command(subcommand, name = "cost-model")]
+    CostModel(CostModelCommand),
+    /// Fit cost-model coefficients by non-negative least squares.
+    Fit(FitArgs),
+}
+
+/// The per-batch limits of semantics.md.
+#[derive(Args, Clone)]
+struct LimitArgs {
+    /// C: tokens per batch [default: unlimited].
+    #[arg(long)]
+    token_budget: Option<u64>,
+    /// P: prefill tokens per batch, P <= C [default: C].
+    #[arg(long)]
+    prefill_budget: Option<u64>,
+    /// M: KV capacity in tokens [default: unlimited].
+    #[arg(long)]
+    kv_capacity: Option<u64>,
+    /// R_max: requests holding KV [default: unlimited].
+    #[arg(long)]
+    max_running: Option<u64>,
+    /// KV block size in tokens.
+    #[arg(long, default_value_t = 1)]
+    block_size: u32,
+    /// Fraction of M kept free at admission by watermark-aware schedulers (replay checks M only).
+    #[arg(long, default_value_t = 0.0)]
+    watermark: f64,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Result<Limits> {
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: self.kv_capacity,
+            max_running: self.max_running,
+            block_size: self.block_size,
+            watermark: self.watermark,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Workload trace CSV (num_prefill_tokens, num_decode_tokens, optional arrived_at).
+    #[arg(long)]
+    workload: PathBuf,
+    /// Schedule file (infersched-schedule/1 JSON, or CSV batch,request,tokens).
+    #[arg(long)]
+    schedule: PathBuf,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    cost_model: String,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Output directory for requests.csv, batches.csv, summary.json.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum WorkloadCommand {
+    /// Generate a seeded synthetic workload.
+    Generate(GenerateArgs),
+    /// Sample and transform a trace.
+    Sample(SampleArgs),
+    /// Print statistics of a workload.
+    Describe(DescribeArgs),
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Number of requests.
+    #[arg(long)]
+    requests: usize,
+    /// Prompt lengths: fixed:V, uniform:LO:HI, zipf:THETA:LO:HI, normal:MEAN:STD:LO:HI.
+    #[arg(long)]
+    input: String,
+    /// Output lengths, same forms as --input.
+    #[arg(long)]
+    output: String,
+    /// Arrivals: static, poisson:QPS, gamma:QPS:CV.
+    #[arg(long, default_value = "static")]
+    arrival: String,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output CSV.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    /// Input trace CSV.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Keep the first N requests.
+    #[arg(long, conflicts_with = "random")]
+    first: Option<usize>,
+    /// Keep N requests drawn at random (with --seed), in trace order.
+    #[arg(long)]
+    random: Option<usize>,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Multiply prompt lengths.
+    #[arg(long, default_value_t = 1.0)]
+    prefill_scale: f64,
+    /// Multiply output lengths.
+    #[arg(long, default_value_t = 1.0)]
+    decode_scale: f64,
+    /// Multiply arrival times.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Cap I + O (the prompt is cut first).
+    #[arg(long)]
+    max_total_tokens: Option<u32>,
+    /// Replace arrivals: static, poisson:QPS, gamma:QPS:CV.
+    #[arg(long)]
+    arrival: Option<String>,
+    /// Seed for --arrival.
+    #[arg(long, default_value_t = 0)]
+    arrival_seed: u64,
+    /// Shift times so the first kept request arrives at 0.
+    #[arg(long)]
+    rebase_time: bool,
+    /// Output CSV.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct DescribeArgs {
+    /// Workload CSV.
+    workload: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum CostModelCommand {
+    /// List the built-in presets.
+    List,
+    /// Show a preset's or file's coefficients and the KV capacity of its model and GPU.
+    Show(ShowArgs),
+}
+
+#[derive(Args)]
+struct ShowArgs {
+    /// Preset name or coefficient JSON file.
+    name: String,
+    /// Fraction of GPU memory given to weights and KV (as vLLM's gpu_memory_utilization).
+    #[arg(long, default_value_t = 0.9)]
+    utilization: f64,
+}
+
+#[derive(Args)]
+struct FitArgs {
+    /// Samples CSV: feature columns (one, tokens, ...) and measured_ms.
+    #[arg(long)]
+    samples: PathBuf,
+    /// Read the samples as Vidur's mlp.csv profile (per-layer non-attention operators).
+    #[arg(long)]
+    vidur_mlp: bool,
+    /// Tensor-parallel degree to select from a Vidur profile.
+    #[arg(long, default_value_t = 1)]
+    tp: u32,
+    /// Layers: when set, the samples are per layer and the model multiplies by this.
+    #[arg(long)]
+    layers: Option<u32>,
+    /// Name written into the coefficient file.
+    #[arg(long, default_value = "fitted")]
+    name: String,
+    /// Output coefficient JSON.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
+    Ok(workload::read_trace(path)?)
+}
+
+fn cmd_replay(a: &ReplayArgs) -> Result<()> {
+    let limits = a.limits.limits()?;
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let schedule = Schedule::read(&a.schedule)?;
+    let r = replay(&w, &limits, &cost, &schedule).with_context(|| {
+        format!(
+            "{} is not a valid schedule for {}",
+            a.schedule.display(),
+            a.workload.display()
+        )
+    })?;
+    let summary = Summary::from_replay(&r);
+    let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    println!(
+        "schedule {} is valid for {} under cost model {}",
+        a.schedule.display(),
+        a.workload.display(),
+        cost.name
+    );
+    print!("{}", infersched::output::summary_text(&summary));
+    println!(
+        "wrote {}",
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
+    match c {
+        WorkloadCommand::Generate(a) => {
+            if a.requests == 0 {
+                bail!("--requests must be >= 1");
+            }
+            let spec = SynthSpec {
+                requests: a.requests,
+                input: a.input.parse::<LengthDist>().context("--input")?,
+                output: a.output.parse::<LengthDist>().context("--output")?,
+                arrival: a.arrival.parse::<ArrivalProcess>().context("--arrival")?,
+                seed: a.seed,
+            };
+            let w = workload::generate(&spec)?;
+            workload::write_trace(&w, &a.out)?;
+            print!("{}", WorkloadStats::of(&w).to_text());
+            println!("wrote {}", a.out.display());
+        }
+        WorkloadCommand::Sample(a) => {
+            let trace = load_workload(&a.trace)?;
+            let selection = match (a.first, a.random) {
+                (Some(n), _) => Selection::First(n),
+                (None, Some(n)) => Selection::Random(n, a.seed),
+                (None, None) => Selection::All,
+            };
+            let spec = SampleSpec {
+                selection,
+                prefill_scale: a.prefill_scale,
+                decode_scale: a.decode_scale,
+                time_scale: a.time_scale,
+                max_total_tokens: a.max_total_tokens,
+                arrival: a
+                    .arrival
+                    .as_deref()
+                    .map(str::parse::<ArrivalProcess>)
+                    .transpose()
+                    .context("--arrival")?,
+                arrival_seed: a.arrival_seed,
+                rebase_time: a.rebase_time,
+            };
+            let w = workload::sample(&trace, &spec)?;
+            workload::write_trace(&w, &a.out)?;
+            print!("{}", WorkloadStats::of(&w).to_text());
+            println!("wrote {}", a.out.display());
+        }
+        WorkloadCommand::Describe(a) => {
+            let w = load_workload(&a.workload)?;
+            let s = WorkloadStats::of(&w);
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!("{}", a.workload.display());
+                print!("{}", s.to_text());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
+    let f = &m.file;
+    println!("{}: {}", m.name, f.description);
+    println!(
+        "  provenance: {} ({})",
+        f.provenance.method, f.provenance.source
+    );
+    println!("  theta, seconds per unit per batch (whole model):");
+    for feature in infersched::core::Feature::ALL {
+        println!("    {:<14}{:e}", feature.name(), m.theta(feature));
+    }
+    if let (Some(model), Some(gpu)) = (&f.model, &f.gpu) {
+        let m_tokens = cost_model::kv_capacity_tokens(model, gpu, f.tensor_parallel, utilization)?;
+        println!(
+            "  KV capacity M = {} tokens ({} x {}, TP {}, utilization {}, {} KV bytes/token/GPU, {:.2} GiB weights/GPU)",
+            m_tokens,
+            model.name,
+            gpu.name,
+            f.tensor_parallel,
+            utilization,
+            model.kv_bytes_per_token(f.tensor_parallel),
+            model.weight_bytes_per_gpu(f.tensor_parallel) as f64 / (1u64 << 30) as f64
+        );
+    }
+    Ok(())
+}
+
+fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
+    match c {
+        CostModelCommand::List => {
+            for name in cost_model::PRESET_NAMES {
+                let m = cost_model::preset(name).expect("listed presets exist");
+                println!("{name:<22}{}", m.file.description);
+            }
+        }
+        CostModelCommand::Show(a) => show_model(&cost_model::resolve(&a.name)?, a.utilization)?,
+    }
+    Ok(())
+}
+
+fn cmd_fit(a: &FitArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.samples)
+        .with_context(|| format!("reading {}", a.samples.display()))?;
+    let name = a.samples.display().to_string();
+    let samples = if a.vidur_mlp {
+        Samples::from_vidur_mlp_csv(&text, &name, a.tp)?
+    } else {
+        Samples::from_csv_str(&text, &name)?
+    };
+    let report = cost_model::fit_nnls(&samples)?;
+    let theta = samples
+        .features
+        .iter()
+        .map(|f| (f.name().to_owned(), report.theta_ms[*f as usize]))
+        .collect();
+    let file = cost_model::CoefficientFile {
+        format: "infersched-cost-model/1".into(),
+        name: a.name.clone(),
+        description: format!("NNLS fit to {name}"),
+        unit: cost_model::TimeUnit::Ms,
+        per_layer: a.layers.is_some(),
+        layers: a.layers,
+        theta,
+        model: None,
+        gpu: None,
+        tensor_parallel: a.tp,
+        provenance: cost_model::Provenance {
+            method: "nnls-fit".into(),
+            source: name.clone(),
+            notes: (!report.unidentified.is_empty()).then(|| {
+                format!(
+                    "features all-zero in the samples, set to 0: {}",
+                    report
+                        .unidentified
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+            fit: Some(serde_json::to_value(report.stats)?),
+        },
+    };
+    // Check the file we are about to write loads back.
+    let json = serde_json::to_string_pretty(&file)? + "\n";
+    LinearCostModel::from_json_str(&json, &a.out)?;
+    infersched::core::io::write_bytes_atomic(&a.out, json.as_bytes())
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    let s = report.stats;
+    println!("fit of {} samples from {name}:", s.samples);
+    for f in &samples.features {
+        println!("  {:<14}{:e} ms", f.name(), report.theta_ms[*f as usize]);
+    }
+    println!(
+        "  R^2 {:.5}; absolute percentage error: median {:.2}%, p95 {:.2}%, max {:.2}%",
+        s.r2, s.ape_median_pct, s.ape_p95_pct, s.ape_max_pct
+    );
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Replay(a) => cmd_replay(a),
+        Command::Workload(c) => cmd_workload(c),
+        Command::CostModel(c) => cmd_cost_model(c),
+        Command::Fit(a) => cmd_fit(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
