@@ -1,0 +1,341 @@
+//! End-to-end tests of the `infersched` binary, as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_infersched"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).current_dir(root()).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn example(name: &str) -> String {
+    root()
+        .join("notebooks-data/examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn replay_example(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "replay".to_string(),
+        "--workload".into(),
+        example("tiny-workload.csv"),
+        "--schedule".into(),
+        example("tiny-schedule.json"),
+        "--token-budget".into(),
+        "128".into(),
+        "--kv-capacity".into(),
+        "196".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(&refs)
+}
+
+/// Per-batch time of the llama2-7b-a100 preset, written out from cost-model-presets.md.
+fn preset_ms(
+    tokens: f64,
+    decode_kv: f64,
+    n_decode: f64,
+    attn: f64,
+    ctx: f64,
+    n_prefill: f64,
+) -> f64 {
+    let has_d = if n_decode > 0.0 { 1.0 } else { 0.0 };
+    let has_p = if n_prefill > 0.0 { 1.0 } else { 0.0 };
+    32.0 * (0.06486
+        + 0.00191 * tokens
+        + 0.01921 * has_d
+        + 8.513e-6 * decode_kv
+        + 0.00074 * n_decode
+        + 0.0926 * has_p
+        + 1.6773e-7 * attn
+        + 0.001534 * n_prefill
+        + 9.224e-6 * ctx)
+}
+
+#[test]
+fn replay_of_the_bundled_example_matches_hand_computation() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = replay_example(dir.path(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("is valid"), "{stdout}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
+            .unwrap();
+    for key in [
+        "makespan_s",
+        "mean_e2e_s",
+        "mean_ttft_s",
+        "p99_tbt_s",
+        "throughput_tok_s",
+        "evictions",
+        "batches",
+    ] {
+        assert!(s.get(key).is_some(), "summary.json lacks {key}");
+    }
+    // The five batches by hand (see tiny-schedule.json's notes):
+    let b = [
+        preset_ms(128.0, 0.0, 0.0, 96.0 * 96.0 + 32.0 * 32.0, 0.0, 2.0),
+        preset_ms(
+            65.0,
+            97.0,
+            1.0,
+            (32.0f64 * 32.0 + 2.0 * 32.0 * 32.0) + 32.0 * 32.0,
+            32.0,
+            2.0,
+        ),
+        preset_ms(3.0, 98.0 + 65.0 + 33.0, 3.0, 0.0, 0.0, 0.0),
+        preset_ms(2.0, 99.0 + 66.0, 2.0, 0.0, 0.0, 0.0),
+        preset_ms(34.0, 0.0, 0.0, 34.0 * 34.0, 0.0, 1.0),
+    ];
+    let makespan: f64 = b.iter().sum::<f64>() / 1e3;
+    let got = s["makespan_s"].as_f64().unwrap();
+    assert!((got - makespan).abs() < 1e-12, "{got} vs {makespan}");
+    assert_eq!(s["batches"], 5);
+    assert_eq!(s["evictions"], 1);
+    assert_eq!(s["recomputed_tokens"], 33);
+    assert_eq!(s["peak_kv_tokens"], 196);
+    // r2 arrives at 10 ms and gets its first token at the end of batch 1.
+    let ttft2 = (b[0] + b[1]) / 1e3 - 0.01;
+    let reqs = std::fs::read_to_string(dir.path().join("requests.csv")).unwrap();
+    let row2: Vec<&str> = reqs.lines().nth(3).unwrap().split(',').collect();
+    assert!((row2[8].parse::<f64>().unwrap() - ttft2).abs() < 1e-12);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("batches.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        6
+    );
+}
+
+#[test]
+fn replay_output_is_byte_identical_across_runs() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    assert!(replay_example(a.path(), &[]).status.success());
+    assert!(replay_example(b.path(), &[]).status.success());
+    for f in ["requests.csv", "batches.csv", "summary.json"] {
+        assert_eq!(
+            std::fs::read(a.path().join(f)).unwrap(),
+            std::fs::read(b.path().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+}
+
+/// Runs a failing command and checks: non-zero exit, no panic, the message, no output.
+fn assert_fails(args: &[&str], out: &Path, expect: &[&str]) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "should fail: {args:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    for e in expect {
+        assert!(err.contains(e), "expected {e:?} in: {err}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(out)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "partial output left: {leftovers:?}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let outs = out.display().to_string();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let bad_csv = write(
+        "bad.csv",
+        "num_prefill_tokens,num_decode_tokens\n12,3\n7,zero\n",
+    );
+    let zero_csv = write("zero.csv", "num_prefill_tokens,num_decode_tokens\n0,3\n");
+    let big_csv = write("big.csv", "num_prefill_tokens,num_decode_tokens\n150,100\n");
+    let bad_json = write(
+        "bad.json",
+        "{\"format\": \"infersched-schedule/1\",\n \"batches\": [\n {\"entries\": [{\"request\": 0 \"tokens\": 1}]}]}",
+    );
+    let tiny_w = example("tiny-workload.csv");
+    let tiny_s = example("tiny-schedule.json");
+    let replay = |w: &str, s: &str, extra: &[&str]| {
+        let mut v = vec!["replay", "--workload", w, "--schedule", s, "--out", &outs];
+        v.extend_from_slice(extra);
+        v.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let check = |args: Vec<String>, expect: &[&str]| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_fails(&refs, &out, expect);
+    };
+    check(
+        replay(&bad_csv, &tiny_s, &[]),
+        &["bad.csv: line 3, column num_decode_tokens", "got \"zero\""],
+    );
+    check(
+        replay(&zero_csv, &tiny_s, &[]),
+        &["zero.csv: line 2, column num_prefill_tokens", ">= 1"],
+    );
+    check(
+        replay(&tiny_w, &bad_json, &[]),
+        &["bad.json: line 3 column"],
+    );
+    check(
+        replay(&big_csv, &tiny_s, &["--kv-capacity", "200"]),
+        &["infeasible", "request 0 needs 249 KV tokens", "M is 200"],
+    );
+    check(
+        replay(&tiny_w, &tiny_s, &["--cost-model", "gpt-9"]),
+        &["unknown cost model \"gpt-9\"", "llama2-7b-a100"],
+    );
+    check(
+        replay(
+            &tiny_w,
+            &tiny_s,
+            &["--token-budget", "64", "--prefill-budget", "100"],
+        ),
+        &["prefill-budget", "P = 100 exceeds the token budget C = 64"],
+    );
+    check(
+        replay(&tiny_w, &tiny_s, &["--max-running", "0"]),
+        &["max-running: must be >= 1"],
+    );
+    // A valid file whose schedule breaks a rule: C = 100 < 128 tokens in batch 0.
+    check(
+        replay(&tiny_w, &tiny_s, &["--token-budget", "100"]),
+        &[
+            "not a valid schedule",
+            "batch 0: processes 128 tokens, over the token budget C = 100",
+        ],
+    );
+    check(
+        vec![
+            "workload".into(),
+            "describe".into(),
+            dir.path().join("missing.csv").display().to_string(),
+        ],
+        &["missing.csv"],
+    );
+    check(
+        vec![
+            "workload".into(),
+            "generate".into(),
+            "--requests".into(),
+            "3".into(),
+            "--input".into(),
+            "uniform:5:1".into(),
+            "--output".into(),
+            "fixed:1".into(),
+            "--out".into(),
+            out.join("w.csv").display().to_string(),
+        ],
+        &["--input", "invalid length distribution \"uniform:5:1\""],
+    );
+}
+
+#[test]
+fn workload_commands_generate_sample_and_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen_to = |name: &str| {
+        let p = dir.path().join(name);
+        let o = run(&[
+            "workload",
+            "generate",
+            "--requests",
+            "50",
+            "--input",
+            "zipf:1.1:16:512",
+            "--output",
+            "uniform:1:64",
+            "--arrival",
+            "gamma:4:2",
+            "--seed",
+            "3",
+            "--out",
+            p.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::read(p).unwrap()
+    };
+    assert_eq!(gen_to("a.csv"), gen_to("b.csv"), "same seed, same bytes");
+    let sampled = dir.path().join("s.csv");
+    let o = run(&[
+        "workload",
+        "sample",
+        "--trace",
+        "notebooks-data/traces/arxiv_summarization.csv",
+        "--random",
+        "20",
+        "--seed",
+        "1",
+        "--prefill-scale",
+        "0.05",
+        "--decode-scale",
+        "0.1",
+        "--max-total-tokens",
+        "128",
+        "--arrival",
+        "poisson:2",
+        "--out",
+        sampled.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["workload", "describe", sampled.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["requests"], 20);
+    assert!(s["min_kv_capacity"].as_u64().unwrap() <= 127);
+    assert!(s["mean_qps"].as_f64().unwrap() > 0.0);
+    let o = run(&[
+        "workload",
+        "describe",
+        "notebooks-data/traces/splitwise_code.csv",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("requests            8819"));
+}
+
+#[test]
+fn fit_writes_a_usable_cost_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let coeffs = dir.path().join("fit.json");
+    let o = run(&[
+        "fit",
+        "--samples",
+        "notebooks-data/profiling/a100/llama-2-7b/mlp.csv",
+        "--vidur-mlp",
+        "--tp",
+        "1",
+        "--layers",
+        "32",
+        "--name",
+        "vidur-mlp-a100",
+        "--out",
+        coeffs.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("R^2"));
+    let out = dir.path().join("r");
+    let o = replay_example(&out, &["--cost-model", coeffs.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["cost-model", "show", "llama2-7b-a100"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("KV capacity M = "));
+}
