@@ -53,20 +53,60 @@ pub struct Samples {
     pub measured_ms: Array1<f64>,
 }
 
+/// Shared parsing of the two sample CSV formats: errors name the file, line and column.
+struct CsvInput<'a> {
+    path: &'a str,
+}
+
+impl CsvInput<'_> {
+    fn invalid(&self, location: String, reason: String) -> FitError {
+        FitError::Invalid {
+            path: self.path.to_owned(),
+            location,
+            reason,
+        }
+    }
+
+    fn open<'t>(
+        &self,
+        text: &'t str,
+    ) -> Result<(csv::Reader<&'t [u8]>, csv::StringRecord), FitError> {
+        let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+        let header = rdr
+            .headers()
+            .map_err(|e| self.invalid("header".into(), e.to_string()))?
+            .clone();
+        Ok((rdr, header))
+    }
+
+    /// Field `k` (column `name`) of a record on `line`, a finite number >= 0.
+    fn nonneg(
+        &self,
+        rec: &csv::StringRecord,
+        k: usize,
+        name: &str,
+        line: usize,
+    ) -> Result<f64, FitError> {
+        let s = rec.get(k).unwrap_or("").trim();
+        s.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| {
+                self.invalid(
+                    format!("line {line}, column {name}"),
+                    format!("expected a finite number >= 0, got \"{s}\""),
+                )
+            })
+    }
+}
+
 impl Samples {
     /// Reads a samples CSV: a header with some feature names (`one`, `tokens`, ...) and
     /// `measured_ms`; other columns are ignored. `path` names the file in errors.
     pub fn from_csv_str(text: &str, path: &str) -> Result<Self, FitError> {
-        let invalid = |location: String, reason: String| FitError::Invalid {
-            path: path.to_owned(),
-            location,
-            reason,
-        };
-        let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
-        let header = rdr
-            .headers()
-            .map_err(|e| invalid("header".into(), e.to_string()))?
-            .clone();
+        let input = CsvInput { path };
+        let invalid = |location: String, reason: String| input.invalid(location, reason);
+        let (mut rdr, header) = input.open(text)?;
         let mut cols = Vec::new();
         let mut target = None;
         for (k, name) in header.iter().enumerate() {
@@ -93,20 +133,10 @@ impl Samples {
         for (i, rec) in rdr.records().enumerate() {
             let line = i + 2;
             let rec = rec.map_err(|e| invalid(format!("line {line}"), e.to_string()))?;
-            let parse = |k: usize, name: &str| -> Result<f64, FitError> {
-                let s = rec.get(k).unwrap_or("").trim();
-                match s.parse::<f64>() {
-                    Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-                    _ => Err(invalid(
-                        format!("line {line}, column {name}"),
-                        format!("expected a finite number >= 0, got \"{s}\""),
-                    )),
-                }
-            };
             for &(k, f) in &cols {
-                rows.push(parse(k, f.name())?);
+                rows.push(input.nonneg(&rec, k, f.name(), line)?);
             }
-            y.push(parse(target, "measured_ms")?);
+            y.push(input.nonneg(&rec, target, "measured_ms", line)?);
         }
         let n = y.len();
         Ok(Self {
@@ -134,16 +164,9 @@ impl Samples {
             "mlp_down_proj",
             "add",
         ];
-        let invalid = |location: String, reason: String| FitError::Invalid {
-            path: path.to_owned(),
-            location,
-            reason,
-        };
-        let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
-        let header = rdr
-            .headers()
-            .map_err(|e| invalid("header".into(), e.to_string()))?
-            .clone();
+        let input = CsvInput { path };
+        let invalid = |location: String, reason: String| input.invalid(location, reason);
+        let (mut rdr, header) = input.open(text)?;
         let col = |name: &str| {
             header.iter().position(|h| h == name).ok_or_else(|| {
                 invalid(
@@ -166,18 +189,7 @@ impl Samples {
         for (i, rec) in rdr.records().enumerate() {
             let line = i + 2;
             let rec = rec.map_err(|e| invalid(format!("line {line}"), e.to_string()))?;
-            let num = |k: usize, name: &str| -> Result<f64, FitError> {
-                let s = rec.get(k).unwrap_or("").trim();
-                s.parse::<f64>()
-                    .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| {
-                        invalid(
-                            format!("line {line}, column {name}"),
-                            format!("expected a finite number >= 0, got \"{s}\""),
-                        )
-                    })
-            };
+            let num = |k: usize, name: &str| input.nonneg(&rec, k, name, line);
             if num(tp_col, "num_tensor_parallel_workers")? != f64::from(tp) {
                 continue;
             }
