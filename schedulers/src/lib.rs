@@ -1,3 +1,196 @@
-//! Heuristic batch schedulers (vLLM, vLLM-V1, Sarathi-Serve, Orca, static batching) as
-//! policies inside one simulation loop, each emitting a `Schedule` that the independent
-//! replay validates. Not built yet (tracked as its own issue).
+//! Heuristic batch schedulers as exact, deterministic policies inside one simulation loop
+//! (`schedulers.md`): `vllm`, `vllm-v1`, `sarathi`, `orca`, `orca-max`, `static`.
+//!
+//! Every policy emits a [`infersched_core::Schedule`] whose metrics are computed by the
+//! independent replay, never by the simulator. Ties are broken by arrival time, then
+//! request id, so runs are deterministic.
+
+pub mod policies;
+pub mod sim;
+
+pub use policies::{PolicyOptions, Victim};
+pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate};
+
+use infersched_core::{CostModel, Limits, Workload};
+
+/// The scheduler names `--scheduler` accepts.
+pub const SCHEDULER_NAMES: [&str; 6] = ["vllm", "vllm-v1", "sarathi", "orca", "orca-max", "static"];
+
+/// A heuristic scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerKind {
+    /// vLLM v0, no chunked prefill.
+    Vllm,
+    /// vLLM V1, chunked prefill.
+    VllmV1,
+    /// Sarathi-Serve.
+    Sarathi,
+    /// Orca reserving `I + O - 1`.
+    Orca,
+    /// Orca reserving `max_model_len`.
+    OrcaMax,
+    /// Static (request-level) batching.
+    Static,
+}
+
+impl std::str::FromStr for SchedulerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "vllm" => Self::Vllm,
+            "vllm-v1" => Self::VllmV1,
+            "sarathi" => Self::Sarathi,
+            "orca" => Self::Orca,
+            "orca-max" => Self::OrcaMax,
+            "static" => Self::Static,
+            _ => {
+                return Err(format!(
+                    "unknown scheduler \"{s}\"; expected one of {}",
+                    SCHEDULER_NAMES.join(", ")
+                ));
+            }
+        })
+    }
+}
+
+/// Knobs every policy accepts; `None` takes the policy's default.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Knobs {
+    /// C.
+    pub token_budget: Option<u64>,
+    /// P.
+    pub prefill_budget: Option<u64>,
+    /// M (unlimited when absent).
+    pub kv_capacity: Option<u64>,
+    /// R_max.
+    pub max_running: Option<u64>,
+    /// KV block size.
+    pub block_size: Option<u32>,
+    /// Watermark fraction of M kept free at admission.
+    pub watermark: Option<f64>,
+    /// Admit only with a full `I + O - 1` reservation.
+    pub no_preemption: bool,
+    /// Victim rule.
+    pub victim: Victim,
+    /// Context length reserved by `orca-max`, and vLLM's `max_model_len` for its default
+    /// budget [default: the workload's largest `I + O`].
+    pub max_model_len: Option<u64>,
+}
+
+/// A policy's defaults (`schedulers.md`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Defaults {
+    /// C (None: unlimited).
+    pub token_budget: Option<u64>,
+    /// R_max (None: unlimited).
+    pub max_running: Option<u64>,
+    /// Block size.
+    pub block_size: u32,
+    /// Watermark.
+    pub watermark: f64,
+}
+
+impl SchedulerKind {
+    /// The name in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vllm => "vllm",
+            Self::VllmV1 => "vllm-v1",
+            Self::Sarathi => "sarathi",
+            Self::Orca => "orca",
+            Self::OrcaMax => "orca-max",
+            Self::Static => "static",
+        }
+    }
+
+    /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
+    /// vLLM-V1 C = 8192, R_max 256, block 16; Sarathi C = 512, R_max 128, block 16,
+    /// watermark 1%; Orca and static: no token budget, R_max 256, block 1.
+    pub fn defaults(self, max_model_len: u64) -> Defaults {
+        match self {
+            Self::Vllm => Defaults {
+                token_budget: Some(max_model_len.max(2048)),
+                max_running: Some(256),
+                block_size: 16,
+                watermark: 0.01,
+            },
+            Self::VllmV1 => Defaults {
+                token_budget: Some(8192),
+                max_running: Some(256),
+                block_size: 16,
+                watermark: 0.0,
+            },
+            Self::Sarathi => Defaults {
+                token_budget: Some(512),
+                max_running: Some(128),
+                block_size: 16,
+                watermark: 0.01,
+            },
+            Self::Orca | Self::OrcaMax | Self::Static => Defaults {
+                token_budget: None,
+                max_running: Some(256),
+                block_size: 1,
+                watermark: 0.0,
+            },
+        }
+    }
+
+    /// The limits this policy runs under: each knob, or else the policy's default.
+    pub fn limits(self, knobs: &Knobs, workload: &Workload) -> Limits {
+        let d = self.defaults(max_model_len(knobs, workload));
+        Limits {
+            token_budget: knobs.token_budget.or(d.token_budget),
+            prefill_budget: knobs.prefill_budget,
+            kv_capacity: knobs.kv_capacity,
+            max_running: knobs.max_running.or(d.max_running),
+            block_size: knobs.block_size.unwrap_or(d.block_size),
+            watermark: knobs.watermark.unwrap_or(d.watermark),
+        }
+    }
+
+    /// The policy object.
+    pub fn policy(self, knobs: &Knobs, workload: &Workload) -> Box<dyn Policy> {
+        let o = PolicyOptions {
+            no_preemption: knobs.no_preemption,
+            victim: knobs.victim,
+            max_model_len: max_model_len(knobs, workload),
+        };
+        match self {
+            Self::Vllm => Box::new(policies::Vllm(o)),
+            Self::VllmV1 => Box::new(policies::VllmV1(o)),
+            Self::Sarathi => Box::new(policies::Sarathi(o)),
+            Self::Orca => Box::new(policies::Orca {
+                options: o,
+                reserve_max_model_len: false,
+            }),
+            Self::OrcaMax => Box::new(policies::Orca {
+                options: o,
+                reserve_max_model_len: true,
+            }),
+            Self::Static => Box::new(policies::Static(o)),
+        }
+    }
+
+    /// Simulates this scheduler on `workload` with `knobs` and batch times from `cost`.
+    pub fn simulate(
+        self,
+        workload: &Workload,
+        knobs: &Knobs,
+        cost: &dyn CostModel,
+    ) -> Result<Simulation, SimError> {
+        let limits = self.limits(knobs, workload);
+        let mut policy = self.policy(knobs, workload);
+        simulate(workload, &limits, policy.as_mut(), cost)
+    }
+}
+
+fn max_model_len(knobs: &Knobs, workload: &Workload) -> u64 {
+    knobs.max_model_len.unwrap_or_else(|| {
+        workload
+            .requests()
+            .iter()
+            .map(|r| u64::from(r.input_tokens) + u64::from(r.output_tokens))
+            .max()
+            .unwrap_or(1)
+    })
+}

@@ -1,0 +1,496 @@
+//! The one simulation loop (InferMax's unified algorithm) and its state.
+//!
+//! ```text
+//! waiting (FCFS by arrival; evicted requests go back to its FRONT), running (hold KV)
+//! loop: move arrived requests into waiting
+//!       B = policy.next_batch(sim)        # may evict members of running
+//!       if B processes nothing: advance time to the next arrival (idle), continue
+//!       run B (time from the cost model), emit tokens, free finished requests
+//! ```
+//!
+//! The simulator keeps its own account of every request's KV and of time; the schedule it
+//! emits carries its claimed batch times, which the independent replay checks.
+
+use infersched_core::{
+    Batch, BatchFeatures, CostModel, Entry, Limits, Request, Schedule, Workload,
+};
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// Why a simulation could not run to completion.
+#[derive(Debug, Error, PartialEq)]
+pub enum SimError {
+    /// The limits are invalid.
+    #[error(transparent)]
+    Limits(#[from] infersched_core::LimitsError),
+    /// A request can never be served by this policy under these limits.
+    #[error("{policy} cannot serve request {request}: {reason}")]
+    Unservable {
+        /// Policy name.
+        policy: String,
+        /// Request id.
+        request: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The simulation stopped making progress.
+    #[error("{policy} made no progress at t = {time_s} s after {batches} batches: {state}")]
+    Stalled {
+        /// Policy name.
+        policy: String,
+        /// Simulated time.
+        time_s: f64,
+        /// Batches emitted so far.
+        batches: usize,
+        /// Queues and memory at the stall.
+        state: String,
+    },
+}
+
+/// Where a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not yet arrived.
+    Pending,
+    /// In the waiting queue.
+    Waiting,
+    /// In the running set (holds KV).
+    Running,
+    /// Generated all its tokens.
+    Finished,
+}
+
+#[derive(Debug, Clone)]
+struct ReqState {
+    held: u64,
+    generated: u32,
+    alloc_blocks: u64,
+    status: Status,
+    scheduled_in: usize,
+}
+
+/// The state a policy reads and changes while it builds the next batch.
+pub struct Simulator<'w> {
+    reqs: &'w [Request],
+    st: Vec<ReqState>,
+    pending: Vec<u32>,
+    next_pending: usize,
+    waiting: VecDeque<u32>,
+    running: Vec<u32>,
+    limits: Limits,
+    block: u64,
+    total_blocks: u64,
+    used_blocks: u64,
+    actual_kv: u64,
+    now: f64,
+    batch_index: usize,
+    // The batch under construction.
+    entries: Vec<Entry>,
+    features: BatchFeatures,
+    batch_tokens: u64,
+    batch_prefill_tokens: u64,
+    generated_now: Vec<u32>,
+}
+
+/// What one simulated batch left behind, for checking against the replay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchAccount {
+    /// KV occupied after the step (block-rounded, finishing requests included).
+    pub kv_tokens: u64,
+    /// Requests holding KV after the step.
+    pub running: u64,
+}
+
+/// A finished simulation: the schedule and the simulator's own per-batch account.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    /// The emitted schedule (with claimed start and end times per batch).
+    pub schedule: Schedule,
+    /// The simulator's KV and running count after each batch.
+    pub accounts: Vec<BatchAccount>,
+    /// The limits the policy ran under.
+    pub limits: Limits,
+}
+
+/// A scheduling policy: decides the next batch by calling the simulator's primitives.
+pub trait Policy {
+    /// Name used in outputs.
+    fn name(&self) -> String;
+    /// Checks before simulating that every request can eventually be served.
+    fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError>;
+    /// Builds the next batch (may evict running requests). Adding no processing entry
+    /// while work is waiting is a stall.
+    fn next_batch(&mut self, sim: &mut Simulator<'_>);
+}
+
+impl<'w> Simulator<'w> {
+    fn new(workload: &'w Workload, limits: Limits) -> Self {
+        let reqs = workload.requests();
+        let block = u64::from(limits.block_size);
+        let total_blocks = limits.kv_capacity.map_or(u64::MAX / 4, |m| m / block);
+        Self {
+            reqs,
+            st: vec![
+                ReqState {
+                    held: 0,
+                    generated: 0,
+                    alloc_blocks: 0,
+                    status: Status::Pending,
+                    scheduled_in: usize::MAX,
+                };
+                reqs.len()
+            ],
+            pending: workload.fcfs_order(),
+            next_pending: 0,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            limits,
+            block,
+            total_blocks,
+            used_blocks: 0,
+            actual_kv: 0,
+            now: 0.0,
+            batch_index: 0,
+            entries: Vec::new(),
+            features: BatchFeatures::default(),
+            batch_tokens: 0,
+            batch_prefill_tokens: 0,
+            generated_now: Vec::new(),
+        }
+    }
+
+    // ---- reading the state ----
+
+    /// The request `i`.
+    pub fn request(&self, i: u32) -> &Request {
+        &self.reqs[i as usize]
+    }
+    /// All requests.
+    pub fn requests(&self) -> &[Request] {
+        self.reqs
+    }
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    /// Waiting queue, front first.
+    pub fn waiting(&self) -> &VecDeque<u32> {
+        &self.waiting
+    }
+    /// Running requests in admission order.
+    pub fn running(&self) -> &[u32] {
+        &self.running
+    }
+    /// Running requests in FCFS order (arrival, then id).
+    pub fn running_fcfs(&self) -> Vec<u32> {
+        let mut r = self.running.clone();
+        r.sort_by(|&a, &b| self.fcfs_cmp(a, b));
+        r
+    }
+    /// FCFS comparison: arrival time, then id.
+    pub fn fcfs_cmp(&self, a: u32, b: u32) -> std::cmp::Ordering {
+        self.reqs[a as usize]
+            .arrival_s
+            .total_cmp(&self.reqs[b as usize].arrival_s)
+            .then(a.cmp(&b))
+    }
+    /// KV tokens request `i` holds.
+    pub fn held(&self, i: u32) -> u64 {
+        self.st[i as usize].held
+    }
+    /// Tokens generated so far by `i`.
+    pub fn generated(&self, i: u32) -> u32 {
+        self.st[i as usize].generated
+    }
+    /// Known tokens `K = I + G`.
+    pub fn known(&self, i: u32) -> u64 {
+        u64::from(self.reqs[i as usize].input_tokens) + u64::from(self.st[i as usize].generated)
+    }
+    /// Tokens left before the next token is generated: `K - m`.
+    pub fn remaining(&self, i: u32) -> u64 {
+        self.known(i) - self.held(i)
+    }
+    /// Whether `i`'s next step is a decode (`G >= 1` and `m = K - 1`).
+    pub fn is_decode_ready(&self, i: u32) -> bool {
+        self.generated(i) >= 1 && self.held(i) + 1 == self.known(i)
+    }
+    /// Whether `i` already has an entry in the batch under construction.
+    pub fn scheduled(&self, i: u32) -> bool {
+        self.st[i as usize].scheduled_in == self.batch_index
+    }
+    /// Tokens of the batch under construction.
+    pub fn batch_tokens(&self) -> u64 {
+        self.batch_tokens
+    }
+    /// Token budget left in this batch (C minus tokens so far).
+    pub fn token_room(&self) -> u64 {
+        self.limits
+            .token_budget
+            .map_or(u64::MAX, |c| c.saturating_sub(self.batch_tokens))
+    }
+    /// Prefill budget left in this batch (P minus prefill tokens so far).
+    pub fn prefill_room(&self) -> u64 {
+        self.limits
+            .effective_prefill_budget()
+            .map_or(u64::MAX, |p| p.saturating_sub(self.batch_prefill_tokens))
+    }
+    /// Whether another request may start holding KV (R_max).
+    pub fn running_room(&self) -> bool {
+        self.limits
+            .max_running
+            .is_none_or(|r| (self.running.len() as u64) < r)
+    }
+    /// Blocks needed for `tokens` tokens.
+    pub fn blocks_for(&self, tokens: u64) -> u64 {
+        tokens.div_ceil(self.block)
+    }
+    /// Total KV blocks (M / block size).
+    pub fn total_blocks(&self) -> u64 {
+        self.total_blocks
+    }
+    /// Blocks not allocated to any request.
+    pub fn free_blocks(&self) -> u64 {
+        self.total_blocks - self.used_blocks
+    }
+    /// Watermark in blocks (kept free at admission).
+    pub fn watermark_blocks(&self) -> u64 {
+        (self.limits.watermark * self.total_blocks as f64) as u64
+    }
+    /// Extra blocks `i` needs so that its allocation covers `target_tokens`.
+    pub fn extra_blocks(&self, i: u32, target_tokens: u64) -> u64 {
+        self.blocks_for(target_tokens)
+            .saturating_sub(self.st[i as usize].alloc_blocks)
+    }
+    /// Current simulated time.
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    // ---- changing the state ----
+
+    /// Moves the front of the waiting queue into the running set.
+    pub fn admit_front(&mut self) -> u32 {
+        let i = self
+            .waiting
+            .pop_front()
+            .expect("admit_front on an empty queue");
+        self.st[i as usize].status = Status::Running;
+        self.running.push(i);
+        i
+    }
+
+    /// Adds an entry processing `c` tokens of running request `i`, growing its allocation
+    /// to cover `max(m + c, alloc_target_tokens)` tokens. The caller has checked budgets
+    /// and memory ([`Self::extra_blocks`] <= [`Self::free_blocks`]).
+    pub fn process(&mut self, i: u32, c: u64, alloc_target_tokens: u64) {
+        let idx = i as usize;
+        debug_assert!(c >= 1 && c <= self.remaining(i));
+        debug_assert_eq!(self.st[idx].status, Status::Running);
+        debug_assert!(!self.scheduled(i));
+        let before = self.st[idx].held;
+        let after = before + c;
+        let extra = self.extra_blocks(i, after.max(alloc_target_tokens));
+        assert!(
+            extra <= self.free_blocks(),
+            "policy over-allocated KV blocks"
+        );
+        self.st[idx].alloc_blocks += extra;
+        self.used_blocks += extra;
+        if self.is_decode_ready(i) {
+            self.features.add_decode(after);
+        } else {
+            self.features.add_prefill(c, before);
+            self.batch_prefill_tokens += c;
+        }
+        self.batch_tokens += c;
+        self.actual_kv += self.limits.occupied(after) - self.limits.occupied(before);
+        self.st[idx].held = after;
+        self.st[idx].scheduled_in = self.batch_index;
+        if after == self.known(i) {
+            self.st[idx].generated += 1;
+            self.generated_now.push(i);
+        }
+        self.entries.push(Entry::process(i, c as u32));
+    }
+
+    /// Evicts running request `i` (recompute): drops its KV and allocation and puts it
+    /// back at the front of the waiting queue (evictions of one step keep FCFS order).
+    pub fn evict(&mut self, i: u32) {
+        let idx = i as usize;
+        debug_assert_eq!(self.st[idx].status, Status::Running);
+        debug_assert!(!self.scheduled(i));
+        self.used_blocks -= self.st[idx].alloc_blocks;
+        self.st[idx].alloc_blocks = 0;
+        self.actual_kv -= self.limits.occupied(self.st[idx].held);
+        self.st[idx].held = 0;
+        self.st[idx].status = Status::Waiting;
+        self.st[idx].scheduled_in = self.batch_index;
+        self.running.retain(|&r| r != i);
+        // Insert at the front, after requests evicted earlier in this step that come first.
+        let pos = self
+            .waiting
+            .iter()
+            .take_while(|&&w| {
+                self.st[w as usize].scheduled_in == self.batch_index && self.fcfs_cmp(w, i).is_lt()
+            })
+            .count();
+        self.waiting.insert(pos, i);
+        self.entries.push(Entry::evict(i));
+    }
+
+    fn admit_arrivals(&mut self) {
+        while let Some(&i) = self.pending.get(self.next_pending) {
+            if self.reqs[i as usize].arrival_s > self.now {
+                break;
+            }
+            self.st[i as usize].status = Status::Waiting;
+            self.waiting.push_back(i);
+            self.next_pending += 1;
+        }
+    }
+
+    fn describe(&self) -> String {
+        let show = |v: &mut dyn Iterator<Item = u32>| {
+            let v: Vec<String> = v
+                .take(8)
+                .map(|i| {
+                    let r = &self.reqs[i as usize];
+                    format!(
+                        "{i}(I={},O={},m={},G={})",
+                        r.input_tokens,
+                        r.output_tokens,
+                        self.held(i),
+                        self.generated(i)
+                    )
+                })
+                .collect();
+            v.join(" ")
+        };
+        format!(
+            "waiting {} [{}], running {} [{}], KV blocks used {} of {} (block size {})",
+            self.waiting.len(),
+            show(&mut self.waiting.iter().copied()),
+            self.running.len(),
+            show(&mut self.running.iter().copied()),
+            self.used_blocks,
+            self.total_blocks,
+            self.block
+        )
+    }
+}
+
+/// Runs `policy` on `workload` under `limits` with batch times from `cost`.
+pub fn simulate(
+    workload: &Workload,
+    limits: &Limits,
+    policy: &mut dyn Policy,
+    cost: &dyn CostModel,
+) -> Result<Simulation, SimError> {
+    limits.validate()?;
+    let mut sim = Simulator::new(workload, *limits);
+    if let Err(e) = limits.check_feasible(workload) {
+        let infersched_core::Infeasibility::KvTooSmall { request, .. } = &e;
+        return Err(SimError::Unservable {
+            policy: policy.name(),
+            request: *request as u32,
+            reason: e.to_string(),
+        });
+    }
+    policy.check(&sim)?;
+    let n = workload.len();
+    let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
+    let token_cap = base_tokens.saturating_mul(64).saturating_add(1 << 20);
+    let mut processed_total = 0u64;
+    let mut finished = 0usize;
+    let mut batches = Vec::new();
+    let mut accounts = Vec::new();
+    let mut idle_rounds = 0;
+    while finished < n {
+        sim.admit_arrivals();
+        sim.entries.clear();
+        sim.features = BatchFeatures::default();
+        sim.batch_tokens = 0;
+        sim.batch_prefill_tokens = 0;
+        sim.generated_now.clear();
+        policy.next_batch(&mut sim);
+        if sim.batch_tokens == 0 {
+            let stalled = |sim: &Simulator<'_>, note: &str| SimError::Stalled {
+                policy: policy.name(),
+                time_s: sim.now,
+                batches: batches.len(),
+                state: format!("{note}; {}", sim.describe()),
+            };
+            if sim.entries.is_empty() {
+                // Idle only while nothing is waiting or running: wait for the next arrival.
+                let next = sim.pending.get(sim.next_pending).copied();
+                match next {
+                    Some(i) if sim.waiting.is_empty() && sim.running.is_empty() => {
+                        sim.now = sim.now.max(sim.reqs[i as usize].arrival_s);
+                        continue;
+                    }
+                    _ => {
+                        return Err(stalled(
+                            &sim,
+                            "the policy scheduled nothing while work was waiting",
+                        ));
+                    }
+                }
+            }
+            // A batch of evictions only is a legal zero-time step, but not twice in a row.
+            idle_rounds += 1;
+            if idle_rounds > 1 {
+                return Err(stalled(
+                    &sim,
+                    "two batches in a row evicted without processing",
+                ));
+            }
+        } else {
+            idle_rounds = 0;
+        }
+        processed_total += sim.batch_tokens;
+        if processed_total > token_cap {
+            return Err(SimError::Stalled {
+                policy: policy.name(),
+                time_s: sim.now,
+                batches: batches.len(),
+                state: format!(
+                    "recomputation livelock: {processed_total} tokens processed for {base_tokens} needed; {}",
+                    sim.describe()
+                ),
+            });
+        }
+        let start = sim.now;
+        let end = start + cost.batch_time_s(&sim.features);
+        accounts.push(BatchAccount {
+            kv_tokens: sim.actual_kv,
+            running: sim.running.len() as u64,
+        });
+        for k in 0..sim.generated_now.len() {
+            let i = sim.generated_now[k];
+            let idx = i as usize;
+            if sim.st[idx].generated == sim.reqs[idx].output_tokens {
+                sim.st[idx].status = Status::Finished;
+                sim.used_blocks -= sim.st[idx].alloc_blocks;
+                sim.st[idx].alloc_blocks = 0;
+                sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
+                sim.st[idx].held = 0;
+                sim.running.retain(|&r| r != i);
+                finished += 1;
+            }
+        }
+        batches.push(Batch {
+            entries: std::mem::take(&mut sim.entries),
+            start_s: Some(start),
+            end_s: Some(end),
+        });
+        sim.now = end;
+        sim.batch_index += 1;
+    }
+    let mut schedule = Schedule::new(batches);
+    schedule.meta = Some(serde_json::json!({"producer": policy.name()}));
+    Ok(Simulation {
+        schedule,
+        accounts,
+        limits: *limits,
+    })
+}
