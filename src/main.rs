@@ -4,9 +4,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use infersched::core::{Limits, Schedule, Summary, replay};
 use infersched::cost_model::{self, LinearCostModel, Samples};
+use infersched::schedulers::{Knobs, SchedulerKind, Victim};
 use infersched::workload::{
     self, ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec, WorkloadStats,
 };
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -23,6 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run heuristic schedulers on a workload; the replay computes their metrics.
+    Simulate(SimulateArgs),
     /// Validate a schedule and compute every time and metric from it.
     Replay(ReplayArgs),
     /// Generate, sample and describe workloads.
@@ -71,6 +75,56 @@ impl LimitArgs {
         l.validate()?;
         Ok(l)
     }
+}
+
+/// Knobs of the heuristic schedulers; unset ones take each policy's default.
+#[derive(Args, Clone)]
+struct KnobArgs {
+    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static unlimited].
+    #[arg(long)]
+    token_budget: Option<u64>,
+    /// P: prefill tokens per batch, P <= C [default: C].
+    #[arg(long)]
+    prefill_budget: Option<u64>,
+    /// M: KV capacity in tokens [default: from the cost model's model and GPU at 90% memory].
+    #[arg(long)]
+    kv_capacity: Option<u64>,
+    /// R_max: requests holding KV [default: per policy; 256, sarathi 128].
+    #[arg(long)]
+    max_running: Option<u64>,
+    /// KV block size [default: per policy; 16, orca/static 1].
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Fraction of M kept free at admission [default: per policy; vllm and sarathi 0.01].
+    #[arg(long)]
+    watermark: Option<f64>,
+    /// Admit only with a full I + O - 1 reservation (never preempt).
+    #[arg(long)]
+    no_preemption: bool,
+    /// Victim on a memory shortfall: newest, oldest, shortest, longest (by KV held).
+    #[arg(long, default_value = "newest")]
+    victim: String,
+    /// Context length reserved by orca-max and used in vllm's default budget [default: the workload's largest I + O].
+    #[arg(long)]
+    max_model_len: Option<u64>,
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    /// Workload trace CSV.
+    #[arg(long)]
+    workload: PathBuf,
+    /// Scheduler, or a comma-separated list run in parallel: vllm, vllm-v1, sarathi, orca, orca-max, static.
+    #[arg(long)]
+    scheduler: String,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    cost_model: String,
+    #[command(flatten)]
+    knobs: KnobArgs,
+    /// Output directory (with several schedulers, one subdirectory each).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -248,6 +302,134 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// M for heuristic runs: the flag, or else what the cost model's model and GPU imply.
+fn kv_capacity_for(flag: Option<u64>, cost: &LinearCostModel) -> Result<u64> {
+    if let Some(m) = flag {
+        return Ok(m);
+    }
+    let f = &cost.file;
+    match (&f.model, &f.gpu) {
+        (Some(model), Some(gpu)) => Ok(cost_model::kv_capacity_tokens(
+            model,
+            gpu,
+            f.tensor_parallel,
+            0.9,
+        )?),
+        _ => bail!(
+            "--kv-capacity is required: cost model {} has no model and GPU spec to derive M from",
+            cost.name
+        ),
+    }
+}
+
+fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let kinds: Vec<SchedulerKind> = a
+        .scheduler
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<SchedulerKind>()
+                .map_err(anyhow::Error::msg)
+        })
+        .collect::<Result<_>>()
+        .context("--scheduler")?;
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = kinds.iter().find(|k| !seen.insert(**k)) {
+        bail!("--scheduler: {} is listed twice", dup.name());
+    }
+    let k = &a.knobs;
+    let knobs = Knobs {
+        token_budget: k.token_budget,
+        prefill_budget: k.prefill_budget,
+        kv_capacity: Some(kv_capacity_for(k.kv_capacity, &cost)?),
+        max_running: k.max_running,
+        block_size: k.block_size,
+        watermark: k.watermark,
+        no_preemption: k.no_preemption,
+        victim: k
+            .victim
+            .parse::<Victim>()
+            .map_err(anyhow::Error::msg)
+            .context("--victim")?,
+        max_model_len: k.max_model_len,
+    };
+    let several = kinds.len() > 1;
+    let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = kinds
+        .par_iter()
+        .map(|kind| -> Result<_> {
+            let sim = kind.simulate(&w, &knobs, &cost)?;
+            let r = replay(&w, &sim.limits, &cost, &sim.schedule).with_context(|| {
+                format!(
+                    "internal error: the replay rejects {}'s schedule",
+                    kind.name()
+                )
+            })?;
+            let summary = Summary::from_replay(&r);
+            let dir = if several {
+                a.out.join(kind.name())
+            } else {
+                a.out.clone()
+            };
+            let schedule_path = dir.join("schedule.json");
+            sim.schedule.write(&schedule_path)?;
+            let mut paths = vec![schedule_path];
+            paths.extend(
+                infersched::output::write_replay_outputs(&dir, &r, &summary)
+                    .with_context(|| format!("writing results to {}", dir.display()))?,
+            );
+            Ok((summary, paths, sim.limits))
+        })
+        .collect();
+    println!(
+        "{} requests from {}, cost model {}",
+        w.len(),
+        a.workload.display(),
+        cost.name
+    );
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    for (kind, result) in kinds.iter().zip(results) {
+        match result {
+            Ok((summary, paths, limits)) => {
+                let lim = |v: Option<u64>| v.map_or("unlimited".to_string(), |x| x.to_string());
+                println!(
+                    "\n{} (C = {}, P = {}, M = {}, R_max = {}, block {}, watermark {})",
+                    kind.name(),
+                    lim(limits.token_budget),
+                    lim(limits.effective_prefill_budget()),
+                    lim(limits.kv_capacity),
+                    lim(limits.max_running),
+                    limits.block_size,
+                    limits.watermark
+                );
+                print!("{}", infersched::output::summary_text(&summary));
+                println!(
+                    "  wrote {}",
+                    paths
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                rows.push((kind.name(), summary));
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("\nerror: {}: {e:#}", kind.name());
+            }
+        }
+    }
+    if rows.len() > 1 {
+        println!("\n{}", infersched::output::comparison_table(&rows));
+    }
+    if failed > 0 {
+        bail!("{failed} of {} schedulers failed", kinds.len());
+    }
+    Ok(())
+}
+
 fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
     match c {
         WorkloadCommand::Generate(a) => {
@@ -411,6 +593,7 @@ fn cmd_fit(a: &FitArgs) -> Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Simulate(a) => cmd_simulate(a),
         Command::Replay(a) => cmd_replay(a),
         Command::Workload(c) => cmd_workload(c),
         Command::CostModel(c) => cmd_cost_model(c),

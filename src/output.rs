@@ -162,3 +162,33 @@ pub fn summary_text(s: &Summary) -> String {
     line(&mut t, "KV", kv);
     t
 }
+
+/// A table comparing schedulers' main metrics, one row each.
+pub fn comparison_table(rows: &[(&str, Summary)]) -> String {
+    let mut t = format!(
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>9} {:>8}\n",
+        "scheduler",
+        "makespan",
+        "mean E2E",
+        "mean TTFT",
+        "p99 TBT",
+        "throughput",
+        "evictions",
+        "batches"
+    );
+    for (name, s) in rows {
+        t.push_str(&format!(
+            "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>9} {:>8}\n",
+            name,
+            ms(s.makespan_s),
+            ms(s.mean_e2e_s),
+            ms(s.mean_ttft_s),
+            s.p99_tbt_s.map_or("-".into(), ms),
+            s.throughput_tok_s
+                .map_or("-".into(), |x| format!("{x:.1} tok/s")),
+            s.evictions,
+            s.batches
+        ));
+    }
+    t
+}

@@ -18,31 +18,47 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
         1u32..5,
         prop_oneof![Just(0.0), Just(0.01), Just(0.1)],
         any::<bool>(),
-        prop_oneof![Just(Victim::Newest), Just(Victim::Oldest), Just(Victim::Shortest), Just(Victim::Longest)],
+        prop_oneof![
+            Just(Victim::Newest),
+            Just(Victim::Oldest),
+            Just(Victim::Shortest),
+            Just(Victim::Longest)
+        ],
     )
-        .prop_map(|(rs, c, p_div, m_slack, r_max, block, watermark, no_preemption, victim)| {
-            let w = Workload::new(
-                rs.into_iter()
-                    .map(|(i, o, t)| Request { input_tokens: i, output_tokens: o, arrival_s: t })
-                    .collect(),
-            )
-            .unwrap();
-            let need = w.requests().iter().map(|r| r.max_kv_tokens()).max().unwrap();
-            let b = u64::from(block);
-            let m = need.div_ceil(b) * b + m_slack;
-            let knobs = Knobs {
-                token_budget: c,
-                prefill_budget: c.zip(p_div).map(|(c, d)| (c / d).max(1)),
-                kv_capacity: Some(m),
-                max_running: r_max,
-                block_size: Some(block),
-                watermark: Some(watermark),
-                no_preemption,
-                victim,
-                max_model_len: None,
-            };
-            (w, knobs)
-        })
+        .prop_map(
+            |(rs, c, p_div, m_slack, r_max, block, watermark, no_preemption, victim)| {
+                let w = Workload::new(
+                    rs.into_iter()
+                        .map(|(i, o, t)| Request {
+                            input_tokens: i,
+                            output_tokens: o,
+                            arrival_s: t,
+                        })
+                        .collect(),
+                )
+                .unwrap();
+                let need = w
+                    .requests()
+                    .iter()
+                    .map(|r| r.max_kv_tokens())
+                    .max()
+                    .unwrap();
+                let b = u64::from(block);
+                let m = need.div_ceil(b) * b + m_slack;
+                let knobs = Knobs {
+                    token_budget: c,
+                    prefill_budget: c.zip(p_div).map(|(c, d)| (c / d).max(1)),
+                    kv_capacity: Some(m),
+                    max_running: r_max,
+                    block_size: Some(block),
+                    watermark: Some(watermark),
+                    no_preemption,
+                    victim,
+                    max_model_len: None,
+                };
+                (w, knobs)
+            },
+        )
 }
 
 proptest! {

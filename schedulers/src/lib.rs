@@ -17,7 +17,7 @@ use infersched_core::{CostModel, Limits, Workload};
 pub const SCHEDULER_NAMES: [&str; 6] = ["vllm", "vllm-v1", "sarathi", "orca", "orca-max", "static"];
 
 /// A heuristic scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SchedulerKind {
     /// vLLM v0, no chunked prefill.
     Vllm,
