@@ -339,3 +339,149 @@ fn fit_writes_a_usable_cost_model() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("KV capacity M = "));
 }
+
+#[test]
+fn simulate_runs_several_schedulers_into_their_own_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let w = dir.path().join("w.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "40",
+        "--input",
+        "uniform:16:300",
+        "--output",
+        "uniform:1:40",
+        "--arrival",
+        "poisson:50",
+        "--seed",
+        "9",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sim = |out: &Path| {
+        run(&[
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            "vllm,sarathi,orca",
+            "--kv-capacity",
+            "2000",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = sim(&out);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("scheduler") && stdout.contains("sarathi"),
+        "{stdout}"
+    );
+    for name in ["vllm", "sarathi", "orca"] {
+        for f in [
+            "schedule.json",
+            "requests.csv",
+            "batches.csv",
+            "summary.json",
+        ] {
+            assert!(out.join(name).join(f).is_file(), "{name}/{f}");
+        }
+        // The written schedule replays to the same summary.
+        let replayed = dir.path().join(format!("replayed-{name}"));
+        let limits: &[&str] = match name {
+            "vllm" => &[
+                "--token-budget",
+                "2048",
+                "--max-running",
+                "256",
+                "--block-size",
+                "16",
+            ],
+            "sarathi" => &[
+                "--token-budget",
+                "512",
+                "--max-running",
+                "128",
+                "--block-size",
+                "16",
+            ],
+            _ => &["--max-running", "256"],
+        };
+        let mut args = vec![
+            "replay",
+            "--workload",
+            w.to_str().unwrap(),
+            "--kv-capacity",
+            "2000",
+            "--out",
+            replayed.to_str().unwrap(),
+        ];
+        let schedule = out.join(name).join("schedule.json");
+        args.extend_from_slice(&["--schedule", schedule.to_str().unwrap()]);
+        args.extend_from_slice(limits);
+        let o = run(&args);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read(replayed.join("summary.json")).unwrap(),
+            std::fs::read(out.join(name).join("summary.json")).unwrap(),
+            "{name}"
+        );
+    }
+    // Byte-identical on a second run.
+    let out2 = dir.path().join("sim2");
+    assert!(sim(&out2).status.success());
+    for name in ["vllm", "sarathi", "orca"] {
+        for f in [
+            "schedule.json",
+            "requests.csv",
+            "batches.csv",
+            "summary.json",
+        ] {
+            assert_eq!(
+                std::fs::read(out.join(name).join(f)).unwrap(),
+                std::fs::read(out2.join(name).join(f)).unwrap(),
+                "{name}/{f}"
+            );
+        }
+    }
+    // Bad scheduler names and requests that can never fit are clear errors.
+    let bad = dir.path().join("bad");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm,fifo",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown scheduler \"fifo\""),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "orca",
+        "--kv-capacity",
+        "100",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("KV tokens") && !stderr(&o).contains("panicked"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad.exists(), "no output for a failed run");
+}
