@@ -32,4 +32,14 @@ if "$BIN" replay --workload notebooks-data/examples/tiny-workload.csv \
   exit 1
 fi
 echo
-echo "Done. Results are in $OUT/: arxiv-16.csv (workload), replay/ (requests.csv, batches.csv, summary.json)."
+echo
+echo "== 6. Every heuristic scheduler on the first 1,000 requests of the Splitwise code trace"
+echo "   (Llama-3-70B TP4 on A100s, the InferMax setting: M = 100,000 KV tokens, C = 16,384, block 1)"
+"$BIN" workload sample --trace notebooks-data/traces/splitwise_code.csv --first 1000 \
+  --out "$OUT/splitwise-1000.csv" > /dev/null
+"$BIN" simulate --workload "$OUT/splitwise-1000.csv" \
+  --scheduler vllm,vllm-v1,sarathi,orca,orca-max,static --cost-model llama3-70b-tp4-a100 \
+  --kv-capacity 100000 --token-budget 16384 --block-size 1 --out "$OUT/simulate" | tail -n 8
+echo
+echo "Done. Results are in $OUT/: arxiv-16.csv (workload), replay/ (the validated hand-written"
+echo "schedule), simulate/<scheduler>/ (schedule.json, requests.csv, batches.csv, summary.json)."
