@@ -109,7 +109,9 @@ fn admit_fcfs(
     let mut admitted = false;
     let watermark = sim.watermark_blocks();
     while let Some(&i) = sim.waiting().front() {
-        if !sim.running_room() {
+        // A request evicted in this step cannot also process in it (and, at the front,
+        // blocks admission until the next step).
+        if !sim.running_room() || sim.scheduled(i) {
             break;
         }
         let c = chunk(sim, i);

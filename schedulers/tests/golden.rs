@@ -191,3 +191,15 @@ fn a_policy_that_makes_no_progress_stops_with_a_diagnostic() {
         "{e}"
     );
 }
+
+#[test]
+fn sarathi_preempts_the_newest_on_a_decode_shortfall_and_refills_generated_tokens() {
+    // C = 8, M = 9, block 1. Batch 0 admits r0 (4) and r1 (4): 8 blocks, 1 free.
+    // Batch 1: r0's decode takes the last free block; r1's decode finds none, and the
+    // newest unscheduled running request is r1 itself, so it is preempted.
+    // Batch 2: r0 decodes (6 held); r1's refill of I + G = 5 tokens needs 5 blocks, 3 are
+    // free, so it waits. Batch 3: after r0 finished, r1 refills 5 tokens and finishes.
+    let w = workload(&[(4, 3, 0.0), (4, 2, 0.0)]);
+    let got = run("sarathi", &w, &knobs(Some(8), 9, 1));
+    assert_eq!(got, ["0:4 1:4", "0:1 1:evict", "0:1", "1:5"]);
+}
