@@ -63,6 +63,7 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         location,
         reason,
     };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut rdr = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
@@ -177,6 +178,10 @@ mod tests {
         write_trace_to(&w, &mut out).unwrap();
         let back = read_trace_str(std::str::from_utf8(&out).unwrap(), p()).unwrap();
         assert_eq!(back, w);
+        // A byte-order mark (spreadsheet exports) is not part of the first column's name.
+        let bom =
+            read_trace_str("\u{feff}num_prefill_tokens,num_decode_tokens\n5,3\n", p()).unwrap();
+        assert_eq!(bom.requests()[0].input_tokens, 5);
     }
 
     #[test]
