@@ -173,13 +173,14 @@ impl Schedule {
             path: path.to_owned(),
             source,
         })?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         if path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
         {
-            Self::from_csv_str(&text, path)
+            Self::from_csv_str(text, path)
         } else {
-            Self::from_json_str(&text, path)
+            Self::from_json_str(text, path)
         }
     }
 
