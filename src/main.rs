@@ -12,6 +12,22 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Writes to stdout, returning an error instead of panicking (e.g. on a closed pipe).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!($($arg)*))?
+    };
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => {{
+        out!($($arg)*);
+        out!("\n");
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "infersched",
@@ -302,14 +318,14 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     let summary = Summary::from_replay(&r);
     let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
-    println!(
+    outln!(
         "schedule {} is valid for {} under cost model {}",
         a.schedule.display(),
         a.workload.display(),
         cost.name
     );
-    print!("{}", infersched::output::summary_text(&summary));
-    println!(
+    out!("{}", infersched::output::summary_text(&summary));
+    outln!(
         "wrote {}",
         paths
             .iter()
@@ -400,7 +416,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             Ok((summary, paths, sim.limits))
         })
         .collect();
-    println!(
+    outln!(
         "{} requests from {}, cost model {}",
         w.len(),
         a.workload.display(),
@@ -412,7 +428,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         match result {
             Ok((summary, paths, limits)) => {
                 let lim = |v: Option<u64>| v.map_or("unlimited".to_string(), |x| x.to_string());
-                println!(
+                outln!(
                     "\n{} (C = {}, P = {}, M = {}, R_max = {}, block {}, watermark {})",
                     kind.name(),
                     lim(limits.token_budget),
@@ -422,8 +438,8 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     limits.block_size,
                     limits.watermark
                 );
-                print!("{}", infersched::output::summary_text(&summary));
-                println!(
+                out!("{}", infersched::output::summary_text(&summary));
+                outln!(
                     "  wrote {}",
                     paths
                         .iter()
@@ -440,7 +456,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         }
     }
     if rows.len() > 1 {
-        println!("\n{}", infersched::output::comparison_table(&rows));
+        outln!("\n{}", infersched::output::comparison_table(&rows));
     }
     if failed > 0 {
         bail!("{failed} of {} schedulers failed", kinds.len());
@@ -463,8 +479,8 @@ fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
             };
             let w = workload::generate(&spec)?;
             workload::write_trace(&w, &a.out)?;
-            print!("{}", WorkloadStats::of(&w).to_text());
-            println!("wrote {}", a.out.display());
+            out!("{}", WorkloadStats::of(&w).to_text());
+            outln!("wrote {}", a.out.display());
         }
         WorkloadCommand::Sample(a) => {
             let trace = load_workload(&a.trace)?;
@@ -490,17 +506,17 @@ fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
             };
             let w = workload::sample(&trace, &spec)?;
             workload::write_trace(&w, &a.out)?;
-            print!("{}", WorkloadStats::of(&w).to_text());
-            println!("wrote {}", a.out.display());
+            out!("{}", WorkloadStats::of(&w).to_text());
+            outln!("wrote {}", a.out.display());
         }
         WorkloadCommand::Describe(a) => {
             let w = load_workload(&a.workload)?;
             let s = WorkloadStats::of(&w);
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                outln!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                println!("{}", a.workload.display());
-                print!("{}", s.to_text());
+                outln!("{}", a.workload.display());
+                out!("{}", s.to_text());
             }
         }
     }
@@ -509,18 +525,19 @@ fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
 
 fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
     let f = &m.file;
-    println!("{}: {}", m.name, f.description);
-    println!(
+    outln!("{}: {}", m.name, f.description);
+    outln!(
         "  provenance: {} ({})",
-        f.provenance.method, f.provenance.source
+        f.provenance.method,
+        f.provenance.source
     );
-    println!("  theta, seconds per unit per batch (whole model):");
+    outln!("  theta, seconds per unit per batch (whole model):");
     for feature in infersched::core::Feature::ALL {
-        println!("    {:<14}{:e}", feature.name(), m.theta(feature));
+        outln!("    {:<14}{:e}", feature.name(), m.theta(feature));
     }
     if let (Some(model), Some(gpu)) = (&f.model, &f.gpu) {
         let m_tokens = cost_model::kv_capacity_tokens(model, gpu, f.tensor_parallel, utilization)?;
-        println!(
+        outln!(
             "  KV capacity M = {} tokens ({} x {}, TP {}, utilization {}, {} KV bytes/token/GPU, {:.2} GiB weights/GPU)",
             m_tokens,
             model.name,
@@ -539,7 +556,7 @@ fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
         CostModelCommand::List => {
             for name in cost_model::PRESET_NAMES {
                 let m = cost_model::preset(name).expect("listed presets exist");
-                println!("{name:<22}{}", m.file.description);
+                outln!("{name:<22}{}", m.file.description);
             }
         }
         CostModelCommand::Show(a) => show_model(&cost_model::resolve(&a.name)?, a.utilization)?,
@@ -596,15 +613,18 @@ fn cmd_fit(a: &FitArgs) -> Result<()> {
     infersched::core::io::write_bytes_atomic(&a.out, json.as_bytes())
         .with_context(|| format!("writing {}", a.out.display()))?;
     let s = report.stats;
-    println!("fit of {} samples from {name}:", s.samples);
+    outln!("fit of {} samples from {name}:", s.samples);
     for f in &samples.features {
-        println!("  {:<14}{:e} ms", f.name(), report.theta_ms[*f as usize]);
+        outln!("  {:<14}{:e} ms", f.name(), report.theta_ms[*f as usize]);
     }
-    println!(
+    outln!(
         "  R^2 {:.5}; absolute percentage error: median {:.2}%, p95 {:.2}%, max {:.2}%",
-        s.r2, s.ape_median_pct, s.ape_p95_pct, s.ape_max_pct
+        s.r2,
+        s.ape_median_pct,
+        s.ape_p95_pct,
+        s.ape_max_pct
     );
-    println!("wrote {}", a.out.display());
+    outln!("wrote {}", a.out.display());
     Ok(())
 }
 
@@ -665,7 +685,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
     let mut csv = String::from(
         "workload,requests,scheduler,batches,entries,schedule_bytes,simulate_s_min,simulate_s_median,replay_s_min,replay_s_median,makespan_s,evictions\n",
     );
-    println!(
+    outln!(
         "{:<22} {:<9} {:>8} {:>9} {:>12} {:>12} {:>10} {:>9}",
         "workload",
         "scheduler",
@@ -689,7 +709,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
             let entries = sim.schedule.entry_count();
             let bytes = entries * std::mem::size_of::<infersched::core::Entry>()
                 + sim.schedule.batches.len() * std::mem::size_of::<infersched::core::Batch>();
-            println!(
+            outln!(
                 "{:<22} {:<9} {:>8} {:>9} {:>10.4} s {:>10.4} s {:>8.0} s {:>9}",
                 name,
                 kind.name(),
@@ -713,9 +733,9 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
     infersched::core::io::write_bytes_atomic(&a.out, csv.as_bytes())
         .with_context(|| format!("writing {}", a.out.display()))?;
     if let Some(m) = peak_rss_mib() {
-        println!("peak resident memory of the whole run: {m:.0} MiB");
+        outln!("peak resident memory of the whole run: {m:.0} MiB");
     }
-    println!("wrote {}", a.out.display());
+    outln!("wrote {}", a.out.display());
     Ok(())
 }
 
@@ -731,6 +751,15 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (e.g. `| head`): nothing more to say.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

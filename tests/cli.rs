@@ -485,3 +485,19 @@ fn simulate_runs_several_schedulers_into_their_own_directories() {
     );
     assert!(!bad.exists(), "no output for a failed run");
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    // `infersched ... | head -1`: the reader goes away and writes fail with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = bin()
+        .args(["cost-model", "show", "llama2-7b-a100"])
+        .current_dir(root())
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(o.status.success(), "{err}");
+}
