@@ -1,0 +1,3 @@
+//! Test support shared by the cross-crate tests.
+
+pub mod exhaustive;
