@@ -1,37 +1,834 @@
-//! The optimal scheduler: the InferMax-style MILP of `milp.md`, solved with HiGHS
-//! through good_lp.
+//! The optimal scheduler: the MILP of `milp.md` in its time-expanded state-network
+//! ("arc flow") form, solved with HiGHS through good_lp.
 //!
-//! Not built yet (tracked as its own issue). The crate already links HiGHS so that every
-//! build and CI run proves the toolchain (cmake, libclang) works; the test below solves a
-//! small integer program through the same path the MILP will use.
+//! Each request's life is a path through its state graph ([`graph`]); binary `x[i, j, a]`
+//! says request `i` takes arc `a` in batch slot `j`. Per batch: tokens <= C, prefill tokens
+//! <= P, KV after the step <= M, requests holding KV <= R_max, all coupled to the batch's
+//! activity `a_j`; flags `hp_j`, `hd_j` for the per-batch biases; batch time is exact
+//! (the quadratic prefill-attention term is a constant of each arc). Time is modelled in
+//! milliseconds for numerics. The schedule HiGHS returns is replayed independently; the
+//! report gives the replayed objective, HiGHS's dual bound and the certified gap.
+//!
+//! ```no_run
+//! use infersched_core::{Limits, Request, Workload};
+//! use infersched_solver::{Objective, SolveOptions, solve};
+//! let w = Workload::new(vec![Request { input_tokens: 4, output_tokens: 3, arrival_s: 0.0 }; 3]).unwrap();
+//! let limits = Limits { kv_capacity: Some(12), token_budget: Some(8), ..Limits::unlimited() };
+//! let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+//! let report = solve(&w, &limits, &cost, Objective::Makespan, &SolveOptions::default()).unwrap();
+//! println!("{:?}: {} s (bound {} s)", report.status, report.replayed_objective, report.best_bound);
+//! ```
 
-#[cfg(test)]
-mod tests {
-    use good_lp::{Solution, SolverModel, constraint, highs, variable, variables};
+pub mod graph;
 
-    #[test]
-    fn highs_solves_a_small_integer_program() {
-        // max 5x + 4y + 3z  s.t. 2x + 3y + z <= 5, 4x + y + 2z <= 11, 3x + 4y + 2z <= 8,
-        // x, y, z integer >= 0. Optimum 13 at (2, 0, 1).
-        let mut vars = variables!();
-        let x = vars.add(variable().integer().min(0));
-        let y = vars.add(variable().integer().min(0));
-        let z = vars.add(variable().integer().min(0));
-        let solution = vars
-            .maximise(5 * x + 4 * y + 3 * z)
-            .using(highs)
-            .with(constraint!(2 * x + 3 * y + z <= 5))
-            .with(constraint!(4 * x + y + 2 * z <= 11))
-            .with(constraint!(3 * x + 4 * y + 2 * z <= 8))
-            .solve()
-            .unwrap();
-        assert_eq!(
-            (
-                solution.value(x).round(),
-                solution.value(y).round(),
-                solution.value(z).round()
-            ),
-            (2.0, 0.0, 1.0)
+use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, highs, variable};
+use graph::{ArcKind, StateGraph};
+use infersched_core::{
+    Batch, BatchFeatures, Entry, Feature, Limits, Replay, Schedule, Summary, Workload, replay,
+};
+use infersched_cost_model::LinearCostModel;
+use infersched_schedulers::{Knobs, SchedulerKind};
+use serde::Serialize;
+use std::time::Instant;
+use thiserror::Error;
+
+/// What to minimize (`semantics.md`, "Objectives").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// End of the last batch.
+    Makespan,
+    /// Mean end-to-end latency.
+    MeanLatency,
+    /// Mean time to first token.
+    MeanTtft,
+}
+
+impl std::str::FromStr for Objective {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "makespan" => Ok(Self::Makespan),
+            "mean-latency" => Ok(Self::MeanLatency),
+            "mean-ttft" => Ok(Self::MeanTtft),
+            _ => Err(format!(
+                "unknown objective \"{s}\"; expected makespan, mean-latency or mean-ttft"
+            )),
+        }
+    }
+}
+
+impl Objective {
+    /// The objective's value in a replay summary (seconds).
+    pub fn of(self, s: &Summary) -> f64 {
+        match self {
+            Self::Makespan => s.makespan_s,
+            Self::MeanLatency => s.mean_e2e_s,
+            Self::MeanTtft => s.mean_ttft_s,
+        }
+    }
+}
+
+/// Policy constraints: the best schedule a policy class can reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PolicyConstraints {
+    /// No evictions.
+    pub no_evict: bool,
+    /// Each prefill phase runs in one batch.
+    pub no_chunk: bool,
+    /// No batch mixes prefill and decode entries.
+    pub no_mix: bool,
+}
+
+impl PolicyConstraints {
+    /// Whether `schedule` (already replayed as valid) belongs to this class.
+    pub fn admits(&self, w: &Workload, schedule: &Schedule) -> bool {
+        let reqs = w.requests();
+        let mut held = vec![0u64; reqs.len()];
+        let mut generated = vec![0u32; reqs.len()];
+        for b in &schedule.batches {
+            let (mut prefill, mut decode) = (false, false);
+            for e in &b.entries {
+                let i = e.request as usize;
+                let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
+                match e.action {
+                    infersched_core::Action::Evict => {
+                        if self.no_evict {
+                            return false;
+                        }
+                        held[i] = 0;
+                    }
+                    infersched_core::Action::Process(c) => {
+                        let is_decode = generated[i] >= 1 && held[i] + 1 == known;
+                        held[i] += u64::from(c);
+                        if is_decode {
+                            decode = true;
+                        } else {
+                            prefill = true;
+                            if self.no_chunk && held[i] != known {
+                                return false;
+                            }
+                        }
+                        if held[i] == known {
+                            generated[i] += 1;
+                        }
+                    }
+                }
+            }
+            if self.no_mix && prefill && decode {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Solver options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveOptions {
+    /// Wall-clock limit for HiGHS (seconds).
+    pub time_limit_s: f64,
+    /// HiGHS threads.
+    pub threads: u32,
+    /// Relative MIP gap at which HiGHS stops.
+    pub mip_rel_gap: f64,
+    /// Number of batch slots J; default: provably sufficient for `makespan` when that is
+    /// at most `max_horizon`, else the warm start's batch count times `horizon_slack`.
+    pub horizon: Option<usize>,
+    /// Multiplier on the warm start's batch count for the default horizon.
+    pub horizon_slack: f64,
+    /// Largest horizon chosen automatically.
+    pub max_horizon: usize,
+    /// Start HiGHS from the best heuristic schedule.
+    pub warm_start: bool,
+    /// Policy constraints.
+    pub constraints: PolicyConstraints,
+    /// Let HiGHS log its progress to stdout.
+    pub log: bool,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        Self {
+            time_limit_s: 60.0,
+            threads: 2,
+            mip_rel_gap: 1e-6,
+            horizon: None,
+            horizon_slack: 1.5,
+            max_horizon: 200,
+            warm_start: true,
+            constraints: PolicyConstraints::default(),
+            log: false,
+        }
+    }
+}
+
+/// How the solve ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolveStatus {
+    /// Proven optimal (within J batches, and within the MIP gap).
+    Optimal,
+    /// Stopped at the time limit with an incumbent.
+    TimeLimit,
+    /// Stopped without any schedule.
+    NoSolution,
+}
+
+/// Why a problem cannot be solved.
+#[derive(Debug, Error)]
+pub enum SolveError {
+    /// Invalid limits.
+    #[error(transparent)]
+    Limits(#[from] infersched_core::LimitsError),
+    /// No schedule can serve the workload.
+    #[error("infeasible: {0}")]
+    Infeasible(String),
+    /// HiGHS failed.
+    #[error("HiGHS: {0}")]
+    Highs(String),
+    /// The solver's schedule failed the replay (a bug).
+    #[error("internal error: the replay rejects the solver's schedule: {0}")]
+    Replay(#[from] infersched_core::ReplayError),
+}
+
+/// Size of the MILP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelSize {
+    /// Constraints.
+    pub rows: usize,
+    /// Variables.
+    pub columns: usize,
+    /// Integer (binary) variables.
+    pub integers: usize,
+}
+
+/// The result of a solve (milp.md, "Reading the result").
+#[derive(Debug, Clone, Serialize)]
+pub struct SolveReport {
+    /// How it ended.
+    pub status: SolveStatus,
+    /// Objective.
+    pub objective: Objective,
+    /// Policy constraints in force.
+    pub constraints: PolicyConstraints,
+    /// The MILP's objective value (seconds).
+    pub milp_objective: Option<f64>,
+    /// The replayed exact objective of the returned schedule (seconds).
+    pub replayed_objective: f64,
+    /// Lower bound on the optimum over schedules of at most J batches (seconds).
+    pub best_bound: f64,
+    /// `(replayed - bound) / replayed`.
+    pub certified_gap: f64,
+    /// Batch slots.
+    pub horizon: usize,
+    /// Whether no schedule with more than J batches can be better (makespan only).
+    pub horizon_proven_sufficient: bool,
+    /// Model size.
+    pub model: ModelSize,
+    /// Seconds to build the model.
+    pub build_s: f64,
+    /// Seconds HiGHS ran.
+    pub solve_s: f64,
+    /// Branch-and-bound nodes, when HiGHS reports them.
+    pub nodes: Option<i64>,
+    /// The warm start used (heuristic name) and its replayed objective.
+    pub warm_start: Option<(String, f64)>,
+    /// The schedule (the warm start's if HiGHS found nothing better).
+    #[serde(skip)]
+    pub schedule: Schedule,
+}
+
+/// The best heuristic schedule in the class, with its replay.
+fn best_heuristic(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &PolicyConstraints,
+) -> Option<(String, Schedule, Replay)> {
+    let knobs = Knobs {
+        token_budget: limits.token_budget,
+        prefill_budget: limits.prefill_budget,
+        kv_capacity: limits.kv_capacity,
+        max_running: Some(limits.max_running.unwrap_or(u64::MAX / 2)),
+        block_size: Some(limits.block_size),
+        watermark: Some(0.0),
+        ..Knobs::default()
+    };
+    let mut best: Option<(String, Schedule, Replay, f64)> = None;
+    for kind in [
+        SchedulerKind::Sarathi,
+        SchedulerKind::VllmV1,
+        SchedulerKind::Vllm,
+        SchedulerKind::Orca,
+    ] {
+        for no_preemption in [false, true] {
+            let k = Knobs {
+                no_preemption,
+                ..knobs
+            };
+            let Ok(sim) = kind.simulate(w, &k, cost) else {
+                continue;
+            };
+            // Replay under the problem's limits (the heuristic's are the same or tighter).
+            let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
+                continue;
+            };
+            if !class.admits(w, &sim.schedule) {
+                continue;
+            }
+            let v = objective.of(&Summary::from_replay(&r));
+            if best.as_ref().is_none_or(|b| v < b.3) {
+                let name = format!(
+                    "{}{}",
+                    kind.name(),
+                    if no_preemption { "+no-preemption" } else { "" }
+                );
+                best = Some((name, sim.schedule, r, v));
+            }
+        }
+    }
+    best.map(|(n, s, r, _)| (n, s, r))
+}
+
+/// An arc variable: (arc index in the request's graph, variable, column).
+type ArcVar = (usize, Variable, usize);
+/// One request's arc variables, per batch slot.
+type SlotArcs = Vec<Vec<ArcVar>>;
+
+struct Model {
+    vars: ProblemVariables,
+    count: usize,
+    integers: usize,
+    rows: Vec<good_lp::Constraint>,
+}
+
+impl Model {
+    fn add(&mut self, v: good_lp::VariableDefinition, integer: bool) -> (Variable, usize) {
+        let idx = self.count;
+        self.count += 1;
+        self.integers += usize::from(integer);
+        (self.vars.add(v), idx)
+    }
+}
+
+/// Solves the problem (see the crate documentation).
+pub fn solve(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+) -> Result<SolveReport, SolveError> {
+    let t_build = Instant::now();
+    limits.validate()?;
+    limits
+        .check_feasible(w)
+        .map_err(|e| SolveError::Infeasible(e.to_string()))?;
+    let reqs = w.requests();
+    let n = reqs.len();
+    let class = options.constraints;
+    let theta_ms = |f: Feature| cost.theta(f) * 1e3;
+    let warm = if options.warm_start || options.horizon.is_none() {
+        best_heuristic(w, limits, cost, objective, &class)
+    } else {
+        None
+    };
+    let max_o = reqs
+        .iter()
+        .map(|r| r.output_tokens as usize)
+        .max()
+        .unwrap_or(1);
+    // Every non-empty batch processes a token: it costs at least this.
+    let t_min_ms = theta_ms(Feature::One)
+        + theta_ms(Feature::Tokens)
+        + theta_ms(Feature::HasPrefill).min(theta_ms(Feature::HasDecode));
+    let (horizon, proven) = match (options.horizon, &warm) {
+        (Some(j), _) => {
+            if j < max_o {
+                return Err(SolveError::Infeasible(format!(
+                    "horizon J = {j} batches is shorter than the longest output ({max_o} tokens, one per batch)"
+                )));
+            }
+            (j, false)
+        }
+        (None, Some((_, s, r))) => {
+            let ub_ms = objective.of(&Summary::from_replay(r)) * 1e3;
+            let proof = if objective == Objective::Makespan && t_min_ms > 0.0 {
+                Some((ub_ms / t_min_ms).floor() as usize)
+            } else {
+                None
+            };
+            match proof {
+                Some(p) if p <= options.max_horizon => (p.max(max_o).max(s.batches.len()), true),
+                _ => (
+                    ((s.batches.len() as f64 * options.horizon_slack).ceil() as usize)
+                        .clamp(max_o, options.max_horizon.max(s.batches.len())),
+                    false,
+                ),
+            }
+        }
+        (None, None) => {
+            return Err(SolveError::Infeasible(
+                "no heuristic schedule exists in this policy class to size the horizon; give --horizon".into(),
+            ));
+        }
+    };
+
+    let graphs: Vec<StateGraph> = reqs
+        .iter()
+        .map(|r| StateGraph::new(r, limits, class.no_evict, class.no_chunk))
+        .collect();
+    let mut m = Model {
+        vars: ProblemVariables::new(),
+        count: 0,
+        integers: 0,
+        rows: Vec::new(),
+    };
+    // x[i][j] = [(arc, var, column)]
+    let mut x: Vec<SlotArcs> = Vec::with_capacity(n);
+    for (i, g) in graphs.iter().enumerate() {
+        let layers = g.usable_arcs(reqs[i].output_tokens, horizon);
+        x.push(
+            layers
+                .into_iter()
+                .map(|layer| {
+                    layer
+                        .into_iter()
+                        .map(|a| {
+                            let (v, c) = m.add(variable().binary(), true);
+                            (a, v, c)
+                        })
+                        .collect()
+                })
+                .collect(),
         );
     }
+    let batch_var = |m: &mut Model, integer: bool| {
+        let def = if integer {
+            variable().binary()
+        } else {
+            variable().min(0.0)
+        };
+        (0..horizon)
+            .map(|_| m.add(def.clone(), integer))
+            .collect::<Vec<_>>()
+    };
+    let act = batch_var(&mut m, true);
+    let hp = batch_var(&mut m, true);
+    let hd = batch_var(&mut m, true);
+    let start = batch_var(&mut m, false);
+    let end = batch_var(&mut m, false);
+    let fin: Vec<(Variable, usize)> = (0..n).map(|_| m.add(variable().min(0.0), false)).collect();
+
+    let max_arrival = reqs.iter().map(|r| r.arrival_s * 1e3).fold(0.0, f64::max);
+    let arc_cost = |f: &BatchFeatures| -> f64 {
+        Feature::ALL
+            .iter()
+            .filter(|f| !matches!(f, Feature::One | Feature::HasPrefill | Feature::HasDecode))
+            .map(|&k| theta_ms(k) * f.get(k))
+            .sum()
+    };
+    let t_max = theta_ms(Feature::One)
+        + theta_ms(Feature::HasPrefill)
+        + theta_ms(Feature::HasDecode)
+        + graphs
+            .iter()
+            .map(|g| {
+                g.arcs
+                    .iter()
+                    .map(|a| arc_cost(&a.features))
+                    .fold(0.0, f64::max)
+            })
+            .sum::<f64>();
+
+    for (i, g) in graphs.iter().enumerate() {
+        // Flow: one unit leaves the start state in slot 0; what enters a state in slot j
+        // leaves it in slot j + 1.
+        let out0: Expression = x[i][0]
+            .iter()
+            .filter(|(a, ..)| g.arcs[*a].from == StateGraph::START)
+            .map(|(_, v, _)| *v)
+            .sum();
+        m.rows.push(constraint!(out0 == 1));
+        for j in 1..horizon {
+            let mut balance = vec![Expression::from(0.0); g.states.len()];
+            let mut touched = vec![false; g.states.len()];
+            for (a, v, _) in &x[i][j - 1] {
+                balance[g.arcs[*a].to] += *v;
+                touched[g.arcs[*a].to] = true;
+            }
+            for (a, v, _) in &x[i][j] {
+                balance[g.arcs[*a].from] -= *v;
+                touched[g.arcs[*a].from] = true;
+            }
+            for (s, e) in balance.into_iter().enumerate() {
+                if touched[s] {
+                    m.rows.push(constraint!(e == 0));
+                }
+            }
+        }
+    }
+    for j in 0..horizon {
+        let (mut tokens, mut prefill, mut kv, mut holding) = (
+            Expression::from(0.0),
+            Expression::from(0.0),
+            Expression::from(0.0),
+            Expression::from(0.0),
+        );
+        let mut time = theta_ms(Feature::One) * act[j].0
+            + theta_ms(Feature::HasPrefill) * hp[j].0
+            + theta_ms(Feature::HasDecode) * hd[j].0;
+        for (i, g) in graphs.iter().enumerate() {
+            let (mut busy, mut pre, mut dec, mut arrival_gate) = (
+                Expression::from(0.0),
+                Expression::from(0.0),
+                Expression::from(0.0),
+                Expression::from(0.0),
+            );
+            for (a, v, _) in &x[i][j] {
+                let arc = &g.arcs[*a];
+                if arc.kv > 0 {
+                    kv += arc.kv as f64 * *v;
+                }
+                if arc.holds {
+                    holding += *v;
+                }
+                match arc.kind {
+                    ArcKind::Idle => {}
+                    ArcKind::Evict => busy += *v,
+                    ArcKind::Process { c, decode, .. } => {
+                        busy += *v;
+                        arrival_gate += *v;
+                        tokens += f64::from(c) * *v;
+                        time += arc_cost(&arc.features) * *v;
+                        if decode {
+                            dec += *v;
+                        } else {
+                            pre += *v;
+                            prefill += f64::from(c) * *v;
+                        }
+                    }
+                }
+            }
+            m.rows.push(constraint!(busy <= act[j].0));
+            m.rows.push(constraint!(pre <= hp[j].0));
+            m.rows.push(constraint!(dec <= hd[j].0));
+            if reqs[i].arrival_s > 0.0 {
+                m.rows.push(constraint!(
+                    start[j].0 >= reqs[i].arrival_s * 1e3 * arrival_gate
+                ));
+            }
+        }
+        if let Some(c) = limits.token_budget {
+            m.rows.push(constraint!(tokens <= c as f64 * act[j].0));
+        }
+        if let Some(p) = limits.effective_prefill_budget() {
+            m.rows.push(constraint!(prefill <= p as f64 * act[j].0));
+        }
+        let kv_cap = limits.kv_capacity.map_or(1e12, |v| v as f64);
+        m.rows.push(constraint!(kv <= kv_cap * act[j].0));
+        if let Some(r) = limits.max_running {
+            m.rows.push(constraint!(holding <= r as f64 * act[j].0));
+        }
+        if class.no_mix {
+            m.rows.push(constraint!(hp[j].0 + hd[j].0 <= 1));
+        }
+        if j + 1 < horizon {
+            m.rows.push(constraint!(act[j].0 >= act[j + 1].0));
+        }
+        if j > 0 {
+            m.rows.push(constraint!(start[j].0 >= end[j - 1].0));
+        }
+        m.rows.push(constraint!(end[j].0 == start[j].0 + time));
+    }
+    // Batch-count lower bound: every request generates one token per batch at most.
+    let active: Expression = act.iter().map(|a| a.0).sum();
+    m.rows.push(constraint!(active >= max_o as f64));
+    let objective_expr: Expression = match objective {
+        Objective::Makespan => end[horizon - 1].0.into(),
+        Objective::MeanLatency | Objective::MeanTtft => {
+            // Completion (or first-token) time of i = sum over slots j of the slot's
+            // duration d_j = E_j - E_{j-1} while i is not done before j:
+            // p_ij >= d_j - D (done before j), p_ij >= 0, F_i = sum_j p_ij, where D bounds
+            // one slot's duration (a batch plus any wait for arrivals). Much tighter than
+            // a big-M over the whole horizon.
+            let slot_bound = t_max + max_arrival;
+            for (i, g) in graphs.iter().enumerate() {
+                let mut done_before = Expression::from(0.0);
+                let mut sum_p = Expression::from(0.0);
+                for j in 0..horizon {
+                    let (p_ij, _) = m.add(variable().min(0.0), false);
+                    let duration: Expression = if j == 0 {
+                        end[0].0.into()
+                    } else {
+                        end[j].0 - end[j - 1].0
+                    };
+                    m.rows.push(constraint!(
+                        p_ij >= duration - slot_bound * done_before.clone()
+                    ));
+                    sum_p += p_ij;
+                    for (a, v, _) in &x[i][j] {
+                        if let ArcKind::Process {
+                            finishes,
+                            first_token,
+                            ..
+                        } = g.arcs[*a].kind
+                        {
+                            let mark = if objective == Objective::MeanLatency {
+                                finishes
+                            } else {
+                                first_token
+                            };
+                            if mark {
+                                done_before += *v;
+                            }
+                        }
+                    }
+                }
+                m.rows.push(constraint!(fin[i].0 == sum_p));
+            }
+            fin.iter().map(|f| f.0).sum::<Expression>() / n as f64
+        }
+    };
+
+    let Model {
+        vars,
+        count,
+        integers,
+        rows,
+    } = m;
+    let model_size = ModelSize {
+        rows: rows.len(),
+        columns: count,
+        integers,
+    };
+    let mut problem = vars.minimise(objective_expr).using(highs);
+    for r in rows {
+        problem.add_constraint(r);
+    }
+    let mut hmodel = problem.into_inner();
+    hmodel.make_quiet();
+    if options.log {
+        hmodel.set_option("output_flag", true);
+        hmodel.set_option("log_to_console", true);
+    }
+    hmodel.set_option("time_limit", options.time_limit_s);
+    hmodel.set_option("threads", options.threads.max(1) as i32);
+    hmodel.set_option("mip_rel_gap", options.mip_rel_gap);
+    hmodel.set_option("mip_abs_gap", 1e-9);
+    hmodel.set_option("random_seed", 0);
+
+    // Warm start: the heuristic schedule as arc choices.
+    let mut warm_report = None;
+    if let Some((name, s, r)) = &warm
+        && options.warm_start
+        && s.batches.len() <= horizon
+        && let Some(cols) = warm_columns(
+            w, &graphs, &x, s, r, objective, horizon, count, &act, &hp, &hd, &start, &end, &fin,
+        )
+    {
+        let _ = hmodel.try_set_solution(Some(&cols), None, None, None);
+        warm_report = Some((name.clone(), objective.of(&Summary::from_replay(r))));
+    }
+    let build_s = t_build.elapsed().as_secs_f64();
+
+    let t_solve = Instant::now();
+    let solved = hmodel
+        .try_solve()
+        .map_err(|e| SolveError::Highs(format!("{e:?}")))?;
+    let solve_s = t_solve.elapsed().as_secs_f64();
+    let model_status = solved.status();
+    let has_solution = solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
+    use highs::HighsModelStatus as M;
+    let status = match model_status {
+        M::Optimal => SolveStatus::Optimal,
+        M::Infeasible => {
+            return Err(SolveError::Infeasible(format!(
+                "no schedule of at most J = {horizon} batches satisfies the limits and policy constraints"
+            )));
+        }
+        _ if has_solution => SolveStatus::TimeLimit,
+        _ => SolveStatus::NoSolution,
+    };
+    let bound_ms = solved
+        .double_info_value(c"mip_dual_bound")
+        .ok()
+        .filter(|b| b.is_finite())
+        .unwrap_or(0.0);
+    let nodes = solved.int_info_value(c"mip_node_count").ok();
+    let (schedule, milp_objective) = if has_solution {
+        let sol = solved.get_solution();
+        let cols = sol.columns();
+        (
+            extract(&graphs, &x, cols, horizon),
+            Some(solved.objective_value() / 1e3),
+        )
+    } else if let Some((_, s, _)) = &warm {
+        (s.clone(), None)
+    } else {
+        return Err(SolveError::Highs(format!(
+            "no schedule found within {} s and no heuristic schedule in this class",
+            options.time_limit_s
+        )));
+    };
+    let r = replay(w, limits, cost, &schedule)?;
+    let replayed = objective.of(&Summary::from_replay(&r));
+    let mut best_bound = bound_ms / 1e3;
+    if objective != Objective::Makespan {
+        // F_i bounds (F_i - 0): the mean latency objective is over E2E = F - T.
+        let mean_t = reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64;
+        best_bound -= mean_t;
+    }
+    let best_bound = best_bound.min(replayed).max(0.0);
+    Ok(SolveReport {
+        status,
+        objective,
+        constraints: class,
+        milp_objective: milp_objective.map(|v| {
+            if objective == Objective::Makespan {
+                v
+            } else {
+                v - reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64
+            }
+        }),
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: if replayed > 0.0 {
+            (replayed - best_bound) / replayed
+        } else {
+            0.0
+        },
+        horizon,
+        horizon_proven_sufficient: proven,
+        model: model_size,
+        build_s,
+        solve_s,
+        nodes,
+        warm_start: warm_report,
+        schedule,
+    })
+}
+
+/// The batches chosen by a solution.
+#[allow(clippy::needless_range_loop)] // slot j indexes every request's x[i][j]
+fn extract(graphs: &[StateGraph], x: &[SlotArcs], cols: &[f64], horizon: usize) -> Schedule {
+    let mut batches = Vec::new();
+    for j in 0..horizon {
+        let mut evictions_first = Vec::new();
+        let mut entries = Vec::new();
+        for (i, g) in graphs.iter().enumerate() {
+            for (a, _, col) in &x[i][j] {
+                if cols[*col] < 0.5 {
+                    continue;
+                }
+                match g.arcs[*a].kind {
+                    ArcKind::Idle => {}
+                    ArcKind::Evict => entries.push(Entry::evict(i as u32)),
+                    ArcKind::Process { c, evict_first, .. } => {
+                        if evict_first {
+                            evictions_first.push(Entry::evict(i as u32));
+                        }
+                        entries.push(Entry::process(i as u32, c));
+                    }
+                }
+            }
+        }
+        if !evictions_first.is_empty() {
+            batches.push(Batch::new(evictions_first));
+        }
+        if !entries.is_empty() {
+            batches.push(Batch::new(entries));
+        }
+    }
+    Schedule::new(batches)
+}
+
+/// Column values of a heuristic schedule, or None if it does not map onto the model
+/// (e.g. a batch that only evicts).
+#[allow(clippy::too_many_arguments)]
+fn warm_columns(
+    w: &Workload,
+    graphs: &[StateGraph],
+    x: &[SlotArcs],
+    s: &Schedule,
+    r: &Replay,
+    objective: Objective,
+    horizon: usize,
+    count: usize,
+    act: &[(Variable, usize)],
+    hp: &[(Variable, usize)],
+    hd: &[(Variable, usize)],
+    start: &[(Variable, usize)],
+    end: &[(Variable, usize)],
+    fin: &[(Variable, usize)],
+) -> Option<Vec<f64>> {
+    let reqs = w.requests();
+    let mut cols = vec![0.0; count];
+    let mut state = vec![StateGraph::START; reqs.len()];
+    let last_end = r.batches.last().map_or(0.0, |b| b.end_s * 1e3);
+    for j in 0..horizon {
+        let batch = s.batches.get(j);
+        let (mut any, mut pre, mut dec) = (false, false, false);
+        for (i, g) in graphs.iter().enumerate() {
+            let entry = batch.and_then(|b| b.entries.iter().find(|e| e.request == i as u32));
+            let want = |k: &ArcKind| match (entry.map(|e| e.action), k) {
+                (None, ArcKind::Idle) => true,
+                (Some(infersched_core::Action::Evict), ArcKind::Evict) => true,
+                (
+                    Some(infersched_core::Action::Process(c)),
+                    ArcKind::Process {
+                        c: ac,
+                        evict_first: false,
+                        ..
+                    },
+                ) => c == *ac,
+                _ => false,
+            };
+            let (a, _, col) = x[i][j]
+                .iter()
+                .find(|(a, ..)| g.arcs[*a].from == state[i] && want(&g.arcs[*a].kind))?;
+            cols[*col] = 1.0;
+            match g.arcs[*a].kind {
+                ArcKind::Process { decode, .. } => {
+                    any = true;
+                    if decode { dec = true } else { pre = true }
+                }
+                ArcKind::Evict => any = true,
+                ArcKind::Idle => {}
+            }
+            state[i] = g.arcs[*a].to;
+        }
+        if batch.is_some_and(|b| !b.entries.is_empty()) && !any {
+            return None;
+        }
+        let (st, en) = match r.batches.get(j) {
+            Some(b) => (b.start_s * 1e3, b.end_s * 1e3),
+            None => (last_end, last_end),
+        };
+        if batch.is_some()
+            && !batch.is_some_and(|b| {
+                b.entries
+                    .iter()
+                    .any(|e| matches!(e.action, infersched_core::Action::Process(_)))
+            })
+        {
+            return None;
+        }
+        cols[act[j].1] = f64::from(u8::from(any));
+        cols[hp[j].1] = f64::from(u8::from(pre));
+        cols[hd[j].1] = f64::from(u8::from(dec));
+        cols[start[j].1] = st;
+        cols[end[j].1] = en;
+    }
+    for (i, f) in fin.iter().enumerate() {
+        let rec = &r.requests[i];
+        cols[f.1] = match objective {
+            Objective::Makespan => 0.0,
+            Objective::MeanLatency => rec.completion_s * 1e3,
+            Objective::MeanTtft => rec.first_token_s * 1e3,
+        };
+    }
+    Some(cols)
 }

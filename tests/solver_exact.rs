@@ -1,0 +1,298 @@
+//! The MILP against the independent exhaustive search, the heuristics and the replay.
+
+mod support;
+
+use infersched::core::{Limits, Request, Summary, Workload, replay};
+use infersched::cost_model::preset;
+use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind};
+use infersched::solver::{
+    Objective, PolicyConstraints, SolveError, SolveOptions, SolveStatus, solve,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use support::exhaustive::{self, Class};
+
+fn tiny(seed: u64) -> (Workload, Limits) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = rng.random_range(2..=3);
+    let w = Workload::new(
+        (0..n)
+            .map(|_| Request {
+                input_tokens: rng.random_range(1..=4),
+                output_tokens: rng.random_range(1..=3),
+                arrival_s: 0.0,
+            })
+            .collect(),
+    )
+    .unwrap();
+    let need = w
+        .requests()
+        .iter()
+        .map(|r| r.max_kv_tokens())
+        .max()
+        .unwrap();
+    // M from just enough for the largest request (forcing evictions) to a little more.
+    let limits = Limits {
+        token_budget: if rng.random_bool(0.5) {
+            Some(rng.random_range(2..=6))
+        } else {
+            None
+        },
+        kv_capacity: Some(need + rng.random_range(0..=2)),
+        ..Limits::unlimited()
+    };
+    (w, limits)
+}
+
+fn exact_options(constraints: PolicyConstraints) -> SolveOptions {
+    SolveOptions {
+        mip_rel_gap: 1e-9,
+        time_limit_s: 60.0,
+        constraints,
+        ..SolveOptions::default()
+    }
+}
+
+fn class_of(c: PolicyConstraints) -> Class {
+    Class {
+        no_evict: c.no_evict,
+        no_chunk: c.no_chunk,
+        no_mix: c.no_mix,
+    }
+}
+
+#[test]
+fn makespan_equals_the_exhaustive_optimum_on_60_random_tiny_instances() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let mut with_evictions = 0;
+    for seed in 0..60 {
+        let (w, limits) = tiny(seed);
+        let constraints = match seed % 4 {
+            0 | 1 => PolicyConstraints::default(),
+            2 => PolicyConstraints {
+                no_chunk: true,
+                no_mix: true,
+                ..Default::default()
+            },
+            _ => PolicyConstraints {
+                no_evict: true,
+                ..Default::default()
+            },
+        };
+        let Some((best, _)) = exhaustive::optimum(
+            &w,
+            &limits,
+            &cost,
+            exhaustive::Objective::Makespan,
+            class_of(constraints),
+            500_000,
+        ) else {
+            continue;
+        };
+        let report = match solve(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &exact_options(constraints),
+        ) {
+            Ok(r) => r,
+            Err(SolveError::Infeasible(why)) => {
+                panic!("seed {seed}: the search found {best} but the solver says infeasible: {why}")
+            }
+            Err(e) => panic!("seed {seed}: {e}"),
+        };
+        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+        assert!(report.horizon_proven_sufficient, "seed {seed}");
+        let rel = (report.replayed_objective - best).abs() / best;
+        assert!(
+            rel < 1e-7,
+            "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
+            report.replayed_objective
+        );
+        assert!(report.best_bound <= report.replayed_objective * (1.0 + 1e-9));
+        assert!(
+            report.best_bound >= best * (1.0 - 1e-6),
+            "seed {seed}: bound {} far below {best}",
+            report.best_bound
+        );
+        // The solver's schedule passes the replay and belongs to the class.
+        let r = replay(&w, &limits, &cost, &report.schedule).unwrap();
+        assert!(constraints.admits(&w, &report.schedule));
+        with_evictions += usize::from(Summary::from_replay(&r).evictions > 0);
+    }
+    eprintln!("{with_evictions} optimal schedules evict");
+}
+
+#[test]
+fn mean_latency_equals_the_exhaustive_optimum() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    for seed in 100..112 {
+        let (w, limits) = tiny(seed);
+        let Some((best, s)) = exhaustive::optimum(
+            &w,
+            &limits,
+            &cost,
+            exhaustive::Objective::MeanLatency,
+            Class::default(),
+            500_000,
+        ) else {
+            continue;
+        };
+        // Mean latency has no horizon proof: give J enough for the search's schedule.
+        let options = SolveOptions {
+            horizon: Some(s.batches.len() + 2),
+            ..exact_options(PolicyConstraints::default())
+        };
+        let report = solve(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
+        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+        let rel = (report.replayed_objective - best).abs() / best;
+        assert!(
+            rel < 1e-7,
+            "seed {seed}: MILP {} vs exhaustive {best}",
+            report.replayed_objective
+        );
+        assert!(report.best_bound <= report.replayed_objective * (1.0 + 1e-9));
+    }
+}
+
+#[test]
+fn the_optimum_beats_every_heuristic_and_constraints_only_cost() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    for seed in 200..215 {
+        let (w, limits) = tiny(seed);
+        let free = solve(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &exact_options(PolicyConstraints::default()),
+        )
+        .unwrap();
+        let knobs = Knobs {
+            token_budget: limits.token_budget,
+            kv_capacity: limits.kv_capacity,
+            block_size: Some(1),
+            watermark: Some(0.0),
+            max_running: Some(100),
+            ..Knobs::default()
+        };
+        for name in SCHEDULER_NAMES {
+            let kind: SchedulerKind = name.parse().unwrap();
+            let Ok(sim) = kind.simulate(&w, &knobs, &cost) else {
+                continue;
+            };
+            let h = Summary::from_replay(&replay(&w, &sim.limits, &cost, &sim.schedule).unwrap())
+                .makespan_s;
+            assert!(
+                free.replayed_objective <= h * (1.0 + 1e-9),
+                "seed {seed}: {name} {h} < optimum {}",
+                free.replayed_objective
+            );
+            // vLLM's class (whole prompts, prefill-only batches): its constrained optimum
+            // lies between the unconstrained optimum and vLLM itself.
+            if kind == SchedulerKind::Vllm {
+                let c = PolicyConstraints {
+                    no_chunk: true,
+                    no_mix: true,
+                    ..Default::default()
+                };
+                let cls =
+                    solve(&w, &limits, &cost, Objective::Makespan, &exact_options(c)).unwrap();
+                assert!(cls.replayed_objective >= free.replayed_objective * (1.0 - 1e-9));
+                assert!(
+                    cls.replayed_objective <= h * (1.0 + 1e-9),
+                    "seed {seed}: {} > vllm {h}",
+                    cls.replayed_objective
+                );
+            }
+        }
+        let no_evict = solve(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &exact_options(PolicyConstraints {
+                no_evict: true,
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+        assert!(no_evict.replayed_objective >= free.replayed_objective * (1.0 - 1e-9));
+    }
+}
+
+#[test]
+fn infeasible_input_fails_fast_with_the_reason() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let w = Workload::new(vec![Request {
+        input_tokens: 5,
+        output_tokens: 4,
+        arrival_s: 0.0,
+    }])
+    .unwrap();
+    let limits = Limits {
+        kv_capacity: Some(7),
+        ..Limits::unlimited()
+    };
+    let e = solve(
+        &w,
+        &limits,
+        &cost,
+        Objective::Makespan,
+        &SolveOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("request 0 needs 8 KV tokens"), "{e}");
+    let limits = Limits {
+        kv_capacity: Some(8),
+        ..Limits::unlimited()
+    };
+    let short = SolveOptions {
+        horizon: Some(3),
+        ..SolveOptions::default()
+    };
+    let e = solve(&w, &limits, &cost, Objective::Makespan, &short).unwrap_err();
+    assert!(
+        e.to_string().contains("shorter than the longest output"),
+        "{e}"
+    );
+}
+
+#[test]
+fn arrivals_delay_batches_in_the_model_as_in_the_replay() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let w = Workload::new(vec![
+        Request {
+            input_tokens: 3,
+            output_tokens: 2,
+            arrival_s: 0.0,
+        },
+        Request {
+            input_tokens: 2,
+            output_tokens: 2,
+            arrival_s: 0.05,
+        },
+    ])
+    .unwrap();
+    let limits = Limits {
+        kv_capacity: Some(8),
+        ..Limits::unlimited()
+    };
+    let r = solve(
+        &w,
+        &limits,
+        &cost,
+        Objective::Makespan,
+        &exact_options(PolicyConstraints::default()),
+    )
+    .unwrap();
+    assert_eq!(r.status, SolveStatus::Optimal);
+    let m = r.milp_objective.unwrap();
+    assert!(
+        (m - r.replayed_objective).abs() < 1e-9,
+        "MILP {m} vs replay {}",
+        r.replayed_objective
+    );
+    assert!(r.replayed_objective > 0.05);
+}
