@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use infersched::core::{Limits, Schedule, Summary, replay};
 use infersched::cost_model::{self, LinearCostModel, Samples};
 use infersched::schedulers::{Knobs, SchedulerKind, Victim};
+use infersched::solver::{self, Objective, PolicyConstraints, SolveOptions};
 use infersched::workload::{
     self, ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec, WorkloadStats,
 };
@@ -43,6 +44,8 @@ struct Cli {
 enum Command {
     /// Run heuristic schedulers on a workload; the replay computes their metrics.
     Simulate(SimulateArgs),
+    /// Compute an optimal schedule with the MILP (HiGHS) and replay it.
+    Solve(SolveArgs),
     /// Validate a schedule and compute every time and metric from it.
     Replay(ReplayArgs),
     /// Generate, sample and describe workloads.
@@ -157,6 +160,51 @@ struct SimulateArgs {
     #[command(flatten)]
     knobs: KnobArgs,
     /// Output directory (with several schedulers, one subdirectory each).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct SolveArgs {
+    /// Workload trace CSV (small: the MILP grows with requests, tokens and batches).
+    #[arg(long)]
+    workload: PathBuf,
+    /// makespan, mean-latency or mean-ttft.
+    #[arg(long, default_value = "makespan")]
+    objective: String,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    cost_model: String,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Best schedule without evictions.
+    #[arg(long)]
+    no_evict: bool,
+    /// Best schedule where each prefill phase runs in one batch.
+    #[arg(long)]
+    no_chunk: bool,
+    /// Best schedule where no batch mixes prefills and decodes.
+    #[arg(long)]
+    no_mix: bool,
+    /// Time limit for HiGHS in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    time_limit: f64,
+    /// HiGHS threads.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// Relative MIP gap at which HiGHS stops.
+    #[arg(long, default_value_t = 1e-6)]
+    mip_gap: f64,
+    /// Batch slots J [default: provably sufficient for makespan, else 1.5 x the warm start's].
+    #[arg(long)]
+    horizon: Option<usize>,
+    /// Do not start HiGHS from the best heuristic schedule.
+    #[arg(long)]
+    no_warm_start: bool,
+    /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
+    #[arg(long)]
+    log: bool,
+    /// Output directory.
     #[arg(long)]
     out: PathBuf,
 }
@@ -464,6 +512,113 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     Ok(())
 }
 
+fn cmd_solve(a: &SolveArgs) -> Result<()> {
+    let limits = a.limits.limits()?;
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let objective: Objective = a
+        .objective
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("--objective")?;
+    if !a.time_limit.is_finite() || a.time_limit <= 0.0 {
+        bail!("--time-limit must be > 0 seconds");
+    }
+    if !(a.mip_gap >= 0.0 && a.mip_gap < 1.0) {
+        bail!("--mip-gap must be in [0, 1)");
+    }
+    let options = SolveOptions {
+        time_limit_s: a.time_limit,
+        threads: a.threads,
+        mip_rel_gap: a.mip_gap,
+        horizon: a.horizon,
+        warm_start: !a.no_warm_start,
+        constraints: PolicyConstraints {
+            no_evict: a.no_evict,
+            no_chunk: a.no_chunk,
+            no_mix: a.no_mix,
+        },
+        log: a.log,
+        ..SolveOptions::default()
+    };
+    let report = solver::solve(&w, &limits, &cost, objective, &options)?;
+    let r = replay(&w, &limits, &cost, &report.schedule)
+        .context("internal error: the replay rejects the solver's schedule")?;
+    let summary = Summary::from_replay(&r);
+    let schedule_path = a.out.join("schedule.json");
+    let mut schedule = report.schedule.clone();
+    schedule.meta =
+        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
+    schedule.write(&schedule_path)?;
+    let mut paths = vec![schedule_path];
+    paths.extend(infersched::output::write_replay_outputs(
+        &a.out, &r, &summary,
+    )?);
+    let solve_path = a.out.join("solve.json");
+    let json = serde_json::to_string_pretty(&report)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    outln!(
+        "{} ({} requests), objective {}, cost model {}",
+        a.workload.display(),
+        w.len(),
+        a.objective,
+        cost.name
+    );
+    outln!(
+        "  status                {:?}{}",
+        report.status,
+        if report.horizon_proven_sufficient {
+            ""
+        } else {
+            " (within J batches)"
+        }
+    );
+    outln!(
+        "  objective (replayed)  {:.6} ms",
+        report.replayed_objective * 1e3
+    );
+    outln!("  best bound            {:.6} ms", report.best_bound * 1e3);
+    outln!(
+        "  certified gap         {:.4}%",
+        report.certified_gap * 100.0
+    );
+    if let Some((name, v)) = &report.warm_start {
+        outln!(
+            "  warm start            {name}: {:.6} ms ({:.2}% above the optimum found)",
+            v * 1e3,
+            (v / report.replayed_objective - 1.0) * 100.0
+        );
+    }
+    outln!(
+        "  horizon J             {} batches{}",
+        report.horizon,
+        if report.horizon_proven_sufficient {
+            " (proven sufficient)"
+        } else {
+            ""
+        }
+    );
+    outln!(
+        "  model                 {} rows, {} columns, {} integers; build {:.2} s, solve {:.2} s",
+        report.model.rows,
+        report.model.columns,
+        report.model.integers,
+        report.build_s,
+        report.solve_s
+    );
+    out!("{}", infersched::output::summary_text(&summary));
+    outln!(
+        "wrote {}",
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
 fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
     match c {
         WorkloadCommand::Generate(a) => {
@@ -743,6 +898,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Simulate(a) => cmd_simulate(a),
+        Command::Solve(a) => cmd_solve(a),
         Command::Replay(a) => cmd_replay(a),
         Command::Workload(c) => cmd_workload(c),
         Command::CostModel(c) => cmd_cost_model(c),

@@ -501,3 +501,93 @@ fn a_closed_stdout_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(o.status.success(), "{err}");
 }
+
+#[test]
+fn solve_writes_an_optimal_schedule_and_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    std::fs::write(&w, "num_prefill_tokens,num_decode_tokens\n3,2\n2,3\n3,1\n").unwrap();
+    let out = dir.path().join("solve");
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--kv-capacity",
+        "6",
+        "--token-budget",
+        "5",
+        "--mip-gap",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("Optimal") && stdout.contains("proven sufficient"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap();
+    assert_eq!(report["status"], "optimal");
+    let (obj, bound) = (
+        report["replayed_objective"].as_f64().unwrap(),
+        report["best_bound"].as_f64().unwrap(),
+    );
+    assert!(bound <= obj && bound > 0.0);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["makespan_s"].as_f64().unwrap(), obj);
+    // The written schedule replays to the same summary.
+    let again = dir.path().join("replayed");
+    let o = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedule",
+        out.join("schedule.json").to_str().unwrap(),
+        "--kv-capacity",
+        "6",
+        "--token-budget",
+        "5",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(again.join("summary.json")).unwrap(),
+        std::fs::read(out.join("summary.json")).unwrap()
+    );
+    // Infeasible: a request needs more KV than M.
+    let bad = dir.path().join("bad");
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--kv-capacity",
+        "3",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("infeasible: request 0 needs 4 KV tokens"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad.exists());
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--objective",
+        "fastest",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&o).contains("unknown objective \"fastest\""),
+        "{}",
+        stderr(&o)
+    );
+}
