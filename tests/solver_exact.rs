@@ -296,3 +296,60 @@ fn arrivals_delay_batches_in_the_model_as_in_the_replay() {
     );
     assert!(r.replayed_objective > 0.05);
 }
+
+#[test]
+fn identical_requests_are_aggregated_and_still_exact() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    for (i, o, m, c) in [
+        (3u32, 2u32, 6u64, Some(6u64)),
+        (2, 3, 5, None),
+        (4, 2, 7, Some(5)),
+    ] {
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: i,
+                output_tokens: o,
+                arrival_s: 0.0
+            };
+            3
+        ])
+        .unwrap();
+        let limits = Limits {
+            token_budget: c,
+            kv_capacity: Some(m),
+            ..Limits::unlimited()
+        };
+        let (best, _) = exhaustive::optimum(
+            &w,
+            &limits,
+            &cost,
+            exhaustive::Objective::Makespan,
+            Class::default(),
+            500_000,
+        )
+        .unwrap();
+        let r = solve(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &exact_options(PolicyConstraints::default()),
+        )
+        .unwrap();
+        assert_eq!(r.status, SolveStatus::Optimal);
+        let rel = (r.replayed_objective - best).abs() / best;
+        assert!(
+            rel < 1e-7,
+            "I={i} O={o} M={m}: MILP {} vs exhaustive {best}",
+            r.replayed_objective
+        );
+        // One class of three: the flows were split back into three valid request paths.
+        assert_eq!(
+            replay(&w, &limits, &cost, &r.schedule)
+                .unwrap()
+                .requests
+                .len(),
+            3
+        );
+    }
+}

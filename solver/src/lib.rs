@@ -376,7 +376,12 @@ pub fn solve(
         }
     };
 
-    let graphs: Vec<StateGraph> = reqs
+    // Identical requests (same I, O, T) form one class with integer flows for makespan;
+    // latency objectives need each request's completion time, so one class per request.
+    let members = request_classes(w, objective == Objective::Makespan);
+    let class_req: Vec<infersched_core::Request> = members.iter().map(|c| reqs[c[0]]).collect();
+    let counts: Vec<f64> = members.iter().map(|c| c.len() as f64).collect();
+    let graphs: Vec<StateGraph> = class_req
         .iter()
         .map(|r| StateGraph::new(r, limits, class.no_evict, class.no_chunk))
         .collect();
@@ -386,10 +391,15 @@ pub fn solve(
         integers: 0,
         rows: Vec::new(),
     };
-    // x[i][j] = [(arc, var, column)]
-    let mut x: Vec<SlotArcs> = Vec::with_capacity(n);
-    for (i, g) in graphs.iter().enumerate() {
-        let layers = g.usable_arcs(reqs[i].output_tokens, horizon);
+    // x[k][j] = [(arc, var, column)]: how many requests of class k take the arc in slot j.
+    let mut x: Vec<SlotArcs> = Vec::with_capacity(members.len());
+    for (k, g) in graphs.iter().enumerate() {
+        let layers = g.usable_arcs(class_req[k].output_tokens, horizon);
+        let def = if members[k].len() == 1 {
+            variable().binary()
+        } else {
+            variable().integer().min(0.0).max(counts[k])
+        };
         x.push(
             layers
                 .into_iter()
@@ -397,7 +407,7 @@ pub fn solve(
                     layer
                         .into_iter()
                         .map(|a| {
-                            let (v, c) = m.add(variable().binary(), true);
+                            let (v, c) = m.add(def.clone(), true);
                             (a, v, c)
                         })
                         .collect()
@@ -420,7 +430,9 @@ pub fn solve(
     let hd = batch_var(&mut m, true);
     let start = batch_var(&mut m, false);
     let end = batch_var(&mut m, false);
-    let fin: Vec<(Variable, usize)> = (0..n).map(|_| m.add(variable().min(0.0), false)).collect();
+    let fin: Vec<(Variable, usize)> = (0..members.len())
+        .map(|_| m.add(variable().min(0.0), false))
+        .collect();
 
     let max_arrival = reqs.iter().map(|r| r.arrival_s * 1e3).fold(0.0, f64::max);
     let arc_cost = |f: &BatchFeatures| -> f64 {
@@ -435,8 +447,10 @@ pub fn solve(
         + theta_ms(Feature::HasDecode)
         + graphs
             .iter()
-            .map(|g| {
-                g.arcs
+            .zip(&counts)
+            .map(|(g, n)| {
+                n * g
+                    .arcs
                     .iter()
                     .map(|a| arc_cost(&a.features))
                     .fold(0.0, f64::max)
@@ -451,7 +465,7 @@ pub fn solve(
             .filter(|(a, ..)| g.arcs[*a].from == StateGraph::START)
             .map(|(_, v, _)| *v)
             .sum();
-        m.rows.push(constraint!(out0 == 1));
+        m.rows.push(constraint!(out0 == counts[i]));
         for j in 1..horizon {
             let mut balance = vec![Expression::from(0.0); g.states.len()];
             let mut touched = vec![false; g.states.len()];
@@ -512,13 +526,21 @@ pub fn solve(
                     }
                 }
             }
-            m.rows.push(constraint!(busy <= act[j].0));
-            m.rows.push(constraint!(pre <= hp[j].0));
-            m.rows.push(constraint!(dec <= hd[j].0));
-            if reqs[i].arrival_s > 0.0 {
-                m.rows.push(constraint!(
-                    start[j].0 >= reqs[i].arrival_s * 1e3 * arrival_gate
-                ));
+            let cnt = counts[i];
+            m.rows.push(constraint!(busy <= cnt * act[j].0));
+            m.rows.push(constraint!(pre <= cnt * hp[j].0));
+            m.rows.push(constraint!(dec <= cnt * hd[j].0));
+            let arrival_ms = class_req[i].arrival_s * 1e3;
+            if arrival_ms > 0.0 {
+                if members[i].len() == 1 {
+                    m.rows
+                        .push(constraint!(start[j].0 >= arrival_ms * arrival_gate));
+                } else {
+                    // Any member processing in slot j makes the slot wait for the arrival.
+                    let (any, _) = m.add(variable().binary(), true);
+                    m.rows.push(constraint!(arrival_gate <= cnt * any));
+                    m.rows.push(constraint!(start[j].0 >= arrival_ms * any));
+                }
             }
         }
         if let Some(c) = limits.token_budget {
@@ -626,7 +648,8 @@ pub fn solve(
         && options.warm_start
         && s.batches.len() <= horizon
         && let Some(cols) = warm_columns(
-            w, &graphs, &x, s, r, objective, horizon, count, &act, &hp, &hd, &start, &end, &fin,
+            w, &graphs, &members, &x, s, r, objective, horizon, count, &act, &hp, &hd, &start,
+            &end, &fin,
         )
     {
         let _ = hmodel.try_set_solution(Some(&cols), None, None, None);
@@ -662,7 +685,7 @@ pub fn solve(
         let sol = solved.get_solution();
         let cols = sol.columns();
         (
-            extract(&graphs, &x, cols, horizon),
+            extract(&graphs, &members, &x, cols, horizon),
             Some(solved.objective_value() / 1e3),
         )
     } else if let Some((_, s, _)) = &warm {
@@ -711,30 +734,75 @@ pub fn solve(
     })
 }
 
-/// The batches chosen by a solution.
-#[allow(clippy::needless_range_loop)] // slot j indexes every request's x[i][j]
-fn extract(graphs: &[StateGraph], x: &[SlotArcs], cols: &[f64], horizon: usize) -> Schedule {
+/// Groups request ids into classes of identical requests (same I, O and arrival), in
+/// order of first appearance, or one class per request.
+fn request_classes(w: &Workload, aggregate: bool) -> Vec<Vec<usize>> {
+    let mut classes: Vec<Vec<usize>> = Vec::new();
+    let mut index: std::collections::HashMap<(u32, u32, u64), usize> =
+        std::collections::HashMap::new();
+    for (i, r) in w.requests().iter().enumerate() {
+        let key = (r.input_tokens, r.output_tokens, r.arrival_s.to_bits());
+        match index.get(&key) {
+            Some(&k) if aggregate => classes[k].push(i),
+            _ => {
+                index.insert(key, classes.len());
+                classes.push(vec![i]);
+            }
+        }
+    }
+    classes
+}
+
+/// The batches chosen by a solution: each class's flows are split among its members,
+/// lowest request id first, following each member's own state.
+#[allow(clippy::needless_range_loop)] // slot j indexes every class's x[k][j]
+fn extract(
+    graphs: &[StateGraph],
+    members: &[Vec<usize>],
+    x: &[SlotArcs],
+    cols: &[f64],
+    horizon: usize,
+) -> Schedule {
+    let mut state: Vec<Vec<usize>> = members
+        .iter()
+        .map(|m| vec![StateGraph::START; m.len()])
+        .collect();
     let mut batches = Vec::new();
     for j in 0..horizon {
         let mut evictions_first = Vec::new();
         let mut entries = Vec::new();
-        for (i, g) in graphs.iter().enumerate() {
-            for (a, _, col) in &x[i][j] {
-                if cols[*col] < 0.5 {
-                    continue;
-                }
-                match g.arcs[*a].kind {
-                    ArcKind::Idle => {}
-                    ArcKind::Evict => entries.push(Entry::evict(i as u32)),
-                    ArcKind::Process { c, evict_first, .. } => {
-                        if evict_first {
-                            evictions_first.push(Entry::evict(i as u32));
+        for (k, g) in graphs.iter().enumerate() {
+            let mut moved = vec![false; members[k].len()];
+            let mut next = state[k].clone();
+            for (a, _, col) in &x[k][j] {
+                let mut flow = cols[*col].round() as usize;
+                let arc = &g.arcs[*a];
+                for (slot, &id) in members[k].iter().enumerate() {
+                    if flow == 0 {
+                        break;
+                    }
+                    if moved[slot] || state[k][slot] != arc.from {
+                        continue;
+                    }
+                    moved[slot] = true;
+                    flow -= 1;
+                    next[slot] = arc.to;
+                    match arc.kind {
+                        ArcKind::Idle => {}
+                        ArcKind::Evict => entries.push(Entry::evict(id as u32)),
+                        ArcKind::Process { c, evict_first, .. } => {
+                            if evict_first {
+                                evictions_first.push(Entry::evict(id as u32));
+                            }
+                            entries.push(Entry::process(id as u32, c));
                         }
-                        entries.push(Entry::process(i as u32, c));
                     }
                 }
             }
+            state[k] = next;
         }
+        evictions_first.sort_by_key(|e| e.request);
+        entries.sort_by_key(|e| e.request);
         if !evictions_first.is_empty() {
             batches.push(Batch::new(evictions_first));
         }
@@ -751,6 +819,7 @@ fn extract(graphs: &[StateGraph], x: &[SlotArcs], cols: &[f64], horizon: usize) 
 fn warm_columns(
     w: &Workload,
     graphs: &[StateGraph],
+    members: &[Vec<usize>],
     x: &[SlotArcs],
     s: &Schedule,
     r: &Replay,
@@ -766,14 +835,22 @@ fn warm_columns(
 ) -> Option<Vec<f64>> {
     let reqs = w.requests();
     let mut cols = vec![0.0; count];
+    let mut class_of = vec![0usize; reqs.len()];
+    for (k, m) in members.iter().enumerate() {
+        for &i in m {
+            class_of[i] = k;
+        }
+    }
     let mut state = vec![StateGraph::START; reqs.len()];
     let last_end = r.batches.last().map_or(0.0, |b| b.end_s * 1e3);
     for j in 0..horizon {
         let batch = s.batches.get(j);
         let (mut any, mut pre, mut dec) = (false, false, false);
-        for (i, g) in graphs.iter().enumerate() {
+        for i in 0..reqs.len() {
+            let k = class_of[i];
+            let g = &graphs[k];
             let entry = batch.and_then(|b| b.entries.iter().find(|e| e.request == i as u32));
-            let want = |k: &ArcKind| match (entry.map(|e| e.action), k) {
+            let want = |kind: &ArcKind| match (entry.map(|e| e.action), kind) {
                 (None, ArcKind::Idle) => true,
                 (Some(infersched_core::Action::Evict), ArcKind::Evict) => true,
                 (
@@ -786,10 +863,10 @@ fn warm_columns(
                 ) => c == *ac,
                 _ => false,
             };
-            let (a, _, col) = x[i][j]
+            let (a, _, col) = x[k][j]
                 .iter()
                 .find(|(a, ..)| g.arcs[*a].from == state[i] && want(&g.arcs[*a].kind))?;
-            cols[*col] = 1.0;
+            cols[*col] += 1.0;
             match g.arcs[*a].kind {
                 ArcKind::Process { decode, .. } => {
                     any = true;
