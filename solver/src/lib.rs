@@ -565,9 +565,26 @@ pub fn solve(
         }
         m.rows.push(constraint!(end[j].0 == start[j].0 + time));
     }
-    // Batch-count lower bound: every request generates one token per batch at most.
+    // Batch-count lower bounds: a request generates at most one token per batch; all
+    // tokens pass through batches of at most C; and a request's k-th token is generated
+    // in a batch where it holds I + k - 1 KV tokens, while a batch holds at most M.
     let active: Expression = act.iter().map(|a| a.0).sum();
-    m.rows.push(constraint!(active >= max_o as f64));
+    let mut min_batches = max_o as f64;
+    if let Some(c) = limits.token_budget {
+        let total: u64 = reqs.iter().map(|r| r.max_kv_tokens()).sum();
+        min_batches = min_batches.max(total.div_ceil(c) as f64);
+    }
+    if let Some(cap) = limits.kv_capacity {
+        let kv_time: u64 = reqs
+            .iter()
+            .map(|r| {
+                let (i, o) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
+                o * i + o * (o - 1) / 2
+            })
+            .sum();
+        min_batches = min_batches.max(kv_time.div_ceil(cap) as f64);
+    }
+    m.rows.push(constraint!(active >= min_batches));
     let objective_expr: Expression = match objective {
         Objective::Makespan => end[horizon - 1].0.into(),
         Objective::MeanLatency | Objective::MeanTtft => {
