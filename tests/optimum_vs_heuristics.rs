@@ -96,14 +96,7 @@ proptest! {
                 Objective::MeanLatency => summary.mean_e2e_s,
             };
             prop_assert!((replayed - best).abs() <= 1e-12 * best.max(1.0), "{replayed} vs {best}");
-            let knobs = Knobs {
-                token_budget: limits.token_budget,
-                kv_capacity: limits.kv_capacity,
-                block_size: Some(1),
-                watermark: Some(0.0),
-                max_running: Some(100),
-                ..Knobs::default()
-            };
+            let knobs = Knobs::matching(&limits);
             for name in SCHEDULER_NAMES {
                 let kind: SchedulerKind = name.parse().unwrap();
                 let sim = match kind.simulate(&w, &knobs, &cost) {

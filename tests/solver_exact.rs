@@ -169,14 +169,7 @@ fn the_optimum_beats_every_heuristic_and_constraints_only_cost() {
             &exact_options(PolicyConstraints::default()),
         )
         .unwrap();
-        let knobs = Knobs {
-            token_budget: limits.token_budget,
-            kv_capacity: limits.kv_capacity,
-            block_size: Some(1),
-            watermark: Some(0.0),
-            max_running: Some(100),
-            ..Knobs::default()
-        };
+        let knobs = Knobs::matching(&limits);
         for name in SCHEDULER_NAMES {
             let kind: SchedulerKind = name.parse().unwrap();
             let Ok(sim) = kind.simulate(&w, &knobs, &cost) else {

@@ -77,6 +77,22 @@ pub struct Knobs {
     pub max_model_len: Option<u64>,
 }
 
+impl Knobs {
+    /// Knobs that make every policy run under exactly `limits` (no policy default left:
+    /// an unlimited R_max stays unlimited), with the default victim and preemption.
+    pub fn matching(limits: &Limits) -> Self {
+        Self {
+            token_budget: limits.token_budget,
+            prefill_budget: limits.prefill_budget,
+            kv_capacity: limits.kv_capacity,
+            max_running: Some(limits.max_running.unwrap_or(u64::MAX)),
+            block_size: Some(limits.block_size),
+            watermark: Some(limits.watermark),
+            ..Self::default()
+        }
+    }
+}
+
 /// A policy's defaults (`schedulers.md`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Defaults {

@@ -203,3 +203,26 @@ fn sarathi_preempts_the_newest_on_a_decode_shortfall_and_refills_generated_token
     let got = run("sarathi", &w, &knobs(Some(8), 9, 1));
     assert_eq!(got, ["0:4 1:4", "0:1 1:evict", "0:1", "1:5"]);
 }
+
+#[test]
+fn matching_knobs_reproduce_the_limits_for_every_policy() {
+    let w = workload(&[(4, 2, 0.0)]);
+    let limits = infersched_core::Limits {
+        token_budget: Some(7),
+        prefill_budget: Some(5),
+        kv_capacity: Some(64),
+        max_running: None,
+        block_size: 4,
+        watermark: 0.05,
+    };
+    for name in infersched_schedulers::SCHEDULER_NAMES {
+        let kind: SchedulerKind = name.parse().unwrap();
+        let got = kind.limits(&Knobs::matching(&limits), &w);
+        assert_eq!(got.token_budget, limits.token_budget, "{name}");
+        assert_eq!(got.prefill_budget, limits.prefill_budget, "{name}");
+        assert_eq!(got.kv_capacity, limits.kv_capacity, "{name}");
+        assert_eq!((got.block_size, got.watermark), (4, 0.05), "{name}");
+        // Unlimited stays (effectively) unlimited rather than a policy default of 256.
+        assert!(got.max_running.unwrap() > 1 << 40, "{name}");
+    }
+}

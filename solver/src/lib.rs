@@ -248,13 +248,8 @@ fn best_heuristic(
     class: &PolicyConstraints,
 ) -> Option<(String, Schedule, Replay)> {
     let knobs = Knobs {
-        token_budget: limits.token_budget,
-        prefill_budget: limits.prefill_budget,
-        kv_capacity: limits.kv_capacity,
-        max_running: Some(limits.max_running.unwrap_or(u64::MAX / 2)),
-        block_size: Some(limits.block_size),
         watermark: Some(0.0),
-        ..Knobs::default()
+        ..Knobs::matching(limits)
     };
     let mut best: Option<(String, Schedule, Replay, f64)> = None;
     for kind in [
