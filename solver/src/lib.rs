@@ -291,6 +291,25 @@ fn best_heuristic(
 type ArcVar = (usize, Variable, usize);
 /// One request's arc variables, per batch slot.
 type SlotArcs = Vec<Vec<ArcVar>>;
+/// A continuous or binary variable and its column.
+type Col = (Variable, usize);
+
+/// The arc side of the model: request classes, their state graphs and arc variables.
+struct ArcModel<'a> {
+    graphs: &'a [StateGraph],
+    members: &'a [Vec<usize>],
+    x: &'a [SlotArcs],
+}
+
+/// The per-slot and per-class columns a warm start must fill besides the arcs.
+struct SlotCols<'a> {
+    act: &'a [Col],
+    hp: &'a [Col],
+    hd: &'a [Col],
+    start: &'a [Col],
+    end: &'a [Col],
+    fin: &'a [Col],
+}
 
 struct Model {
     vars: ProblemVariables,
@@ -655,14 +674,24 @@ pub fn solve(
     hmodel.set_option("random_seed", 0);
 
     // Warm start: the heuristic schedule as arc choices.
+    let arcs = ArcModel {
+        graphs: &graphs,
+        members: &members,
+        x: &x,
+    };
+    let slots = SlotCols {
+        act: &act,
+        hp: &hp,
+        hd: &hd,
+        start: &start,
+        end: &end,
+        fin: &fin,
+    };
     let mut warm_report = None;
     if let Some((name, s, r)) = &warm
         && options.warm_start
         && s.batches.len() <= horizon
-        && let Some(cols) = warm_columns(
-            w, &graphs, &members, &x, s, r, objective, horizon, count, &act, &hp, &hd, &start,
-            &end, &fin,
-        )
+        && let Some(cols) = warm_columns(w, &arcs, &slots, s, r, objective, count)
     {
         let _ = hmodel.try_set_solution(Some(&cols), None, None, None);
         warm_report = Some((name.clone(), objective.of(&Summary::from_replay(r))));
@@ -696,10 +725,7 @@ pub fn solve(
     let (schedule, milp_objective) = if has_solution {
         let sol = solved.get_solution();
         let cols = sol.columns();
-        (
-            extract(&graphs, &members, &x, cols, horizon),
-            Some(solved.objective_value() / 1e3),
-        )
+        (extract(&arcs, cols), Some(solved.objective_value() / 1e3))
     } else if let Some((_, s, _)) = &warm {
         (s.clone(), None)
     } else {
@@ -710,24 +736,18 @@ pub fn solve(
     };
     let r = replay(w, limits, cost, &schedule)?;
     let replayed = objective.of(&Summary::from_replay(&r));
-    let mut best_bound = bound_ms / 1e3;
-    if objective != Objective::Makespan {
-        // F_i bounds (F_i - 0): the mean latency objective is over E2E = F - T.
-        let mean_t = reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64;
-        best_bound -= mean_t;
-    }
-    let best_bound = best_bound.min(replayed).max(0.0);
+    // The model minimizes the mean of absolute times F_i; latencies are F_i - T_i.
+    let offset_s = if objective == Objective::Makespan {
+        0.0
+    } else {
+        reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64
+    };
+    let best_bound = (bound_ms / 1e3 - offset_s).min(replayed).max(0.0);
     Ok(SolveReport {
         status,
         objective,
         constraints: class,
-        milp_objective: milp_objective.map(|v| {
-            if objective == Objective::Makespan {
-                v
-            } else {
-                v - reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64
-            }
-        }),
+        milp_objective: milp_objective.map(|v| v - offset_s),
         replayed_objective: replayed,
         best_bound,
         certified_gap: if replayed > 0.0 {
@@ -768,13 +788,9 @@ fn request_classes(w: &Workload, aggregate: bool) -> Vec<Vec<usize>> {
 /// The batches chosen by a solution: each class's flows are split among its members,
 /// lowest request id first, following each member's own state.
 #[allow(clippy::needless_range_loop)] // slot j indexes every class's x[k][j]
-fn extract(
-    graphs: &[StateGraph],
-    members: &[Vec<usize>],
-    x: &[SlotArcs],
-    cols: &[f64],
-    horizon: usize,
-) -> Schedule {
+fn extract(arcs: &ArcModel<'_>, cols: &[f64]) -> Schedule {
+    let ArcModel { graphs, members, x } = *arcs;
+    let horizon = x.first().map_or(0, Vec::len);
     let mut state: Vec<Vec<usize>> = members
         .iter()
         .map(|m| vec![StateGraph::START; m.len()])
@@ -827,24 +843,17 @@ fn extract(
 
 /// Column values of a heuristic schedule, or None if it does not map onto the model
 /// (e.g. a batch that only evicts).
-#[allow(clippy::too_many_arguments)]
 fn warm_columns(
     w: &Workload,
-    graphs: &[StateGraph],
-    members: &[Vec<usize>],
-    x: &[SlotArcs],
+    arcs: &ArcModel<'_>,
+    slots: &SlotCols<'_>,
     s: &Schedule,
     r: &Replay,
     objective: Objective,
-    horizon: usize,
     count: usize,
-    act: &[(Variable, usize)],
-    hp: &[(Variable, usize)],
-    hd: &[(Variable, usize)],
-    start: &[(Variable, usize)],
-    end: &[(Variable, usize)],
-    fin: &[(Variable, usize)],
 ) -> Option<Vec<f64>> {
+    let ArcModel { graphs, members, x } = *arcs;
+    let horizon = slots.act.len();
     let reqs = w.requests();
     let mut cols = vec![0.0; count];
     let mut class_of = vec![0usize; reqs.len()];
@@ -857,6 +866,15 @@ fn warm_columns(
     let last_end = r.batches.last().map_or(0.0, |b| b.end_s * 1e3);
     for j in 0..horizon {
         let batch = s.batches.get(j);
+        // A batch without processing (only evictions) has no slot of its own in the model.
+        let processes = |b: &Batch| {
+            b.entries
+                .iter()
+                .any(|e| matches!(e.action, infersched_core::Action::Process(_)))
+        };
+        if batch.is_some_and(|b| !processes(b)) {
+            return None;
+        }
         let (mut any, mut pre, mut dec) = (false, false, false);
         for i in 0..reqs.len() {
             let k = class_of[i];
@@ -889,30 +907,19 @@ fn warm_columns(
             }
             state[i] = g.arcs[*a].to;
         }
-        if batch.is_some_and(|b| !b.entries.is_empty()) && !any {
-            return None;
-        }
         let (st, en) = match r.batches.get(j) {
             Some(b) => (b.start_s * 1e3, b.end_s * 1e3),
             None => (last_end, last_end),
         };
-        if batch.is_some()
-            && !batch.is_some_and(|b| {
-                b.entries
-                    .iter()
-                    .any(|e| matches!(e.action, infersched_core::Action::Process(_)))
-            })
-        {
-            return None;
-        }
-        cols[act[j].1] = f64::from(u8::from(any));
-        cols[hp[j].1] = f64::from(u8::from(pre));
-        cols[hd[j].1] = f64::from(u8::from(dec));
-        cols[start[j].1] = st;
-        cols[end[j].1] = en;
+        cols[slots.act[j].1] = f64::from(u8::from(any));
+        cols[slots.hp[j].1] = f64::from(u8::from(pre));
+        cols[slots.hd[j].1] = f64::from(u8::from(dec));
+        cols[slots.start[j].1] = st;
+        cols[slots.end[j].1] = en;
     }
-    for (i, f) in fin.iter().enumerate() {
-        let rec = &r.requests[i];
+    // F is per class; latency objectives use one class per request.
+    for (f, class) in slots.fin.iter().zip(members) {
+        let rec = &r.requests[class[0]];
         cols[f.1] = match objective {
             Objective::Makespan => 0.0,
             Objective::MeanLatency => rec.completion_s * 1e3,
