@@ -3,23 +3,15 @@
 
 mod support;
 
-use infersched::core::{Limits, Request, Summary, Workload, replay};
+use infersched::core::{Limits, Summary, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind, SimError};
 use proptest::prelude::*;
 use support::exhaustive::{Class, Objective, optimum};
 
 fn workload(reqs: &[(u32, u32)]) -> Workload {
-    Workload::new(
-        reqs.iter()
-            .map(|&(i, o)| Request {
-                input_tokens: i,
-                output_tokens: o,
-                arrival_s: 0.0,
-            })
-            .collect(),
-    )
-    .unwrap()
+    let offline: Vec<(u32, u32, f64)> = reqs.iter().map(|&(i, o)| (i, o, 0.0)).collect();
+    support::workload(&offline)
 }
 
 #[test]

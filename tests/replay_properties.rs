@@ -5,8 +5,10 @@
 //! memory in use, and the replay's independent accounting must agree with it batch by
 //! batch.
 
+mod support;
+
 use infersched::core::{
-    Action, Batch, Entry, Limits, Replay, ReplayError, Request, Schedule, Summary, Workload, replay,
+    Action, Batch, Entry, Limits, Replay, ReplayError, Schedule, Summary, Workload, replay,
 };
 use infersched::cost_model::preset;
 use proptest::prelude::*;
@@ -124,16 +126,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Limits, u64)> {
         any::<u64>(),
     )
         .prop_map(|(rs, c, p_frac, r_max, block, seed)| {
-            let w = Workload::new(
-                rs.into_iter()
-                    .map(|(i, o, t)| Request {
-                        input_tokens: i,
-                        output_tokens: o,
-                        arrival_s: t,
-                    })
-                    .collect(),
-            )
-            .unwrap();
+            let w = support::workload(&rs);
             let need = w
                 .requests()
                 .iter()

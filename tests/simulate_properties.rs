@@ -2,7 +2,9 @@
 //! schedule the independent replay accepts, with the replay's clock (checked through the
 //! schedule's claimed batch times) and memory account equal to the simulator's own.
 
-use infersched::core::{Limits, Request, Workload, replay};
+mod support;
+
+use infersched::core::{Limits, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
 use proptest::prelude::*;
@@ -27,16 +29,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
     )
         .prop_map(
             |(rs, c, p_div, m_slack, r_max, block, watermark, no_preemption, victim)| {
-                let w = Workload::new(
-                    rs.into_iter()
-                        .map(|(i, o, t)| Request {
-                            input_tokens: i,
-                            output_tokens: o,
-                            arrival_s: t,
-                        })
-                        .collect(),
-                )
-                .unwrap();
+                let w = support::workload(&rs);
                 let need = w
                     .requests()
                     .iter()
