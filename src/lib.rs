@@ -7,6 +7,9 @@
 //! * [`cost_model`]: linear batch-time models, presets, fitting;
 //! * [`schedulers`], [`solver`], [`kernels_calibration`]: heuristic policies, the MILP,
 //!   GPU calibration;
+//! * [`compare`] and [`report`]: several schedulers on one setting, the comparison table,
+//!   plots (SVG and PNG), Chrome traces and `report.html`;
+//! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
 //! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
 //!   `summary.json`).
 //!
@@ -31,4 +34,7 @@ pub use infersched_schedulers as schedulers;
 pub use infersched_solver as solver;
 pub use infersched_workload as workload;
 
+pub mod compare;
 pub mod output;
+pub mod report;
+pub mod sweep;

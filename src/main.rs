@@ -58,6 +58,59 @@ enum Command {
     Fit(FitArgs),
     /// Benchmark the simulator on the bundled traces (build with --release).
     Bench(BenchArgs),
+    /// Run the optimal scheduler and heuristics on one setting: table, plots, traces, report.html.
+    Compare(CompareArgs),
+    /// Run a grid of settings from a TOML spec, appending each run to results.csv.
+    Sweep(SweepArgs),
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Workload trace CSV (keep it small when optimal is included).
+    #[arg(long)]
+    workload: PathBuf,
+    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static.
+    #[arg(long, default_value = "optimal,vllm,vllm-v1,sarathi,orca")]
+    schedulers: String,
+    /// Objective the ratios refer to and the MILP minimizes: makespan, mean-latency, mean-ttft.
+    #[arg(long, default_value = "makespan")]
+    objective: String,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    cost_model: String,
+    /// Limits shared by every scheduler (M defaults to the cost model's GPU at 90% memory).
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Time limit for the MILP in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    time_limit: f64,
+    /// HiGHS threads.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// Relative MIP gap at which HiGHS stops.
+    #[arg(long, default_value_t = 1e-6)]
+    mip_gap: f64,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// Sweep specification (TOML; see notebooks-data/experiments/).
+    spec: PathBuf,
+    /// Output directory (results.csv, plots/).
+    #[arg(long)]
+    out: PathBuf,
+    /// Skip runs already in DIR/results.csv.
+    #[arg(long)]
+    resume: bool,
+    /// Run only the K-th of N disjoint slices of the grid (1-based), e.g. 2/4.
+    #[arg(long)]
+    shard: Option<String>,
+    /// Parallel runs [default: the number of CPUs].
+    #[arg(long)]
+    jobs: Option<usize>,
 }
 
 #[derive(Args)]
@@ -521,16 +574,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         .parse()
         .map_err(anyhow::Error::msg)
         .context("--objective")?;
-    if !a.time_limit.is_finite() || a.time_limit <= 0.0 {
-        bail!("--time-limit must be > 0 seconds");
-    }
-    if !(a.mip_gap >= 0.0 && a.mip_gap < 1.0) {
-        bail!("--mip-gap must be in [0, 1)");
-    }
     let options = SolveOptions {
-        time_limit_s: a.time_limit,
-        threads: a.threads,
-        mip_rel_gap: a.mip_gap,
         horizon: a.horizon,
         warm_start: !a.no_warm_start,
         constraints: PolicyConstraints {
@@ -539,7 +583,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             no_mix: a.no_mix,
         },
         log: a.log,
-        ..SolveOptions::default()
+        ..solve_options(a.time_limit, a.mip_gap, a.threads)?
     };
     let report = solver::solve(&w, &limits, &cost, objective, &options)?;
     let r = replay(&w, &limits, &cost, &report.schedule)
@@ -616,6 +660,91 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    Ok(())
+}
+
+fn solve_options(time_limit: f64, mip_gap: f64, threads: u32) -> Result<SolveOptions> {
+    if !time_limit.is_finite() || time_limit <= 0.0 {
+        bail!("--time-limit must be > 0 seconds");
+    }
+    if !(0.0..1.0).contains(&mip_gap) {
+        bail!("--mip-gap must be in [0, 1)");
+    }
+    Ok(SolveOptions {
+        time_limit_s: time_limit,
+        threads,
+        mip_rel_gap: mip_gap,
+        ..SolveOptions::default()
+    })
+}
+
+fn cmd_compare(a: &CompareArgs) -> Result<()> {
+    use infersched::compare::{self, CompareSpec, Contender, Setting};
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let mut limits = a.limits.limits()?;
+    limits.kv_capacity = Some(kv_capacity_for(limits.kv_capacity, &cost)?);
+    let objective: Objective = a
+        .objective
+        .parse()
+        .map_err(anyhow::Error::msg)
+        .context("--objective")?;
+    let contenders = Contender::parse_list(&a.schedulers)
+        .map_err(anyhow::Error::msg)
+        .context("--schedulers")?;
+    let spec = CompareSpec {
+        contenders,
+        objective,
+        limits,
+        solve: solve_options(a.time_limit, a.mip_gap, a.threads)?,
+    };
+    let setting = Setting {
+        workload: a.workload.display().to_string(),
+        workload_stats: WorkloadStats::of(&w),
+        cost_model: cost.name.clone(),
+        objective,
+        limits,
+        time_limit_s: a.time_limit,
+    };
+    outln!(
+        "{} requests from {}, cost model {}, objective {}",
+        w.len(),
+        a.workload.display(),
+        cost.name,
+        a.objective
+    );
+    let c = compare::run(&w, &cost, &spec);
+    infersched::report::write_comparison(&a.out, &w, &setting, &c)
+        .with_context(|| format!("writing the comparison to {}", a.out.display()))?;
+    let rows = c.rows();
+    outln!(
+        "\n{}",
+        infersched::report::comparison_text(&rows, objective)
+    );
+    if let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) {
+        outln!(
+            "optimal: {:?}, best bound {:.6} ms, certified gap {:.4}%, solved in {:.1} s",
+            r.status,
+            r.best_bound * 1e3,
+            r.certified_gap * 100.0,
+            r.solve_s
+        );
+    }
+    let failures = c.failures();
+    for (name, e) in &failures {
+        eprintln!("error: {name}: {e}");
+    }
+    outln!(
+        "report: {}  (tables: comparison.csv, comparison.json; plots/; trace-<scheduler>.json)",
+        a.out.join("report.html").display()
+    );
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} schedulers failed",
+            failures.len(),
+            c.results.len()
+        );
+    }
     Ok(())
 }
 
@@ -904,6 +1033,10 @@ fn main() -> ExitCode {
         Command::CostModel(c) => cmd_cost_model(c),
         Command::Fit(a) => cmd_fit(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Compare(a) => cmd_compare(a),
+        Command::Sweep(a) => {
+            infersched::sweep::run_cli(&a.spec, &a.out, a.resume, a.shard.as_deref(), a.jobs)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

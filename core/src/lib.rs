@@ -21,6 +21,9 @@ pub mod schedule;
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Summary};
-pub use replay::{BatchRecord, Replay, ReplayError, RequestRecord, replay};
+pub use replay::{
+    BatchRecord, ClassifiedEntry, EntryKind, Replay, ReplayError, RequestRecord, classify_entries,
+    replay,
+};
 pub use request::{Request, Workload, WorkloadError};
 pub use schedule::{Action, Batch, Entry, SCHEDULE_FORMAT, Schedule, ScheduleError};

@@ -311,6 +311,84 @@ impl Replay {
     }
 }
 
+/// What one entry of a batch did, classified by the rule the replay uses for batch features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Dropped the request's KV.
+    Evict,
+    /// Processed prompt or refill tokens (a prefill chunk).
+    Prefill,
+    /// Processed the one token after the last generated one (a decode step).
+    Decode,
+}
+
+/// One classified entry: request, kind, tokens processed (0 for an eviction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassifiedEntry {
+    /// Request id.
+    pub request: u32,
+    /// What the entry did.
+    pub kind: EntryKind,
+    /// Tokens processed.
+    pub tokens: u32,
+    /// Whether the entry generated a token.
+    pub generated_token: bool,
+}
+
+/// Classifies every entry of `schedule`, batch by batch, as prefill, decode or eviction.
+///
+/// The schedule must be one [`replay()`] accepts for `workload` (reports, traces and plots
+/// call this after the replay); entries naming unknown requests are skipped.
+pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<ClassifiedEntry>> {
+    let reqs = workload.requests();
+    let mut held = vec![0u64; reqs.len()];
+    let mut generated = vec![0u64; reqs.len()];
+    schedule
+        .batches
+        .iter()
+        .map(|batch| {
+            batch
+                .entries
+                .iter()
+                .filter(|e| (e.request as usize) < reqs.len())
+                .map(|e| {
+                    let i = e.request as usize;
+                    match e.action {
+                        Action::Evict => {
+                            held[i] = 0;
+                            ClassifiedEntry {
+                                request: e.request,
+                                kind: EntryKind::Evict,
+                                tokens: 0,
+                                generated_token: false,
+                            }
+                        }
+                        Action::Process(c) => {
+                            let known = u64::from(reqs[i].input_tokens) + generated[i];
+                            let kind = if generated[i] >= 1 && held[i] + 1 == known {
+                                EntryKind::Decode
+                            } else {
+                                EntryKind::Prefill
+                            };
+                            held[i] += u64::from(c);
+                            let generated_token = held[i] == known;
+                            if generated_token {
+                                generated[i] += 1;
+                            }
+                            ClassifiedEntry {
+                                request: e.request,
+                                kind,
+                                tokens: c,
+                                generated_token,
+                            }
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn times_agree(a: f64, b: f64) -> bool {
     (a - b).abs() <= CLAIMED_TIME_TOLERANCE * a.abs().max(b.abs()).max(1.0)
 }
@@ -709,6 +787,40 @@ mod tests {
         assert_eq!(r.batches[2].kv_tokens, 4, "max KV is I + O - 1");
         assert!(close(r.requests[0].max_tbt_s, 1.14));
         assert!(close(r.makespan_s(), 5.0 + 1.204 + 1.13 + 1.14));
+    }
+
+    #[test]
+    fn entries_are_classified_as_the_features_count_them() {
+        // I = 2, O = 3: prefill in two chunks, decode, evict, refill of I + 2 = 4 tokens.
+        let w = workload(&[(2, 3, 0.0)]);
+        let s = sched(vec![
+            vec![E::process(0, 1)],
+            vec![E::process(0, 1)],
+            vec![E::process(0, 1)],
+            vec![E::evict(0)],
+            vec![E::process(0, 4)],
+        ]);
+        let r = replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap();
+        let kinds = classify_entries(&w, &s);
+        let got: Vec<(EntryKind, u32, bool)> = kinds
+            .iter()
+            .map(|b| (b[0].kind, b[0].tokens, b[0].generated_token))
+            .collect();
+        use EntryKind::*;
+        assert_eq!(
+            got,
+            vec![
+                (Prefill, 1, false),
+                (Prefill, 1, true),
+                (Decode, 1, true),
+                (Evict, 0, false),
+                (Prefill, 4, true),
+            ]
+        );
+        for (b, k) in r.batches.iter().zip(&kinds) {
+            let decodes = k.iter().filter(|e| e.kind == Decode).count() as u64;
+            assert_eq!(b.features.n_decode, decodes, "batch {}", b.index);
+        }
     }
 
     fn err(w: &Workload, l: Limits, s: Schedule) -> ReplayError {

@@ -1,0 +1,401 @@
+//! `compare`: the optimal scheduler and heuristics on one workload, one set of limits and
+//! one cost model, each schedule measured by the independent replay.
+//!
+//! Every contender runs under exactly the same [`Limits`]: heuristics through
+//! [`Knobs::matching`], so a ratio to the optimum compares like with like.
+
+use crate::core::io::write_bytes_atomic;
+use crate::core::{Limits, Replay, Schedule, Summary, Workload, replay};
+use crate::cost_model::LinearCostModel;
+use crate::schedulers::{Knobs, SchedulerKind};
+use crate::solver::{Objective, SolveOptions, SolveReport, SolveStatus};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::Path;
+
+/// One scheduler taking part in a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contender {
+    /// The MILP (`solve`).
+    Optimal,
+    /// A heuristic policy (`simulate`).
+    Heuristic(SchedulerKind),
+}
+
+impl Contender {
+    /// The name in outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Optimal => "optimal",
+            Contender::Heuristic(k) => k.name(),
+        }
+    }
+
+    /// Parses a comma-separated list, rejecting duplicates.
+    pub fn parse_list(s: &str) -> Result<Vec<Contender>, String> {
+        let mut out: Vec<Contender> = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let c: Contender = part.parse()?;
+            if out.contains(&c) {
+                return Err(format!("{part} is listed twice"));
+            }
+            out.push(c);
+        }
+        if out.is_empty() {
+            return Err("no scheduler given".into());
+        }
+        Ok(out)
+    }
+}
+
+impl std::str::FromStr for Contender {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "optimal" {
+            return Ok(Contender::Optimal);
+        }
+        s.parse::<SchedulerKind>()
+            .map(Contender::Heuristic)
+            .map_err(|e| format!("{e} (or optimal)"))
+    }
+}
+
+/// What to compare and how.
+#[derive(Debug, Clone)]
+pub struct CompareSpec {
+    /// The schedulers, in output order.
+    pub contenders: Vec<Contender>,
+    /// The objective ratios refer to (and the MILP minimizes).
+    pub objective: Objective,
+    /// The limits every contender runs under.
+    pub limits: Limits,
+    /// Options for the MILP.
+    pub solve: SolveOptions,
+}
+
+/// One contender's schedule, its replay and, for the MILP, the solve report.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The schedule.
+    pub schedule: Schedule,
+    /// The independent replay of the schedule.
+    pub replay: Replay,
+    /// Metrics from the replay.
+    pub summary: Summary,
+    /// The MILP's report (optimal only).
+    pub solve: Option<SolveReport>,
+}
+
+/// The result of a comparison: per contender an outcome or the reason it failed.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// Objective compared.
+    pub objective: Objective,
+    /// Limits used by every contender.
+    pub limits: Limits,
+    /// In the order of [`CompareSpec::contenders`].
+    pub results: Vec<(Contender, Result<Outcome, String>)>,
+}
+
+/// Runs every contender (in parallel) and replays each schedule.
+pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparison {
+    let results = spec
+        .contenders
+        .par_iter()
+        .map(|&c| (c, run_one(w, cost, spec, c)))
+        .collect();
+    Comparison {
+        objective: spec.objective,
+        limits: spec.limits,
+        results,
+    }
+}
+
+fn run_one(
+    w: &Workload,
+    cost: &LinearCostModel,
+    spec: &CompareSpec,
+    c: Contender,
+) -> Result<Outcome, String> {
+    let (schedule, solve) = match c {
+        Contender::Optimal => {
+            let report = crate::solver::solve(w, &spec.limits, cost, spec.objective, &spec.solve)
+                .map_err(|e| e.to_string())?;
+            (report.schedule.clone(), Some(report))
+        }
+        Contender::Heuristic(kind) => {
+            let sim = kind
+                .simulate(w, &Knobs::matching(&spec.limits), cost)
+                .map_err(|e| e.to_string())?;
+            (sim.schedule, None)
+        }
+    };
+    let r = replay(w, &spec.limits, cost, &schedule)
+        .map_err(|e| format!("internal error: the replay rejects the schedule: {e}"))?;
+    let summary = Summary::from_replay(&r);
+    Ok(Outcome {
+        schedule,
+        replay: r,
+        summary,
+        solve,
+    })
+}
+
+/// A scalar distribution in the comparison table.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Quantiles {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+impl From<&crate::core::Distribution> for Quantiles {
+    fn from(d: &crate::core::Distribution) -> Self {
+        Self {
+            mean: d.mean,
+            p50: d.p50,
+            p90: d.p90,
+            p99: d.p99,
+        }
+    }
+}
+
+/// One row of `comparison.csv` / `comparison.json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ComparisonRow {
+    /// Scheduler name.
+    pub scheduler: String,
+    /// `heuristic`, or the MILP's status (`optimal`, `time-limit`, `no-solution`).
+    pub status: String,
+    /// The objective's value in the replay (s).
+    pub objective_s: f64,
+    /// objective / the optimal scheduler's objective (when it ran).
+    pub ratio_to_optimum: Option<f64>,
+    /// objective / the MILP's best bound (when it ran): an upper bound on the true ratio.
+    pub ratio_to_bound: Option<f64>,
+    /// Makespan (s).
+    pub makespan_s: f64,
+    /// Output tokens per second.
+    pub throughput_tok_s: Option<f64>,
+    /// TTFT (s).
+    pub ttft_s: Quantiles,
+    /// TPOT (s), when some O > 1.
+    pub tpot_s: Option<Quantiles>,
+    /// End-to-end latency (s).
+    pub e2e_s: Quantiles,
+    /// Evictions.
+    pub evictions: u64,
+    /// Tokens processed again after evictions.
+    pub recomputed_tokens: u64,
+    /// Batches.
+    pub batches: usize,
+    /// Mean processing entries per busy batch.
+    pub mean_batch_size: f64,
+    /// Peak KV tokens.
+    pub peak_kv_tokens: u64,
+    /// Peak KV / M.
+    pub peak_kv_utilization: Option<f64>,
+    /// Mean KV / M over busy batches.
+    pub mean_kv_utilization: Option<f64>,
+    /// MILP: its certified gap.
+    pub certified_gap: Option<f64>,
+    /// MILP: its best bound (s).
+    pub best_bound_s: Option<f64>,
+}
+
+fn status_name(s: SolveStatus) -> &'static str {
+    match s {
+        SolveStatus::Optimal => "optimal",
+        SolveStatus::TimeLimit => "time-limit",
+        SolveStatus::NoSolution => "no-solution",
+    }
+}
+
+impl Comparison {
+    /// The MILP's outcome, if it ran and succeeded.
+    pub fn optimal(&self) -> Option<&Outcome> {
+        self.results.iter().find_map(|(c, r)| match (c, r) {
+            (Contender::Optimal, Ok(o)) => Some(o),
+            _ => None,
+        })
+    }
+
+    /// Successful outcomes with their names, in order.
+    pub fn succeeded(&self) -> Vec<(&'static str, &Outcome)> {
+        self.results
+            .iter()
+            .filter_map(|(c, r)| r.as_ref().ok().map(|o| (c.name(), o)))
+            .collect()
+    }
+
+    /// Failed contenders with their errors.
+    pub fn failures(&self) -> Vec<(&'static str, &str)> {
+        self.results
+            .iter()
+            .filter_map(|(c, r)| r.as_ref().err().map(|e| (c.name(), e.as_str())))
+            .collect()
+    }
+
+    /// The table rows, one per successful contender.
+    pub fn rows(&self) -> Vec<ComparisonRow> {
+        let opt = self.optimal();
+        let opt_value = opt.map(|o| self.objective.of(&o.summary));
+        let bound = opt.and_then(|o| o.solve.as_ref()).map(|r| r.best_bound);
+        self.succeeded()
+            .into_iter()
+            .map(|(name, o)| {
+                let s = &o.summary;
+                let v = self.objective.of(s);
+                let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0).map(|d| v / d);
+                ComparisonRow {
+                    scheduler: name.to_string(),
+                    status: o
+                        .solve
+                        .as_ref()
+                        .map_or("heuristic", |r| status_name(r.status))
+                        .to_string(),
+                    objective_s: v,
+                    ratio_to_optimum: ratio(opt_value),
+                    ratio_to_bound: ratio(bound),
+                    makespan_s: s.makespan_s,
+                    throughput_tok_s: s.throughput_tok_s,
+                    ttft_s: (&s.ttft_s).into(),
+                    tpot_s: s.tpot_s.as_ref().map(Into::into),
+                    e2e_s: (&s.e2e_s).into(),
+                    evictions: s.evictions,
+                    recomputed_tokens: s.recomputed_tokens,
+                    batches: s.batches,
+                    mean_batch_size: s.mean_batch_size,
+                    peak_kv_tokens: s.peak_kv_tokens,
+                    peak_kv_utilization: s.peak_kv_utilization,
+                    mean_kv_utilization: s.mean_kv_utilization,
+                    certified_gap: o.solve.as_ref().map(|r| r.certified_gap),
+                    best_bound_s: o.solve.as_ref().map(|r| r.best_bound),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The header of `comparison.csv`.
+pub const CSV_COLUMNS: &[&str] = &[
+    "scheduler",
+    "status",
+    "objective",
+    "objective_s",
+    "ratio_to_optimum",
+    "ratio_to_bound",
+    "makespan_s",
+    "throughput_tok_s",
+    "ttft_mean_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tpot_mean_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
+    "e2e_mean_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "e2e_p99_s",
+    "evictions",
+    "recomputed_tokens",
+    "batches",
+    "mean_batch_size",
+    "peak_kv_tokens",
+    "peak_kv_utilization",
+    "mean_kv_utilization",
+    "certified_gap",
+    "best_bound_s",
+];
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| x.to_string())
+}
+
+fn objective_name(o: Objective) -> &'static str {
+    match o {
+        Objective::Makespan => "makespan",
+        Objective::MeanLatency => "mean-latency",
+        Objective::MeanTtft => "mean-ttft",
+    }
+}
+
+/// Writes `comparison.csv`.
+pub fn write_csv(
+    rows: &[ComparisonRow],
+    objective: Objective,
+    w: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(w, "{}", CSV_COLUMNS.join(","))?;
+    for r in rows {
+        let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.scheduler,
+            r.status,
+            objective_name(objective),
+            r.objective_s,
+            opt(r.ratio_to_optimum),
+            opt(r.ratio_to_bound),
+            r.makespan_s,
+            opt(r.throughput_tok_s),
+            q(&r.ttft_s),
+            r.tpot_s.as_ref().map_or(",,,".into(), q),
+            q(&r.e2e_s),
+            r.evictions,
+            r.recomputed_tokens,
+            r.batches,
+            r.mean_batch_size,
+            r.peak_kv_tokens,
+            opt(r.peak_kv_utilization),
+            opt(r.mean_kv_utilization),
+            opt(r.certified_gap),
+            opt(r.best_bound_s),
+        )?;
+    }
+    Ok(())
+}
+
+/// The setting a comparison ran in, for `comparison.json` and the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Setting {
+    /// Workload file.
+    pub workload: String,
+    /// Workload statistics.
+    pub workload_stats: crate::workload::WorkloadStats,
+    /// Cost model name.
+    pub cost_model: String,
+    /// Objective.
+    pub objective: Objective,
+    /// Limits.
+    pub limits: Limits,
+    /// MILP time limit (s).
+    pub time_limit_s: f64,
+}
+
+/// Writes `comparison.json`: the setting, the rows and any failures.
+pub fn write_json(path: &Path, setting: &Setting, c: &Comparison) -> io::Result<()> {
+    let failures: Vec<_> = c
+        .failures()
+        .into_iter()
+        .map(|(n, e)| serde_json::json!({"scheduler": n, "error": e}))
+        .collect();
+    let doc = serde_json::json!({
+        "format": "infersched-comparison/1",
+        "setting": setting,
+        "rows": c.rows(),
+        "failures": failures,
+        "solve": c.optimal().and_then(|o| o.solve.as_ref()),
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n";
+    write_bytes_atomic(path, text.as_bytes())
+}

@@ -1,0 +1,390 @@
+//! Reports: plots (SVG and PNG), Chrome traces and the self-contained `report.html` of a
+//! comparison.
+
+pub mod plots;
+pub mod svg;
+pub mod trace;
+
+use crate::compare::{self, Comparison, ComparisonRow, Setting};
+use crate::core::Workload;
+use crate::core::io::write_bytes_atomic;
+use crate::solver::Objective;
+use rayon::prelude::*;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A named plot.
+#[derive(Debug, Clone)]
+pub struct Plot {
+    /// File stem (`kv-memory` gives `kv-memory.svg` and `kv-memory.png`).
+    pub stem: String,
+    /// Caption in the report.
+    pub caption: String,
+    /// The drawing.
+    pub svg: svg::Svg,
+}
+
+/// Writes `<dir>/<stem>.svg` and `<dir>/<stem>.png` for each plot (PNGs rendered in parallel).
+pub fn write_plots(dir: &Path, plots: &[Plot]) -> io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let written: Vec<io::Result<Vec<PathBuf>>> = plots
+        .par_iter()
+        .map(|p| {
+            let doc = p.svg.finish();
+            let svg_path = dir.join(format!("{}.svg", p.stem));
+            write_bytes_atomic(&svg_path, doc.as_bytes())?;
+            let png = svg::render_png(&doc).map_err(io::Error::other)?;
+            let png_path = dir.join(format!("{}.png", p.stem));
+            write_bytes_atomic(&png_path, &png)?;
+            Ok(vec![svg_path, png_path])
+        })
+        .collect();
+    let mut out = Vec::new();
+    for r in written {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
+fn objective_label(o: Objective) -> &'static str {
+    match o {
+        Objective::Makespan => "makespan",
+        Objective::MeanLatency => "mean E2E latency",
+        Objective::MeanTtft => "mean TTFT",
+    }
+}
+
+/// The comparison's plots.
+pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
+    let runs = c.succeeded();
+    let rows = c.rows();
+    let mut plots = vec![
+        Plot {
+            stem: "objective".into(),
+            caption: format!(
+                "{} of each scheduler divided by the optimum (dashed red: the MILP's proven lower bound)",
+                objective_label(c.objective)
+            ),
+            svg: plots::objective_bars(&rows, objective_label(c.objective)),
+        },
+        Plot {
+            stem: "kv-memory".into(),
+            caption: "KV cache tokens held after each batch; dashed red: the capacity M".into(),
+            svg: plots::kv_memory(&runs, c.limits.kv_capacity),
+        },
+        Plot {
+            stem: "latency-cdf".into(),
+            caption: "Latency distributions over requests".into(),
+            svg: plots::latency_cdfs(&runs),
+        },
+        Plot {
+            stem: "tokens-per-batch".into(),
+            caption: "Tokens processed per batch, at each batch's start".into(),
+            svg: plots::tokens_per_batch(&runs),
+        },
+    ];
+    for (name, o) in &runs {
+        plots.push(Plot {
+            stem: format!("timeline-{name}"),
+            caption: format!("{name}: what each request is doing over time"),
+            svg: plots::timeline(w, name, o),
+        });
+    }
+    plots
+}
+
+fn fmt_s(x: f64) -> String {
+    if x.abs() >= 10.0 {
+        format!("{x:.2} s")
+    } else {
+        format!("{:.3} ms", x * 1e3)
+    }
+}
+
+fn fmt_ratio(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.4}"))
+}
+
+/// The comparison table for the terminal.
+pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
+    let mut t = format!(
+        "{:<10} {:<11} {:>14} {:>9} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
+        "scheduler",
+        "status",
+        objective_label(objective),
+        "/optimum",
+        "/bound",
+        "makespan",
+        "mean E2E",
+        "mean TTFT",
+        "evictions",
+        "batches"
+    );
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:<10} {:<11} {:>14} {:>9} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}",
+            r.scheduler,
+            r.status,
+            fmt_s(r.objective_s),
+            fmt_ratio(r.ratio_to_optimum),
+            fmt_ratio(r.ratio_to_bound),
+            fmt_s(r.makespan_s),
+            fmt_s(r.e2e_s.mean),
+            fmt_s(r.ttft_s.mean),
+            r.evictions,
+            r.batches
+        );
+    }
+    t
+}
+
+fn html_escape(s: &str) -> String {
+    svg::escape(s)
+}
+
+fn limit_text(v: Option<u64>) -> String {
+    v.map_or("unlimited".into(), |x| x.to_string())
+}
+
+/// The self-contained HTML report (inline SVG; links only to files written beside it).
+pub fn report_html(setting: &Setting, c: &Comparison, plots: &[Plot], links: &[String]) -> String {
+    let rows = c.rows();
+    let mut h = String::new();
+    h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    let _ = writeln!(
+        h,
+        "<title>infersched comparison: {}</title>",
+        html_escape(&setting.workload)
+    );
+    h.push_str(
+        "<style>body{font-family:'DejaVu Sans',Verdana,sans-serif;margin:2em auto;max-width:1240px;color:#222}\
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.err{color:#a00}\
+figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}</style>\n</head>\n<body>\n",
+    );
+    let _ = writeln!(
+        h,
+        "<h1>Schedulers compared: {}</h1>",
+        html_escape(&setting.workload)
+    );
+    // Headline.
+    let best_heuristic = rows
+        .iter()
+        .filter(|r| r.scheduler != "optimal")
+        .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
+    let optimal_row = rows.iter().find(|r| r.scheduler == "optimal");
+    if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
+        && let Some(ratio) = best_h.ratio_to_optimum
+    {
+        let _ = writeln!(
+            h,
+            "<p><b>The best heuristic, {}, is {:.2}% above the best schedule found by the MILP</b> \
+({}; lower bound {}, certified gap {:.2}%): its {} is {} versus {}.</p>",
+            html_escape(&best_h.scheduler),
+            (ratio - 1.0) * 100.0,
+            opt.status,
+            fmt_s(opt.best_bound_s.unwrap_or(f64::NAN)),
+            opt.certified_gap.unwrap_or(f64::NAN) * 100.0,
+            objective_label(c.objective),
+            fmt_s(best_h.objective_s),
+            fmt_s(opt.objective_s)
+        );
+    }
+    h.push_str("<h2>Setting</h2>\n<table>\n");
+    let ws = &setting.workload_stats;
+    let l = &setting.limits;
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(
+            h,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            html_escape(k),
+            html_escape(&v)
+        );
+    };
+    row("workload", setting.workload.clone());
+    row("requests", ws.requests.to_string());
+    row(
+        "prompt tokens I",
+        format!(
+            "mean {:.1}, p50 {}, p99 {}, max {}",
+            ws.input_tokens.mean, ws.input_tokens.p50, ws.input_tokens.p99, ws.input_tokens.max
+        ),
+    );
+    row(
+        "output tokens O",
+        format!(
+            "mean {:.1}, p50 {}, p99 {}, max {}",
+            ws.output_tokens.mean, ws.output_tokens.p50, ws.output_tokens.p99, ws.output_tokens.max
+        ),
+    );
+    row(
+        "arrivals",
+        match ws.mean_qps {
+            Some(q) => format!(
+                "{:.3} s to {:.3} s, {q:.2} requests/s",
+                ws.first_arrival_s, ws.last_arrival_s
+            ),
+            None => format!("all at {} s", ws.first_arrival_s),
+        },
+    );
+    row("cost model", setting.cost_model.clone());
+    row("objective", objective_label(setting.objective).to_string());
+    row("C (tokens per batch)", limit_text(l.token_budget));
+    row(
+        "P (prefill tokens per batch)",
+        limit_text(l.effective_prefill_budget()),
+    );
+    row("M (KV tokens)", limit_text(l.kv_capacity));
+    row("R_max (running requests)", limit_text(l.max_running));
+    row("KV block size", l.block_size.to_string());
+    row("MILP time limit", format!("{} s", setting.time_limit_s));
+    h.push_str("</table>\n");
+    let failures = c.failures();
+    if !failures.is_empty() {
+        h.push_str("<h2>Failed</h2>\n<ul>\n");
+        for (n, e) in failures {
+            let _ = writeln!(
+                h,
+                "<li class=\"err\"><b>{}</b>: {}</li>",
+                html_escape(n),
+                html_escape(e)
+            );
+        }
+        h.push_str("</ul>\n");
+    }
+    h.push_str("<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
+<i>/optimum</i> divides by the MILP's replayed objective; <i>/bound</i> divides by its proven lower bound, \
+so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<table>\n<tr>");
+    for head in [
+        "scheduler",
+        "status",
+        objective_label(c.objective),
+        "/optimum",
+        "/bound",
+        "makespan",
+        "throughput (tok/s)",
+        "TTFT mean",
+        "TTFT p99",
+        "TPOT mean",
+        "TPOT p99",
+        "E2E mean",
+        "E2E p99",
+        "evictions",
+        "recomputed",
+        "batches",
+        "mean batch",
+        "peak KV",
+        "mean KV",
+    ] {
+        let _ = write!(h, "<th>{}</th>", html_escape(head));
+    }
+    h.push_str("</tr>\n");
+    let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
+    for r in &rows {
+        let cells = [
+            r.scheduler.clone(),
+            r.status.clone(),
+            fmt_s(r.objective_s),
+            fmt_ratio(r.ratio_to_optimum),
+            fmt_ratio(r.ratio_to_bound),
+            fmt_s(r.makespan_s),
+            r.throughput_tok_s.map_or("-".into(), |x| format!("{x:.1}")),
+            fmt_s(r.ttft_s.mean),
+            fmt_s(r.ttft_s.p99),
+            r.tpot_s.map_or("-".into(), |q| fmt_s(q.mean)),
+            r.tpot_s.map_or("-".into(), |q| fmt_s(q.p99)),
+            fmt_s(r.e2e_s.mean),
+            fmt_s(r.e2e_s.p99),
+            r.evictions.to_string(),
+            r.recomputed_tokens.to_string(),
+            r.batches.to_string(),
+            format!("{:.2}", r.mean_batch_size),
+            format!("{} ({})", r.peak_kv_tokens, pct(r.peak_kv_utilization)),
+            pct(r.mean_kv_utilization),
+        ];
+        h.push_str("<tr>");
+        for cell in cells {
+            let _ = write!(h, "<td>{}</td>", html_escape(&cell));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n<h2>Plots</h2>\n");
+    for p in plots {
+        let _ = writeln!(
+            h,
+            "<figure id=\"{stem}\">\n{}<figcaption>{} (<a href=\"plots/{stem}.png\">PNG</a>, <a href=\"plots/{stem}.svg\">SVG</a>)</figcaption>\n</figure>",
+            p.svg.inline(),
+            html_escape(&p.caption),
+            stem = p.stem
+        );
+    }
+    h.push_str("<h2>Files</h2>\n<ul>\n");
+    for l in links {
+        let _ = writeln!(h, "<li><a href=\"{0}\">{0}</a></li>", html_escape(l));
+    }
+    h.push_str("</ul>\n<p>Traces load in <a href=\"https://ui.perfetto.dev\">Perfetto</a> or chrome://tracing.</p>\n</body>\n</html>\n");
+    h
+}
+
+/// Writes every output of a comparison into `dir`; returns the paths written.
+///
+/// `dir/<scheduler>/` gets `schedule.json`, `requests.csv`, `batches.csv`, `summary.json`
+/// (and `solve.json` for the MILP); `dir/` gets `comparison.csv`, `comparison.json`,
+/// `trace-<scheduler>.json`, `plots/*.svg|png` and `report.html` (written last).
+pub fn write_comparison(
+    dir: &Path,
+    w: &Workload,
+    setting: &Setting,
+    c: &Comparison,
+) -> io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut paths = Vec::new();
+    let mut links = Vec::new();
+    for (name, o) in c.succeeded() {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub)?;
+        let schedule_path = sub.join("schedule.json");
+        let mut schedule = o.schedule.clone();
+        schedule.meta = Some(serde_json::json!({"producer": name}));
+        schedule.write(&schedule_path).map_err(io::Error::other)?;
+        paths.push(schedule_path);
+        paths.extend(crate::output::write_replay_outputs(
+            &sub, &o.replay, &o.summary,
+        )?);
+        if let Some(report) = &o.solve {
+            let p = sub.join("solve.json");
+            let text = serde_json::to_string_pretty(report).map_err(io::Error::other)? + "\n";
+            write_bytes_atomic(&p, text.as_bytes())?;
+            paths.push(p);
+        }
+        let trace_path = dir.join(format!("trace-{name}.json"));
+        let text =
+            serde_json::to_string(&trace::chrome_trace(w, name, o)).map_err(io::Error::other)?;
+        write_bytes_atomic(&trace_path, text.as_bytes())?;
+        paths.push(trace_path);
+        links.push(format!("trace-{name}.json"));
+        links.push(format!("{name}/summary.json"));
+    }
+    let rows = c.rows();
+    let csv_path = dir.join("comparison.csv");
+    crate::core::io::write_atomic(&csv_path, |out| compare::write_csv(&rows, c.objective, out))?;
+    paths.push(csv_path);
+    let json_path = dir.join("comparison.json");
+    compare::write_json(&json_path, setting, c)?;
+    paths.push(json_path);
+    links.splice(
+        0..0,
+        ["comparison.csv".to_string(), "comparison.json".to_string()],
+    );
+    let plots = comparison_plots(w, c);
+    paths.extend(write_plots(&dir.join("plots"), &plots)?);
+    let html_path = dir.join("report.html");
+    write_bytes_atomic(
+        &html_path,
+        report_html(setting, c, &plots, &links).as_bytes(),
+    )?;
+    paths.push(html_path);
+    Ok(paths)
+}

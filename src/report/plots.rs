@@ -1,0 +1,517 @@
+//! The comparison plots: batch timelines, KV memory over time, latency CDFs, objective
+//! bars normalized to the optimum, tokens per batch over time.
+
+use super::svg::{self, Anchor, Frame, RefLine, Series, Svg};
+use crate::compare::{ComparisonRow, Outcome};
+use crate::core::{EntryKind, Workload, classify_entries};
+
+/// At most this many request rows in a timeline (the first ids).
+pub const TIMELINE_MAX_ROWS: usize = 64;
+
+/// A time unit that keeps axis numbers readable for spans up to `max_s` seconds.
+pub fn time_unit(max_s: f64) -> (f64, &'static str) {
+    if max_s < 10.0 {
+        (1e3, "ms")
+    } else {
+        (1.0, "s")
+    }
+}
+
+/// At most `limit` points, keeping the first and last (stride decimation).
+fn thin(points: Vec<(f64, f64)>, limit: usize) -> Vec<(f64, f64)> {
+    if points.len() <= limit {
+        return points;
+    }
+    let stride = points.len().div_ceil(limit);
+    let last = *points.last().expect("non-empty");
+    let mut out: Vec<_> = points.into_iter().step_by(stride).collect();
+    if out.last() != Some(&last) {
+        out.push(last);
+    }
+    out
+}
+
+/// What a request is doing over an interval of a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Arrived, holds no KV, not yet served (or between an arrival and the first batch).
+    Waiting,
+    /// Processing a prefill chunk or refill.
+    Prefill,
+    /// Processing a decode step.
+    Decode,
+    /// Holds KV but is not in the batch.
+    Paused,
+    /// Lost its KV to an eviction and waits for the refill.
+    Evicted,
+}
+
+impl Phase {
+    /// Legend name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Waiting => "waiting",
+            Phase::Prefill => "prefill",
+            Phase::Decode => "decode",
+            Phase::Paused => "holds KV, not in batch",
+            Phase::Evicted => "evicted",
+        }
+    }
+
+    /// Fill colour.
+    pub fn color(self) -> &'static str {
+        match self {
+            Phase::Waiting => "#d9d9d9",
+            Phase::Prefill => "#E69F00",
+            Phase::Decode => "#0072B2",
+            Phase::Paused => "#a6cee3",
+            Phase::Evicted => "#D55E00",
+        }
+    }
+}
+
+/// For the first `limit` requests (by id), their phases as `(start_s, end_s, phase)` from
+/// arrival to completion.
+pub fn request_phases(w: &Workload, o: &Outcome, limit: usize) -> Vec<Vec<(f64, f64, Phase)>> {
+    let kinds = classify_entries(w, &o.schedule);
+    let n = w.len().min(limit);
+    let mut held = vec![false; n];
+    let mut evicted = vec![false; n];
+    let mut done = vec![false; n];
+    let mut generated = vec![0u32; n];
+    let mut out: Vec<Vec<(f64, f64, Phase)>> = vec![Vec::new(); n];
+    let reqs = w.requests();
+    let push = |segs: &mut Vec<(f64, f64, Phase)>, a: f64, b: f64, p: Phase| {
+        if b < a {
+            return;
+        }
+        if let Some(last) = segs.last_mut()
+            && last.2 == p
+            && (last.1 - a).abs() <= 1e-12
+        {
+            last.1 = b;
+            return;
+        }
+        segs.push((a, b, p));
+    };
+    let mut prev_end = 0.0f64;
+    for (b, entries) in o.replay.batches.iter().zip(&kinds) {
+        let mut in_batch = vec![None; 0];
+        in_batch.resize(n, None);
+        for e in entries.iter().filter(|e| (e.request as usize) < n) {
+            in_batch[e.request as usize] = Some(*e);
+        }
+        for i in 0..n {
+            if done[i] {
+                continue;
+            }
+            let arrival = reqs[i].arrival_s;
+            let idle = if held[i] {
+                Phase::Paused
+            } else if evicted[i] {
+                Phase::Evicted
+            } else {
+                Phase::Waiting
+            };
+            // The gap before this batch (the GPU idle, waiting for arrivals).
+            let gap_start = prev_end.max(arrival);
+            if gap_start < b.start_s {
+                push(&mut out[i], gap_start, b.start_s, idle);
+            }
+            let phase = match in_batch[i] {
+                None => idle,
+                Some(e) => match e.kind {
+                    EntryKind::Evict => {
+                        held[i] = false;
+                        evicted[i] = true;
+                        Phase::Evicted
+                    }
+                    EntryKind::Prefill | EntryKind::Decode => {
+                        held[i] = true;
+                        evicted[i] = false;
+                        if e.generated_token {
+                            generated[i] += 1;
+                            if generated[i] >= reqs[i].output_tokens {
+                                done[i] = true;
+                            }
+                        }
+                        if e.kind == EntryKind::Prefill {
+                            Phase::Prefill
+                        } else {
+                            Phase::Decode
+                        }
+                    }
+                },
+            };
+            let start = b.start_s.max(arrival);
+            if start <= b.end_s && (in_batch[i].is_some() || arrival < b.end_s) {
+                push(&mut out[i], start, b.end_s, phase);
+            }
+        }
+        prev_end = b.end_s;
+    }
+    out
+}
+
+/// A batch timeline: one row per request (the first [`TIMELINE_MAX_ROWS`]), coloured by phase.
+pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
+    let phases = request_phases(w, o, TIMELINE_MAX_ROWS);
+    let rows = phases.len();
+    let row_h = if rows <= 16 {
+        18.0
+    } else {
+        (360.0 / rows as f64).max(5.0)
+    };
+    let height = (110.0 + row_h * rows as f64).ceil() as u32;
+    let mut s = Svg::new(960, height.max(200));
+    let makespan = o.replay.makespan_s();
+    let (k, unit) = time_unit(makespan);
+    let frame = Frame {
+        x0: 70.0,
+        y0: 40.0,
+        x1: 940.0,
+        y1: 40.0 + row_h * rows as f64,
+        x: svg::Axis::covering([0.0, makespan * k], true),
+        y: svg::Axis {
+            lo: 0.0,
+            hi: rows.max(1) as f64,
+        },
+    };
+    let title = if rows < w.len() {
+        format!(
+            "{name}: batch timeline (first {rows} of {} requests)",
+            w.len()
+        )
+    } else {
+        format!("{name}: batch timeline")
+    };
+    s.rect(
+        frame.x0,
+        frame.y0,
+        frame.x1 - frame.x0,
+        frame.y1 - frame.y0,
+        "#fafafa",
+        1.0,
+    );
+    for t in frame.x.ticks() {
+        let x = frame.px(t);
+        s.line(x, frame.y0, x, frame.y1, "#eeeeee", 1.0, "");
+        s.text(
+            x,
+            frame.y1 + 16.0,
+            &svg::tick_label(t),
+            11.0,
+            Anchor::Middle,
+            0.0,
+            false,
+        );
+    }
+    s.text(
+        (frame.x0 + frame.x1) / 2.0,
+        24.0,
+        &title,
+        14.0,
+        Anchor::Middle,
+        0.0,
+        true,
+    );
+    s.text(
+        (frame.x0 + frame.x1) / 2.0,
+        frame.y1 + 34.0,
+        &format!("time ({unit})"),
+        12.0,
+        Anchor::Middle,
+        0.0,
+        false,
+    );
+    s.text(
+        18.0,
+        (frame.y0 + frame.y1) / 2.0,
+        "request",
+        12.0,
+        Anchor::Middle,
+        -90.0,
+        false,
+    );
+    for (i, segs) in phases.iter().take(rows).enumerate() {
+        let y = frame.y0 + i as f64 * row_h;
+        if row_h >= 10.0 {
+            s.text(
+                frame.x0 - 6.0,
+                y + row_h * 0.75,
+                &i.to_string(),
+                10.0,
+                Anchor::End,
+                0.0,
+                false,
+            );
+        }
+        for &(a, b, p) in segs {
+            let (xa, xb) = (frame.px(a * k), frame.px(b * k));
+            // Zero-time batches (evictions only) still show as a thin mark.
+            s.rect(xa, y + 1.0, (xb - xa).max(1.0), row_h - 2.0, p.color(), 1.0);
+        }
+    }
+    s.line(frame.x0, frame.y1, frame.x1, frame.y1, "#444444", 1.0, "");
+    let mut x = frame.x0;
+    let ly = frame.y1 + 54.0;
+    for p in [
+        Phase::Waiting,
+        Phase::Prefill,
+        Phase::Decode,
+        Phase::Paused,
+        Phase::Evicted,
+    ] {
+        s.rect(x, ly - 10.0, 14.0, 12.0, p.color(), 1.0);
+        s.text(x + 18.0, ly, p.name(), 11.0, Anchor::Start, 0.0, false);
+        x += 34.0 + p.name().len() as f64 * 6.5;
+    }
+    s
+}
+
+/// KV tokens held after each batch, per scheduler, against M.
+pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
+    let max_t = runs
+        .iter()
+        .map(|(_, o)| o.replay.makespan_s())
+        .fold(0.0, f64::max);
+    let (k, unit) = time_unit(max_t);
+    let series: Vec<Series> = runs
+        .iter()
+        .map(|(name, o)| {
+            let mut pts = vec![(0.0, 0.0)];
+            for b in &o.replay.batches {
+                pts.push((b.end_s * k, b.kv_tokens as f64));
+            }
+            Series {
+                name: name.to_string(),
+                points: thin(pts, 4000),
+                step: true,
+                markers: false,
+            }
+        })
+        .collect();
+    let refs: Vec<RefLine> = kv_capacity
+        .map(|m| RefLine {
+            y: m as f64,
+            label: format!("M = {m}"),
+        })
+        .into_iter()
+        .collect();
+    let mut s = Svg::new(960, 420);
+    svg::line_chart(
+        &mut s,
+        (0.0, 0.0, 960.0, 420.0),
+        "KV memory in use after each batch",
+        &format!("time ({unit})"),
+        "KV tokens",
+        &series,
+        &refs,
+        true,
+    );
+    s
+}
+
+/// Empirical CDFs of TTFT, TPOT and E2E latency, one panel each.
+pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
+    let max_e2e = runs
+        .iter()
+        .flat_map(|(_, o)| o.replay.requests.iter().map(|r| r.e2e_s()))
+        .fold(0.0, f64::max);
+    let (k, unit) = time_unit(max_e2e);
+    let mut s = Svg::new(1200, 400);
+    type Metric = fn(&crate::core::RequestRecord) -> Option<f64>;
+    let panels: [(&str, Metric); 3] = [
+        ("TTFT", |r| Some(r.ttft_s())),
+        ("TPOT", |r| r.tpot_s()),
+        ("E2E latency", |r| Some(r.e2e_s())),
+    ];
+    for (p, (title, metric)) in panels.iter().enumerate() {
+        let series: Vec<Series> = runs
+            .iter()
+            .map(|(name, o)| {
+                let mut v: Vec<f64> = o.replay.requests.iter().filter_map(metric).collect();
+                v.sort_by(f64::total_cmp);
+                let n = v.len() as f64;
+                let pts = v
+                    .first()
+                    .map(|x| (x * k, 0.0))
+                    .into_iter()
+                    .chain(
+                        v.iter()
+                            .enumerate()
+                            .map(|(i, x)| (x * k, (i + 1) as f64 / n)),
+                    )
+                    .collect();
+                Series {
+                    name: name.to_string(),
+                    points: thin(pts, 2000),
+                    step: true,
+                    markers: false,
+                }
+            })
+            .collect();
+        let x0 = p as f64 * 400.0;
+        svg::line_chart(
+            &mut s,
+            (x0, 0.0, x0 + 400.0, 400.0),
+            &format!("{title} CDF"),
+            &format!("{title} ({unit})"),
+            "fraction of requests",
+            &series,
+            &[],
+            true,
+        );
+    }
+    s
+}
+
+/// Each scheduler's objective normalized to the optimum (or, without one, to the best
+/// scheduler), with the MILP's bound marked.
+pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
+    let reference = rows
+        .iter()
+        .find(|r| r.scheduler == "optimal")
+        .map(|r| r.objective_s)
+        .or_else(|| rows.iter().map(|r| r.objective_s).reduce(f64::min))
+        .unwrap_or(1.0);
+    let bound = rows.iter().find_map(|r| r.best_bound_s);
+    let ratio = |v: f64| if reference > 0.0 { v / reference } else { 1.0 };
+    let values: Vec<f64> = rows.iter().map(|r| ratio(r.objective_s)).collect();
+    let mut s = Svg::new(960, 420);
+    let frame = Frame {
+        x0: 70.0,
+        y0: 40.0,
+        x1: 940.0,
+        y1: 360.0,
+        x: svg::Axis {
+            lo: 0.0,
+            hi: rows.len().max(1) as f64,
+        },
+        y: svg::Axis::covering(values.iter().copied().chain([1.0]), true),
+    };
+    let norm = if rows.iter().any(|r| r.scheduler == "optimal") {
+        "optimum"
+    } else {
+        "best scheduler"
+    };
+    // Axes without x ticks: the bars are labelled.
+    s.rect(
+        frame.x0,
+        frame.y0,
+        frame.x1 - frame.x0,
+        frame.y1 - frame.y0,
+        "#fafafa",
+        1.0,
+    );
+    for t in frame.y.ticks() {
+        let y = frame.py(t);
+        s.line(frame.x0, y, frame.x1, y, "#dddddd", 1.0, "");
+        s.text(
+            frame.x0 - 6.0,
+            y + 4.0,
+            &svg::tick_label(t),
+            11.0,
+            Anchor::End,
+            0.0,
+            false,
+        );
+    }
+    s.line(frame.x0, frame.y1, frame.x1, frame.y1, "#444444", 1.0, "");
+    s.line(frame.x0, frame.y0, frame.x0, frame.y1, "#444444", 1.0, "");
+    s.text(
+        (frame.x0 + frame.x1) / 2.0,
+        24.0,
+        &format!("{objective_name} relative to the {norm} (lower is better)"),
+        14.0,
+        Anchor::Middle,
+        0.0,
+        true,
+    );
+    s.text(
+        18.0,
+        200.0,
+        &format!("{objective_name} / {norm}"),
+        12.0,
+        Anchor::Middle,
+        -90.0,
+        false,
+    );
+    for (i, (r, v)) in rows.iter().zip(&values).enumerate() {
+        let xa = frame.px(i as f64 + 0.15);
+        let xb = frame.px(i as f64 + 0.85);
+        let y = frame.py(*v);
+        s.rect(xa, y, xb - xa, frame.y1 - y, svg::color(i), 1.0);
+        s.text(
+            (xa + xb) / 2.0,
+            y - 5.0,
+            &format!("{v:.3}"),
+            11.0,
+            Anchor::Middle,
+            0.0,
+            false,
+        );
+        s.text(
+            (xa + xb) / 2.0,
+            frame.y1 + 16.0,
+            &r.scheduler,
+            12.0,
+            Anchor::Middle,
+            0.0,
+            false,
+        );
+    }
+    let y1 = frame.py(1.0);
+    s.line(frame.x0, y1, frame.x1, y1, "#444444", 1.0, "2 3");
+    if let Some(b) = bound {
+        let yb = frame.py(ratio(b));
+        s.line(frame.x0, yb, frame.x1, yb, "#aa0000", 1.5, "6 4");
+        s.text(
+            frame.x1 - 4.0,
+            yb + 14.0,
+            &format!("MILP lower bound ({:.3})", ratio(b)),
+            11.0,
+            Anchor::End,
+            0.0,
+            false,
+        );
+    }
+    s
+}
+
+/// Tokens per batch over time (at each batch's start), per scheduler.
+pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
+    let max_t = runs
+        .iter()
+        .map(|(_, o)| o.replay.makespan_s())
+        .fold(0.0, f64::max);
+    let (k, unit) = time_unit(max_t);
+    let series: Vec<Series> = runs
+        .iter()
+        .map(|(name, o)| Series {
+            name: name.to_string(),
+            points: thin(
+                o.replay
+                    .batches
+                    .iter()
+                    .map(|b| (b.start_s * k, b.features.tokens as f64))
+                    .collect(),
+                4000,
+            ),
+            step: false,
+            markers: o.replay.batches.len() <= 200,
+        })
+        .collect();
+    let mut s = Svg::new(960, 420);
+    svg::line_chart(
+        &mut s,
+        (0.0, 0.0, 960.0, 420.0),
+        "Tokens per batch over time",
+        &format!("batch start ({unit})"),
+        "tokens in the batch",
+        &series,
+        &[],
+        true,
+    );
+    s
+}

@@ -1,0 +1,571 @@
+//! A small, deterministic SVG chart builder, and PNG rendering of its output with an
+//! embedded font (DejaVu Sans), so plots need no system font packages.
+//!
+//! Coordinates are pixels from the top left. Numbers are written with a fixed number of
+//! decimals, so identical data gives identical bytes.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+/// The font embedded for PNG rendering (DejaVu Sans; license in `assets/fonts/`).
+pub const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+
+/// The font family written into SVG text.
+pub const FONT_FAMILY: &str = "DejaVu Sans, Verdana, sans-serif";
+
+/// Colours for series, in order (colour-blind friendly, Okabe-Ito based).
+pub const PALETTE: [&str; 8] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+];
+
+/// The colour of series `i`.
+pub fn color(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Escapes text for XML.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An SVG document under construction.
+#[derive(Debug, Clone)]
+pub struct Svg {
+    width: u32,
+    height: u32,
+    body: String,
+}
+
+/// Text alignment relative to the anchor point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// Text starts at the point.
+    Start,
+    /// Text is centred on the point.
+    Middle,
+    /// Text ends at the point.
+    End,
+}
+
+impl Anchor {
+    fn as_str(self) -> &'static str {
+        match self {
+            Anchor::Start => "start",
+            Anchor::Middle => "middle",
+            Anchor::End => "end",
+        }
+    }
+}
+
+impl Svg {
+    /// An empty white canvas.
+    pub fn new(width: u32, height: u32) -> Self {
+        let mut s = Self {
+            width,
+            height,
+            body: String::new(),
+        };
+        s.rect(
+            0.0,
+            0.0,
+            f64::from(width),
+            f64::from(height),
+            "#ffffff",
+            1.0,
+        );
+        s
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// A filled rectangle.
+    pub fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, opacity: f64) {
+        let _ = write!(
+            self.body,
+            "<rect x=\"{x:.2}\" y=\"{y:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{fill}\"",
+            w.max(0.0),
+            h.max(0.0)
+        );
+        if opacity < 1.0 {
+            let _ = write!(self.body, " fill-opacity=\"{opacity:.2}\"");
+        }
+        self.body.push_str("/>\n");
+    }
+
+    /// A straight line; `dash` like `"4 3"` or empty.
+    #[allow(clippy::too_many_arguments)]
+    pub fn line(
+        &mut self,
+        x1: f64,
+        y1: f64,
+        x2: f64,
+        y2: f64,
+        stroke: &str,
+        width: f64,
+        dash: &str,
+    ) {
+        let _ = write!(
+            self.body,
+            "<line x1=\"{x1:.2}\" y1=\"{y1:.2}\" x2=\"{x2:.2}\" y2=\"{y2:.2}\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
+        );
+        if !dash.is_empty() {
+            let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
+        }
+        self.body.push_str("/>\n");
+    }
+
+    /// A polyline through `points`.
+    pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64) {
+        if points.is_empty() {
+            return;
+        }
+        self.body
+            .push_str("<polyline fill=\"none\" stroke-linejoin=\"round\" points=\"");
+        for (i, (x, y)) in points.iter().enumerate() {
+            if i > 0 {
+                self.body.push(' ');
+            }
+            let _ = write!(self.body, "{x:.2},{y:.2}");
+        }
+        let _ = writeln!(
+            self.body,
+            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\"/>"
+        );
+    }
+
+    /// A filled circle.
+    pub fn circle(&mut self, x: f64, y: f64, r: f64, fill: &str) {
+        let _ = writeln!(
+            self.body,
+            "<circle cx=\"{x:.2}\" cy=\"{y:.2}\" r=\"{r:.2}\" fill=\"{fill}\"/>"
+        );
+    }
+
+    /// Text at a point; `rotate` in degrees (e.g. -90 for a vertical axis label).
+    #[allow(clippy::too_many_arguments)]
+    pub fn text(
+        &mut self,
+        x: f64,
+        y: f64,
+        s: &str,
+        size: f64,
+        anchor: Anchor,
+        rotate: f64,
+        bold: bool,
+    ) {
+        let _ = write!(
+            self.body,
+            "<text x=\"{x:.2}\" y=\"{y:.2}\" font-size=\"{size:.1}\" text-anchor=\"{}\" fill=\"#222222\"",
+            anchor.as_str()
+        );
+        if bold {
+            self.body.push_str(" font-weight=\"bold\"");
+        }
+        if rotate != 0.0 {
+            let _ = write!(
+                self.body,
+                " transform=\"rotate({rotate:.1} {x:.2} {y:.2})\""
+            );
+        }
+        let _ = writeln!(self.body, ">{}</text>", escape(s));
+    }
+
+    /// The SVG document.
+    pub fn finish(&self) -> String {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"{FONT_FAMILY}\">\n{}</svg>\n",
+            self.body,
+            w = self.width,
+            h = self.height
+        )
+    }
+
+    /// The document without the XML declaration, for inlining into HTML.
+    pub fn inline(&self) -> String {
+        let doc = self.finish();
+        doc.split_once('\n')
+            .map_or(doc.clone(), |(_, rest)| rest.to_string())
+    }
+}
+
+/// Renders an SVG document to PNG bytes at its own size, with the embedded font.
+pub fn render_png(svg: &str) -> Result<Vec<u8>, String> {
+    static OPTIONS: OnceLock<resvg::usvg::Options<'static>> = OnceLock::new();
+    let opt = OPTIONS.get_or_init(|| {
+        let mut o = resvg::usvg::Options {
+            font_family: "DejaVu Sans".to_string(),
+            ..Default::default()
+        };
+        let db = o.fontdb_mut();
+        db.load_font_data(FONT.to_vec());
+        db.set_sans_serif_family("DejaVu Sans");
+        o
+    });
+    let tree = resvg::usvg::Tree::from_str(svg, opt).map_err(|e| format!("SVG: {e}"))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| "empty image".to_string())?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.encode_png().map_err(|e| format!("PNG: {e}"))
+}
+
+/// A linear axis over `[lo, hi]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Axis {
+    /// Lower end.
+    pub lo: f64,
+    /// Upper end.
+    pub hi: f64,
+}
+
+impl Axis {
+    /// An axis covering `values`, starting at 0 when `from_zero`, padded to nice ticks.
+    pub fn covering(values: impl IntoIterator<Item = f64>, from_zero: bool) -> Self {
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in values {
+            if v.is_finite() {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+        if !lo.is_finite() {
+            return Self { lo: 0.0, hi: 1.0 };
+        }
+        if from_zero {
+            lo = lo.min(0.0);
+        }
+        if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+            let pad = if hi == 0.0 { 1.0 } else { hi.abs() * 0.1 };
+            hi += pad;
+            if !from_zero {
+                lo -= pad;
+            }
+        }
+        let step = nice_step((hi - lo) / 5.0);
+        Self {
+            lo: if from_zero && lo >= 0.0 {
+                lo
+            } else {
+                (lo / step).floor() * step
+            },
+            hi: (hi / step).ceil() * step,
+        }
+    }
+
+    /// About five round tick values inside the axis.
+    pub fn ticks(&self) -> Vec<f64> {
+        let step = nice_step((self.hi - self.lo) / 5.0);
+        let first = (self.lo / step).ceil();
+        let last = (self.hi / step + 1e-9).floor();
+        (first as i64..=last as i64)
+            .map(|k| k as f64 * step)
+            .collect()
+    }
+}
+
+fn nice_step(raw: f64) -> f64 {
+    if raw.is_nan() || raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    let nice = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 2.5 {
+        2.5
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+/// A tick label: up to 4 significant digits, no trailing zeros.
+pub fn tick_label(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    let a = v.abs();
+    if !(1e-3..1e6).contains(&a) {
+        return format!("{v:.1e}");
+    }
+    let decimals = (3 - a.log10().floor() as i32).clamp(0, 6) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A plot area: a pixel box and the two axes mapped onto it.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    /// Left edge (px).
+    pub x0: f64,
+    /// Top edge (px).
+    pub y0: f64,
+    /// Right edge (px).
+    pub x1: f64,
+    /// Bottom edge (px).
+    pub y1: f64,
+    /// Horizontal axis.
+    pub x: Axis,
+    /// Vertical axis.
+    pub y: Axis,
+}
+
+impl Frame {
+    /// Pixel x of a data value.
+    pub fn px(&self, v: f64) -> f64 {
+        self.x0 + (v - self.x.lo) / (self.x.hi - self.x.lo) * (self.x1 - self.x0)
+    }
+
+    /// Pixel y of a data value.
+    pub fn py(&self, v: f64) -> f64 {
+        self.y1 - (v - self.y.lo) / (self.y.hi - self.y.lo) * (self.y1 - self.y0)
+    }
+
+    /// Draws the title, grid, ticks and axis labels.
+    pub fn draw_axes(&self, svg: &mut Svg, title: &str, x_label: &str, y_label: &str) {
+        svg.rect(
+            self.x0,
+            self.y0,
+            self.x1 - self.x0,
+            self.y1 - self.y0,
+            "#fafafa",
+            1.0,
+        );
+        for t in self.y.ticks() {
+            let y = self.py(t);
+            svg.line(self.x0, y, self.x1, y, "#dddddd", 1.0, "");
+            svg.text(
+                self.x0 - 6.0,
+                y + 4.0,
+                &tick_label(t),
+                11.0,
+                Anchor::End,
+                0.0,
+                false,
+            );
+        }
+        for t in self.x.ticks() {
+            let x = self.px(t);
+            svg.line(x, self.y0, x, self.y1, "#eeeeee", 1.0, "");
+            svg.line(x, self.y1, x, self.y1 + 4.0, "#444444", 1.0, "");
+            svg.text(
+                x,
+                self.y1 + 17.0,
+                &tick_label(t),
+                11.0,
+                Anchor::Middle,
+                0.0,
+                false,
+            );
+        }
+        svg.line(self.x0, self.y1, self.x1, self.y1, "#444444", 1.0, "");
+        svg.line(self.x0, self.y0, self.x0, self.y1, "#444444", 1.0, "");
+        svg.text(
+            (self.x0 + self.x1) / 2.0,
+            self.y0 - 12.0,
+            title,
+            14.0,
+            Anchor::Middle,
+            0.0,
+            true,
+        );
+        svg.text(
+            (self.x0 + self.x1) / 2.0,
+            self.y1 + 36.0,
+            x_label,
+            12.0,
+            Anchor::Middle,
+            0.0,
+            false,
+        );
+        let yl = (self.y0 + self.y1) / 2.0;
+        svg.text(
+            self.x0 - 48.0,
+            yl,
+            y_label,
+            12.0,
+            Anchor::Middle,
+            -90.0,
+            false,
+        );
+    }
+
+    /// Clips a point to the frame (for lines that run off the axes).
+    pub fn clamp(&self, (x, y): (f64, f64)) -> (f64, f64) {
+        (x.clamp(self.x0, self.x1), y.clamp(self.y0, self.y1))
+    }
+}
+
+/// Draws a legend box of `(name, colour)` at the top right inside the frame.
+pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, &str)]) {
+    if items.is_empty() {
+        return;
+    }
+    let longest = items
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    let w = 30.0 + longest * 7.0;
+    let h = 8.0 + items.len() as f64 * 16.0;
+    let x = frame.x1 - w - 8.0;
+    let y = frame.y0 + 8.0;
+    svg.rect(x, y, w, h, "#ffffff", 0.85);
+    for (i, (name, c)) in items.iter().enumerate() {
+        let yy = y + 14.0 + i as f64 * 16.0;
+        svg.line(x + 6.0, yy - 4.0, x + 22.0, yy - 4.0, c, 3.0, "");
+        svg.text(x + 26.0, yy, name, 11.0, Anchor::Start, 0.0, false);
+    }
+}
+
+/// One named line of a line chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend name.
+    pub name: String,
+    /// Data points in order.
+    pub points: Vec<(f64, f64)>,
+    /// Draw as a step function (value holds until the next point).
+    pub step: bool,
+    /// Draw markers at the points.
+    pub markers: bool,
+}
+
+/// A labelled horizontal reference line.
+#[derive(Debug, Clone)]
+pub struct RefLine {
+    /// Data value.
+    pub y: f64,
+    /// Label.
+    pub label: String,
+}
+
+/// Draws a line chart into the box `(x0, y0, x1, y1)` of `svg`.
+#[allow(clippy::too_many_arguments)]
+pub fn line_chart(
+    svg: &mut Svg,
+    bounds: (f64, f64, f64, f64),
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    refs: &[RefLine],
+    y_from_zero: bool,
+) {
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(refs.iter().map(|r| r.y));
+    let frame = Frame {
+        x0: bounds.0 + 64.0,
+        y0: bounds.1 + 30.0,
+        x1: bounds.2 - 16.0,
+        y1: bounds.3 - 46.0,
+        x: Axis::covering(xs, false),
+        y: Axis::covering(ys, y_from_zero),
+    };
+    frame.draw_axes(svg, title, x_label, y_label);
+    for r in refs {
+        let y = frame.py(r.y);
+        svg.line(frame.x0, y, frame.x1, y, "#aa0000", 1.5, "6 4");
+        svg.text(
+            frame.x0 + 4.0,
+            y - 4.0,
+            &r.label,
+            11.0,
+            Anchor::Start,
+            0.0,
+            false,
+        );
+    }
+    let mut items = Vec::new();
+    for (i, s) in series.iter().enumerate() {
+        let c = color(i);
+        let mut pts = Vec::with_capacity(s.points.len() * 2);
+        for (k, &(x, y)) in s.points.iter().enumerate() {
+            if s.step && k > 0 {
+                pts.push((frame.px(x), frame.py(s.points[k - 1].1)));
+            }
+            pts.push((frame.px(x), frame.py(y)));
+        }
+        svg.polyline(&pts, c, 1.8);
+        if s.markers {
+            for &(x, y) in &s.points {
+                svg.circle(frame.px(x), frame.py(y), 2.5, c);
+            }
+        }
+        items.push((s.name.clone(), c));
+    }
+    legend(svg, &frame, &items);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_cover_the_data_with_round_ticks() {
+        let a = Axis::covering([0.3, 7.2], true);
+        assert_eq!(a.lo, 0.0);
+        assert!(a.hi >= 7.2 && a.hi <= 10.0);
+        let t = a.ticks();
+        assert_eq!(t.first(), Some(&0.0));
+        assert!(t.len() >= 4 && t.len() <= 11, "{t:?}");
+        assert!(t.iter().all(|v| (v * 2.0).fract() == 0.0), "{t:?}");
+        let flat = Axis::covering([5.0, 5.0], false);
+        assert!(flat.lo < 5.0 && flat.hi > 5.0);
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(tick_label(0.25), "0.25");
+        assert_eq!(tick_label(2000.0), "2000");
+        assert_eq!(tick_label(1.5e7), "1.5e7");
+        assert_eq!(tick_label(0.0), "0");
+    }
+
+    #[test]
+    fn text_is_escaped_and_png_renders_at_size() {
+        let mut s = Svg::new(120, 80);
+        s.text(10.0, 20.0, "a<b & \"c\"", 12.0, Anchor::Start, 0.0, false);
+        let doc = s.finish();
+        assert!(doc.contains("a&lt;b &amp; &quot;c&quot;"));
+        let png = render_png(&doc).unwrap();
+        let img = resvg::tiny_skia::Pixmap::decode_png(&png).unwrap();
+        assert_eq!((img.width(), img.height()), (120, 80));
+        // The text was drawn with the embedded font: some pixels are not white.
+        assert!(img.pixels().iter().any(|p| p.red() < 200));
+    }
+}

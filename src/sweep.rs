@@ -1,0 +1,1148 @@
+//! `sweep`: a grid of settings from a TOML spec, run in parallel, one row per finished run
+//! appended to `results.csv` at once (a killed sweep loses nothing finished; `--resume`
+//! skips what is there), then plots of each metric against each swept parameter.
+//!
+//! A spec (paths are relative to the spec file):
+//! ```toml
+//! name = "evictions-vs-m"
+//! cost_model = "llama2-7b-a100"   # preset or coefficient file
+//! time_limit = 20                 # MILP seconds per run
+//! threads = 1                     # HiGHS threads per run
+//! block_size = 1
+//!
+//! [workload]                      # synthetic: n, I, O (a length distribution or an integer)
+//! n = 4
+//! I = 8
+//! O = "uniform:2:6"
+//! arrival = "static"              # or poisson:QPS, gamma:QPS:CV
+//! seed = 0
+//! # trace = "../traces/arxiv_summarization.csv"   # instead: n random requests of a trace
+//! # prefill_scale = 0.05, decode_scale = 0.2, max_total_tokens = 128
+//!
+//! [limits]                        # base values (unset: unlimited; M: from the cost model)
+//! C = 64
+//!
+//! [grid]                          # lists; the run set is their cartesian product
+//! M = [16, 24, 32]
+//! schedulers = ["optimal", "optimal+no-evict", "vllm", "sarathi"]
+//! objectives = ["makespan"]
+//! ```
+//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `schedulers`,
+//! `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
+//! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`.
+
+use crate::core::{Limits, Summary, Workload, replay};
+use crate::cost_model::{self, LinearCostModel};
+use crate::report::{Plot, svg};
+use crate::schedulers::{Knobs, SchedulerKind};
+use crate::solver::{Objective, PolicyConstraints, SolveOptions, SolveStatus};
+use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
+use anyhow::{Context, Result, bail};
+use rayon::prelude::*;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// A parsed sweep specification.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Name (used in plot titles).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the sweep shows.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Cost-model preset or coefficient file.
+    #[serde(default)]
+    pub cost_model: Option<String>,
+    /// MILP time limit per run (s) [default 30].
+    #[serde(default)]
+    pub time_limit: Option<f64>,
+    /// HiGHS threads per run [default 1].
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Relative MIP gap [default 1e-6].
+    #[serde(default)]
+    pub mip_gap: Option<f64>,
+    /// KV block size [default 1].
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// The workload.
+    pub workload: WorkloadSection,
+    /// Base limits.
+    #[serde(default)]
+    pub limits: LimitSection,
+    /// The swept values.
+    pub grid: GridSection,
+}
+
+/// `[workload]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSection {
+    /// A trace to sample from (instead of synthetic lengths).
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// Requests.
+    #[serde(default)]
+    pub n: Option<usize>,
+    /// Prompt lengths: an integer or a length distribution.
+    #[serde(default, rename = "I")]
+    pub input: Option<toml::Value>,
+    /// Output lengths: an integer or a length distribution.
+    #[serde(default, rename = "O")]
+    pub output: Option<toml::Value>,
+    /// Arrival process [default static; a `qps` grid makes it poisson].
+    #[serde(default)]
+    pub arrival: Option<String>,
+    /// Seed [default 0].
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Trace: prompt scale factor.
+    #[serde(default)]
+    pub prefill_scale: Option<f64>,
+    /// Trace: output scale factor.
+    #[serde(default)]
+    pub decode_scale: Option<f64>,
+    /// Trace: cap on I + O.
+    #[serde(default)]
+    pub max_total_tokens: Option<u32>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSection {
+    /// M.
+    #[serde(default, rename = "M")]
+    pub m: Option<u64>,
+    /// C.
+    #[serde(default, rename = "C")]
+    pub c: Option<u64>,
+    /// P.
+    #[serde(default, rename = "P")]
+    pub p: Option<u64>,
+    /// R_max.
+    #[serde(default, rename = "R_max")]
+    pub r_max: Option<u64>,
+}
+
+/// `[grid]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridSection {
+    /// M values.
+    #[serde(default, rename = "M")]
+    pub m: Option<Vec<u64>>,
+    /// C values.
+    #[serde(default, rename = "C")]
+    pub c: Option<Vec<u64>>,
+    /// P values.
+    #[serde(default, rename = "P")]
+    pub p: Option<Vec<u64>>,
+    /// R_max values.
+    #[serde(default, rename = "R_max")]
+    pub r_max: Option<Vec<u64>>,
+    /// Prompt lengths.
+    #[serde(default, rename = "I")]
+    pub input: Option<Vec<toml::Value>>,
+    /// Output lengths.
+    #[serde(default, rename = "O")]
+    pub output: Option<Vec<toml::Value>>,
+    /// Request counts.
+    #[serde(default)]
+    pub n: Option<Vec<usize>>,
+    /// Poisson arrival rates.
+    #[serde(default)]
+    pub qps: Option<Vec<f64>>,
+    /// Seeds.
+    #[serde(default)]
+    pub seed: Option<Vec<u64>>,
+    /// Schedulers.
+    pub schedulers: Vec<String>,
+    /// Objectives [default makespan].
+    #[serde(default)]
+    pub objectives: Option<Vec<String>>,
+}
+
+/// A scheduler in a sweep: a heuristic, or the MILP with policy constraints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepScheduler {
+    /// A heuristic.
+    Heuristic(SchedulerKind),
+    /// The MILP.
+    Optimal(PolicyConstraints),
+}
+
+impl std::str::FromStr for SweepScheduler {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.split('+');
+        let head = parts.next().unwrap_or_default();
+        if head != "optimal" {
+            if s.contains('+') {
+                return Err(format!(
+                    "\"{s}\": policy constraints (+no-evict, +no-chunk, +no-mix) apply to optimal only"
+                ));
+            }
+            return s
+                .parse::<SchedulerKind>()
+                .map(Self::Heuristic)
+                .map_err(|e| format!("{e} (or optimal[+no-evict][+no-chunk][+no-mix])"));
+        }
+        let mut c = PolicyConstraints::default();
+        for p in parts {
+            match p {
+                "no-evict" => c.no_evict = true,
+                "no-chunk" => c.no_chunk = true,
+                "no-mix" => c.no_mix = true,
+                _ => {
+                    return Err(format!(
+                        "\"{s}\": unknown constraint \"{p}\"; expected no-evict, no-chunk or no-mix"
+                    ));
+                }
+            }
+        }
+        Ok(Self::Optimal(c))
+    }
+}
+
+/// One run of the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Position in the grid (the order of the cartesian product).
+    pub index: usize,
+    /// M (None: from the cost model).
+    pub m: Option<u64>,
+    /// C.
+    pub c: Option<u64>,
+    /// P.
+    pub p: Option<u64>,
+    /// R_max.
+    pub r_max: Option<u64>,
+    /// Prompt lengths (a length distribution; `-` for a trace).
+    pub input: String,
+    /// Output lengths.
+    pub output: String,
+    /// Requests.
+    pub n: usize,
+    /// Poisson rate, if swept.
+    pub qps: Option<f64>,
+    /// Seed.
+    pub seed: u64,
+    /// Objective name.
+    pub objective: String,
+    /// Scheduler name as written in the spec.
+    pub scheduler: String,
+}
+
+fn o2s<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or(String::new(), ToString::to_string)
+}
+
+impl Point {
+    /// The identity of the run, the same for the same setting in every sweep.
+    pub fn key(&self) -> String {
+        format!(
+            "M={};C={};P={};R_max={};I={};O={};n={};qps={};seed={};objective={};scheduler={}",
+            o2s(&self.m),
+            o2s(&self.c),
+            o2s(&self.p),
+            o2s(&self.r_max),
+            self.input,
+            self.output,
+            self.n,
+            o2s(&self.qps),
+            self.seed,
+            self.objective,
+            self.scheduler
+        )
+    }
+
+    /// The key without the scheduler: runs that share it share a setting.
+    pub fn setting_key(&self) -> String {
+        let k = self.key();
+        k[..k.rfind(";scheduler=").unwrap_or(k.len())].to_string()
+    }
+}
+
+/// The columns of `results.csv`.
+pub const RESULT_COLUMNS: &[&str] = &[
+    "run",
+    "key",
+    "M",
+    "C",
+    "P",
+    "R_max",
+    "I",
+    "O",
+    "n",
+    "qps",
+    "seed",
+    "objective",
+    "scheduler",
+    "status",
+    "objective_s",
+    "makespan_s",
+    "mean_e2e_s",
+    "mean_ttft_s",
+    "p99_ttft_s",
+    "mean_tpot_s",
+    "throughput_tok_s",
+    "evictions",
+    "recomputed_tokens",
+    "batches",
+    "peak_kv_utilization",
+    "best_bound_s",
+    "certified_gap",
+    "solve_s",
+    "error",
+];
+
+/// The parameters a grid can sweep, as they appear in `results.csv`.
+pub const GRID_PARAMS: &[&str] = &["M", "C", "P", "R_max", "I", "O", "n", "qps", "seed"];
+
+fn length_value(v: &toml::Value, key: &str) -> Result<String> {
+    let s = match v {
+        toml::Value::Integer(i) if *i >= 1 => format!("fixed:{i}"),
+        toml::Value::String(s) => s.clone(),
+        other => bail!(
+            "{key}: expected a positive integer or a length distribution such as \"uniform:4:16\", got {other}"
+        ),
+    };
+    s.parse::<LengthDist>()
+        .map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+    Ok(s)
+}
+
+/// A loaded spec: the grid's points and what every run needs.
+#[derive(Debug)]
+pub struct Sweep {
+    /// The spec.
+    pub spec: SweepSpec,
+    /// The spec file's directory (relative paths resolve against it).
+    pub base_dir: PathBuf,
+    /// All points of the grid, in order.
+    pub points: Vec<Point>,
+    /// Parameters with more than one value.
+    pub swept: Vec<&'static str>,
+    cost: LinearCostModel,
+    trace: Option<Workload>,
+}
+
+impl Sweep {
+    /// Parses and checks a spec; errors name the file and the key.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let base_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Self::from_str(&text, &base_dir).with_context(|| format!("sweep spec {}", path.display()))
+    }
+
+    /// Parses a spec from text; relative paths resolve against `base_dir`.
+    pub fn from_str(text: &str, base_dir: &Path) -> Result<Self> {
+        let spec: SweepSpec = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
+        let cost = {
+            let as_path = base_dir.join(&cost_name);
+            let name = if as_path.exists() {
+                as_path.display().to_string()
+            } else {
+                cost_name.clone()
+            };
+            cost_model::resolve(&name).with_context(|| format!("cost_model = \"{cost_name}\""))?
+        };
+        if let Some(t) = spec.time_limit
+            && !(t.is_finite() && t > 0.0)
+        {
+            bail!("time_limit: expected seconds > 0, got {t}");
+        }
+        if let Some(g) = spec.mip_gap
+            && !(0.0..1.0).contains(&g)
+        {
+            bail!("mip_gap: expected a value in [0, 1), got {g}");
+        }
+        if spec.block_size == Some(0) {
+            bail!("block_size: expected >= 1");
+        }
+        let w = &spec.workload;
+        let trace = match &w.trace {
+            Some(t) => {
+                if w.input.is_some() || w.output.is_some() {
+                    bail!(
+                        "workload: I and O are for synthetic workloads; a trace gives its own lengths"
+                    );
+                }
+                if spec.grid.input.is_some() || spec.grid.output.is_some() {
+                    bail!(
+                        "grid.I / grid.O: a trace workload gives its own lengths (scale them with prefill_scale / decode_scale)"
+                    );
+                }
+                let p = base_dir.join(t);
+                Some(
+                    crate::workload::read_trace(&p)
+                        .with_context(|| format!("workload.trace = \"{t}\""))?,
+                )
+            }
+            None => None,
+        };
+        if let Some(a) = &w.arrival {
+            a.parse::<ArrivalProcess>()
+                .map_err(|e| anyhow::anyhow!("workload.arrival: {e}"))?;
+        }
+        let base_len = |v: &Option<toml::Value>, key: &str| -> Result<Vec<String>> {
+            match v {
+                Some(v) => Ok(vec![length_value(v, key)?]),
+                None if trace.is_some() => Ok(vec!["-".into()]),
+                None => Ok(vec![]),
+            }
+        };
+        let g = &spec.grid;
+        let lengths = |grid: &Option<Vec<toml::Value>>,
+                       base: Vec<String>,
+                       key: &str|
+         -> Result<Vec<String>> {
+            match grid {
+                Some(vs) => {
+                    if vs.is_empty() {
+                        bail!("{key}: empty list");
+                    }
+                    vs.iter()
+                        .enumerate()
+                        .map(|(i, v)| length_value(v, &format!("{key}[{i}]")))
+                        .collect()
+                }
+                None if base.is_empty() => bail!(
+                    "workload.{}: required for a synthetic workload (or give {key})",
+                    &key[5..]
+                ),
+                None => Ok(base),
+            }
+        };
+        let inputs = lengths(&g.input, base_len(&w.input, "workload.I")?, "grid.I")?;
+        let outputs = lengths(&g.output, base_len(&w.output, "workload.O")?, "grid.O")?;
+        fn list<T: Clone>(
+            grid: &Option<Vec<T>>,
+            base: Option<T>,
+            key: &str,
+        ) -> Result<Vec<Option<T>>> {
+            match grid {
+                Some(v) if v.is_empty() => bail!("{key}: empty list"),
+                Some(v) => Ok(v.iter().cloned().map(Some).collect()),
+                None => Ok(vec![base]),
+            }
+        }
+        let ms = list(&g.m, spec.limits.m, "grid.M")?;
+        let cs = list(&g.c, spec.limits.c, "grid.C")?;
+        let ps = list(&g.p, spec.limits.p, "grid.P")?;
+        let rs = list(&g.r_max, spec.limits.r_max, "grid.R_max")?;
+        for (key, vals) in [("M", &ms), ("C", &cs), ("P", &ps), ("R_max", &rs)] {
+            if vals.contains(&Some(0)) {
+                bail!("{key}: expected values >= 1");
+            }
+        }
+        let ns = list(&g.n, w.n, "grid.n")?;
+        if ns.iter().any(|n| n.is_none()) {
+            bail!("workload.n: required (or give grid.n)");
+        }
+        if ns.contains(&Some(0)) {
+            bail!("n: expected >= 1 requests");
+        }
+        let qpss = list(&g.qps, None, "grid.qps")?;
+        if qpss.iter().flatten().any(|q| !(q.is_finite() && *q > 0.0)) {
+            bail!("grid.qps: expected rates > 0");
+        }
+        let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
+        if g.schedulers.is_empty() {
+            bail!("grid.schedulers: empty list");
+        }
+        for (i, s) in g.schedulers.iter().enumerate() {
+            s.parse::<SweepScheduler>()
+                .map_err(|e| anyhow::anyhow!("grid.schedulers[{i}]: {e}"))?;
+        }
+        let objectives = g.objectives.clone().unwrap_or(vec!["makespan".into()]);
+        if objectives.is_empty() {
+            bail!("grid.objectives: empty list");
+        }
+        for (i, o) in objectives.iter().enumerate() {
+            o.parse::<Objective>()
+                .map_err(|e| anyhow::anyhow!("grid.objectives[{i}]: {e}"))?;
+        }
+        let mut swept = Vec::new();
+        for (name, count) in [
+            ("M", ms.len()),
+            ("C", cs.len()),
+            ("P", ps.len()),
+            ("R_max", rs.len()),
+            ("I", inputs.len()),
+            ("O", outputs.len()),
+            ("n", ns.len()),
+            ("qps", qpss.len()),
+            ("seed", seeds.len()),
+        ] {
+            if count > 1 {
+                swept.push(name);
+            }
+        }
+        let mut points = Vec::new();
+        for objective in &objectives {
+            for m in &ms {
+                for c in &cs {
+                    for p in &ps {
+                        for r in &rs {
+                            for input in &inputs {
+                                for output in &outputs {
+                                    for n in &ns {
+                                        for qps in &qpss {
+                                            for seed in &seeds {
+                                                for scheduler in &g.schedulers {
+                                                    points.push(Point {
+                                                        index: points.len(),
+                                                        m: *m,
+                                                        c: *c,
+                                                        p: *p,
+                                                        r_max: *r,
+                                                        input: input.clone(),
+                                                        output: output.clone(),
+                                                        n: n.expect("checked"),
+                                                        qps: *qps,
+                                                        seed: seed.expect("has a default"),
+                                                        objective: objective.clone(),
+                                                        scheduler: scheduler.clone(),
+                                                    });
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            spec,
+            base_dir: base_dir.to_path_buf(),
+            points,
+            swept,
+            cost,
+            trace,
+        })
+    }
+
+    /// The workload of a point.
+    pub fn workload(&self, p: &Point) -> Result<Workload> {
+        let w = &self.spec.workload;
+        let arrival = match (p.qps, &w.arrival) {
+            (Some(q), _) => Some(ArrivalProcess::Poisson(q)),
+            (None, Some(a)) => Some(a.parse::<ArrivalProcess>().map_err(anyhow::Error::msg)?),
+            (None, None) => None,
+        };
+        match &self.trace {
+            Some(trace) => Ok(crate::workload::sample(
+                trace,
+                &SampleSpec {
+                    selection: Selection::Random(p.n, p.seed),
+                    prefill_scale: w.prefill_scale.unwrap_or(1.0),
+                    decode_scale: w.decode_scale.unwrap_or(1.0),
+                    max_total_tokens: w.max_total_tokens,
+                    arrival,
+                    arrival_seed: p.seed,
+                    rebase_time: true,
+                    ..SampleSpec::default()
+                },
+            )?),
+            None => Ok(crate::workload::generate(&SynthSpec {
+                requests: p.n,
+                input: p.input.parse().map_err(anyhow::Error::msg)?,
+                output: p.output.parse().map_err(anyhow::Error::msg)?,
+                arrival: arrival.unwrap_or(ArrivalProcess::Static),
+                seed: p.seed,
+            })?),
+        }
+    }
+
+    /// The limits of a point.
+    pub fn limits(&self, p: &Point) -> Result<Limits> {
+        let m = match p.m {
+            Some(m) => m,
+            None => {
+                let f = &self.cost.file;
+                match (&f.model, &f.gpu) {
+                    (Some(model), Some(gpu)) => {
+                        cost_model::kv_capacity_tokens(model, gpu, f.tensor_parallel, 0.9)?
+                    }
+                    _ => bail!(
+                        "M: required, cost model {} has no model and GPU spec",
+                        self.cost.name
+                    ),
+                }
+            }
+        };
+        let l = Limits {
+            token_budget: p.c,
+            prefill_budget: p.p,
+            kv_capacity: Some(m),
+            max_running: p.r_max,
+            block_size: self.spec.block_size.unwrap_or(1),
+            watermark: 0.0,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+
+    /// Runs one point and returns its `results.csv` record.
+    pub fn run_point(&self, p: &Point) -> Vec<String> {
+        let mut rec = vec![
+            p.index.to_string(),
+            p.key(),
+            o2s(&p.m),
+            o2s(&p.c),
+            o2s(&p.p),
+            o2s(&p.r_max),
+            p.input.clone(),
+            p.output.clone(),
+            p.n.to_string(),
+            o2s(&p.qps),
+            p.seed.to_string(),
+            p.objective.clone(),
+            p.scheduler.clone(),
+        ];
+        match self.measure(p) {
+            Ok((status, objective, s, solve)) => {
+                rec.extend([
+                    status,
+                    objective.to_string(),
+                    s.makespan_s.to_string(),
+                    s.mean_e2e_s.to_string(),
+                    s.mean_ttft_s.to_string(),
+                    s.ttft_s.p99.to_string(),
+                    o2s(&s.mean_tpot_s),
+                    o2s(&s.throughput_tok_s),
+                    s.evictions.to_string(),
+                    s.recomputed_tokens.to_string(),
+                    s.batches.to_string(),
+                    o2s(&s.peak_kv_utilization),
+                    o2s(&solve.map(|x| x.0)),
+                    o2s(&solve.map(|x| x.1)),
+                    o2s(&solve.map(|x| x.2)),
+                    String::new(),
+                ]);
+            }
+            Err(e) => {
+                rec.push("error".into());
+                rec.extend(std::iter::repeat_n(
+                    String::new(),
+                    RESULT_COLUMNS.len() - 15,
+                ));
+                rec.push(format!("{e:#}").replace('\n', " "));
+            }
+        }
+        debug_assert_eq!(rec.len(), RESULT_COLUMNS.len());
+        rec
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn measure(&self, p: &Point) -> Result<(String, f64, Summary, Option<(f64, f64, f64)>)> {
+        let w = self.workload(p)?;
+        let limits = self.limits(p)?;
+        let objective: Objective = p.objective.parse().map_err(anyhow::Error::msg)?;
+        let scheduler: SweepScheduler = p.scheduler.parse().map_err(anyhow::Error::msg)?;
+        let (schedule, status, solve) = match scheduler {
+            SweepScheduler::Heuristic(kind) => {
+                let sim = kind.simulate(&w, &Knobs::matching(&limits), &self.cost)?;
+                (sim.schedule, "heuristic".to_string(), None)
+            }
+            SweepScheduler::Optimal(constraints) => {
+                let options = SolveOptions {
+                    time_limit_s: self.spec.time_limit.unwrap_or(30.0),
+                    threads: self.spec.threads.unwrap_or(1),
+                    mip_rel_gap: self.spec.mip_gap.unwrap_or(1e-6),
+                    constraints,
+                    ..SolveOptions::default()
+                };
+                let r = crate::solver::solve(&w, &limits, &self.cost, objective, &options)?;
+                let status = match r.status {
+                    SolveStatus::Optimal => "optimal",
+                    SolveStatus::TimeLimit => "time-limit",
+                    SolveStatus::NoSolution => "no-solution",
+                };
+                (
+                    r.schedule.clone(),
+                    status.to_string(),
+                    Some((r.best_bound, r.certified_gap, r.solve_s)),
+                )
+            }
+        };
+        let r = replay(&w, &limits, &self.cost, &schedule)
+            .context("internal error: the replay rejects the schedule")?;
+        let s = Summary::from_replay(&r);
+        Ok((status, objective.of(&s), s, solve))
+    }
+}
+
+/// Parses `K/N` (1 <= K <= N).
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let err = || anyhow::anyhow!("--shard: expected K/N with 1 <= K <= N, e.g. 2/4; got \"{s}\"");
+    let (k, n) = s.split_once('/').ok_or_else(err)?;
+    let (k, n): (usize, usize) = (
+        k.trim().parse().map_err(|_| err())?,
+        n.trim().parse().map_err(|_| err())?,
+    );
+    if k == 0 || n == 0 || k > n {
+        return Err(err());
+    }
+    Ok((k, n))
+}
+
+/// The points of shard `k` of `n` (1-based): every n-th point starting at k - 1.
+pub fn shard(points: &[Point], k: usize, n: usize) -> Vec<Point> {
+    points
+        .iter()
+        .filter(|p| p.index % n == k - 1)
+        .cloned()
+        .collect()
+}
+
+fn csv_line(fields: &[String]) -> Result<Vec<u8>> {
+    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+    w.write_record(fields)?;
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Reads `results.csv`: the header check, complete records only (a line cut short by a
+/// kill is dropped and the file truncated to the last complete line).
+pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(i) => i + 1,
+        None => 0,
+    };
+    if complete < bytes.len() {
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(complete as u64)?;
+    }
+    let mut r = csv::ReaderBuilder::new().from_reader(&bytes[..complete]);
+    let header = r.headers()?.clone();
+    if header.iter().ne(RESULT_COLUMNS.iter().copied()) {
+        bail!(
+            "{}: not a sweep results file of this version (columns differ)",
+            path.display()
+        );
+    }
+    let mut out = Vec::new();
+    for (i, rec) in r.records().enumerate() {
+        let rec = rec.with_context(|| format!("{}: record {}", path.display(), i + 1))?;
+        if rec.len() != RESULT_COLUMNS.len() {
+            bail!(
+                "{}: line {} has {} fields, expected {}",
+                path.display(),
+                i + 2,
+                rec.len(),
+                RESULT_COLUMNS.len()
+            );
+        }
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepOutcome {
+    /// Runs in this shard.
+    pub planned: usize,
+    /// Runs skipped because results.csv had them.
+    pub skipped: usize,
+    /// Runs done now.
+    pub ran: usize,
+    /// Of those, runs that failed (status `error`).
+    pub failed: usize,
+    /// Plots written.
+    pub plots: Vec<PathBuf>,
+}
+
+/// Runs `sweep` (or one shard of it) into `out`; see the module docs.
+pub fn run(
+    sweep: &Sweep,
+    out: &Path,
+    resume: bool,
+    shard_of: Option<(usize, usize)>,
+    jobs: Option<usize>,
+    progress: bool,
+) -> Result<SweepOutcome> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let results_path = out.join("results.csv");
+    let points = match shard_of {
+        Some((k, n)) => shard(&sweep.points, k, n),
+        None => sweep.points.clone(),
+    };
+    let mut done = HashSet::new();
+    if results_path.exists() {
+        if !resume {
+            bail!(
+                "{} exists; pass --resume to continue that sweep, or choose another --out",
+                results_path.display()
+            );
+        }
+        for rec in read_results(&results_path)? {
+            done.insert(rec[1].to_string());
+        }
+    } else {
+        crate::core::io::write_bytes_atomic(
+            &results_path,
+            &csv_line(
+                &RESULT_COLUMNS
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>(),
+            )?,
+        )?;
+    }
+    let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.key())).collect();
+    let skipped = points.len() - todo.len();
+    let file = Mutex::new(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&results_path)
+            .with_context(|| format!("opening {}", results_path.display()))?,
+    );
+    let bar = if progress {
+        indicatif::ProgressBar::new(todo.len() as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:32}] {pos}/{len} runs, ETA {eta} {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.unwrap_or(0))
+        .build()?;
+    let write_result: Result<()> = pool.install(|| {
+        todo.par_iter().try_for_each(|p| -> Result<()> {
+            let rec = sweep.run_point(p);
+            if rec[13] == "error" {
+                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                bar.println(format!(
+                    "run {} ({}): {}",
+                    p.index,
+                    p.key(),
+                    rec[RESULT_COLUMNS.len() - 1]
+                ));
+            }
+            let line = csv_line(&rec)?;
+            let mut f = file.lock().expect("no panics while holding the lock");
+            f.write_all(&line)?;
+            f.flush()?;
+            drop(f);
+            bar.inc(1);
+            Ok(())
+        })
+    });
+    bar.finish_and_clear();
+    write_result.with_context(|| format!("appending to {}", results_path.display()))?;
+    // Deterministic final file: the records sorted by run index.
+    let mut recs = read_results(&results_path)?;
+    recs.sort_by_key(|r| r[0].parse::<usize>().unwrap_or(usize::MAX));
+    crate::core::io::write_atomic(&results_path, |w| {
+        let mut cw = csv::Writer::from_writer(w);
+        cw.write_record(RESULT_COLUMNS)?;
+        for r in &recs {
+            cw.write_record(r)?;
+        }
+        cw.flush()
+    })?;
+    let plots = sweep_plots(sweep, &recs);
+    let plot_paths = crate::report::write_plots(&out.join("plots"), &plots)?;
+    Ok(SweepOutcome {
+        planned: points.len(),
+        skipped,
+        ran: todo.len(),
+        failed: failed.into_inner(),
+        plots: plot_paths,
+    })
+}
+
+/// The metrics plotted against each swept parameter.
+pub const PLOTTED_METRICS: &[(&str, &str)] = &[
+    (
+        "ratio_to_optimal",
+        "objective / optimal scheduler's objective",
+    ),
+    ("objective_s", "objective (s)"),
+    ("makespan_s", "makespan (s)"),
+    ("mean_e2e_s", "mean E2E latency (s)"),
+    ("mean_ttft_s", "mean TTFT (s)"),
+    ("evictions", "evictions"),
+];
+
+/// Plots of each metric against each swept parameter: one line per scheduler (and
+/// objective, when several), averaged over the other parameters.
+pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
+    let col = |name: &str| {
+        RESULT_COLUMNS
+            .iter()
+            .position(|c| *c == name)
+            .expect("column")
+    };
+    let ok: Vec<&csv::StringRecord> = recs
+        .iter()
+        .filter(|r| &r[col("status")] != "error")
+        .collect();
+    // The optimal scheduler's objective per setting.
+    let mut optimum: BTreeMap<String, f64> = BTreeMap::new();
+    for r in &ok {
+        if &r[col("scheduler")] == "optimal" {
+            let key = &r[col("key")];
+            let setting = key[..key.rfind(";scheduler=").unwrap_or(key.len())].to_string();
+            if let Ok(v) = r[col("objective_s")].parse() {
+                optimum.insert(setting, v);
+            }
+        }
+    }
+    let objectives: HashSet<&str> = ok.iter().map(|r| &r[col("objective")]).collect();
+    let several_objectives = objectives.len() > 1;
+    let mut plots = Vec::new();
+    let title = sweep.spec.name.clone().unwrap_or("sweep".into());
+    for &param in &sweep.swept {
+        for &(metric, label) in PLOTTED_METRICS {
+            if metric == "ratio_to_optimal" && optimum.is_empty() {
+                continue;
+            }
+            // series name -> x -> values
+            let mut data: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+            let mut order: Vec<String> = Vec::new();
+            for r in &ok {
+                let y = if metric == "ratio_to_optimal" {
+                    let key = &r[col("key")];
+                    let setting = &key[..key.rfind(";scheduler=").unwrap_or(key.len())];
+                    match (optimum.get(setting), r[col("objective_s")].parse::<f64>()) {
+                        (Some(o), Ok(v)) if *o > 0.0 => v / o,
+                        _ => continue,
+                    }
+                } else {
+                    match r[col(metric)].parse::<f64>() {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    }
+                };
+                let mut name = r[col("scheduler")].to_string();
+                if several_objectives {
+                    name = format!("{name} ({})", &r[col("objective")]);
+                }
+                if !order.contains(&name) {
+                    order.push(name.clone());
+                }
+                data.entry(name)
+                    .or_default()
+                    .entry(r[col(param)].to_string())
+                    .or_default()
+                    .push(y);
+            }
+            let series: Vec<svg::Series> = order
+                .iter()
+                .map(|name| {
+                    let mut pts: Vec<(f64, f64)> = data[name]
+                        .iter()
+                        .map(|(x, ys)| (axis_value(x), ys.iter().sum::<f64>() / ys.len() as f64))
+                        .collect();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    svg::Series {
+                        name: name.clone(),
+                        points: pts,
+                        step: false,
+                        markers: true,
+                    }
+                })
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let mut s = svg::Svg::new(960, 420);
+            svg::line_chart(
+                &mut s,
+                (0.0, 0.0, 960.0, 420.0),
+                &format!("{title}: {label} vs {param}"),
+                &axis_label(param),
+                label,
+                &series,
+                &[],
+                metric != "ratio_to_optimal",
+            );
+            plots.push(Plot {
+                stem: format!("{metric}-vs-{param}"),
+                caption: format!("{label} against {param}, mean over the other parameters"),
+                svg: s,
+            });
+        }
+    }
+    plots
+}
+
+/// A numeric x for a parameter value: the number itself, or a length distribution's
+/// fixed value / mean-ish first parameter.
+fn axis_value(x: &str) -> f64 {
+    if let Ok(v) = x.parse::<f64>() {
+        return v;
+    }
+    // "fixed:8" -> 8; "uniform:4:16" -> (4 + 16) / 2; others: the first number.
+    let nums: Vec<f64> = x.split(':').filter_map(|p| p.parse().ok()).collect();
+    match (x.split(':').next(), nums.as_slice()) {
+        (Some("uniform"), [lo, hi]) => (lo + hi) / 2.0,
+        (_, [first, ..]) => *first,
+        _ => f64::NAN,
+    }
+}
+
+fn axis_label(param: &str) -> String {
+    match param {
+        "M" => "M (KV capacity, tokens)".into(),
+        "C" => "C (token budget)".into(),
+        "P" => "P (prefill budget)".into(),
+        "R_max" => "R_max (running requests)".into(),
+        "I" => "I (prompt tokens)".into(),
+        "O" => "O (output tokens)".into(),
+        "n" => "n (requests)".into(),
+        "qps" => "arrival rate (requests/s)".into(),
+        other => other.into(),
+    }
+}
+
+/// The `sweep` command.
+pub fn run_cli(
+    spec: &Path,
+    out: &Path,
+    resume: bool,
+    shard_arg: Option<&str>,
+    jobs: Option<usize>,
+) -> Result<()> {
+    let sweep = Sweep::load(spec)?;
+    let shard_of = shard_arg.map(parse_shard).transpose()?;
+    if jobs == Some(0) {
+        bail!("--jobs: expected >= 1");
+    }
+    let started = Instant::now();
+    eprintln!(
+        "sweep {}: {} runs in the grid{}; swept: {}",
+        spec.display(),
+        sweep.points.len(),
+        shard_of.map_or(String::new(), |(k, n)| format!(", shard {k}/{n}")),
+        if sweep.swept.is_empty() {
+            "nothing (one setting)".to_string()
+        } else {
+            sweep.swept.join(", ")
+        }
+    );
+    let o = run(&sweep, out, resume, shard_of, jobs, true)?;
+    println!(
+        "{} runs: {} ran now ({} failed), {} already in results.csv; {:.1} s",
+        o.planned,
+        o.ran,
+        o.failed,
+        o.skipped,
+        started.elapsed().as_secs_f64()
+    );
+    println!("results: {}", out.join("results.csv").display());
+    println!(
+        "plots:   {} files in {}",
+        o.plots.len(),
+        out.join("plots").display()
+    );
+    if o.failed > 0 {
+        bail!("{} runs failed (their rows say why)", o.failed);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = r#"
+name = "t"
+[workload]
+n = 2
+I = 4
+O = "uniform:1:3"
+[grid]
+M = [8, 12]
+seed = [0, 1, 2]
+schedulers = ["optimal", "vllm", "optimal+no-evict"]
+"#;
+
+    #[test]
+    fn the_grid_is_the_cartesian_product_in_order() {
+        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        assert_eq!(s.points.len(), 2 * 3 * 3);
+        assert_eq!(s.swept, vec!["M", "seed"]);
+        assert_eq!(s.points[0].scheduler, "optimal");
+        assert_eq!(s.points[1].scheduler, "vllm");
+        assert_eq!(s.points[3].seed, 1);
+        assert_eq!(s.points[9].m, Some(12));
+        let keys: HashSet<String> = s.points.iter().map(Point::key).collect();
+        assert_eq!(keys.len(), s.points.len(), "keys are unique");
+        assert_eq!(s.points[0].input, "fixed:4");
+    }
+
+    #[test]
+    fn shards_are_disjoint_and_cover_the_grid() {
+        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        for n in 1..=7 {
+            let mut seen = Vec::new();
+            for k in 1..=n {
+                seen.extend(shard(&s.points, k, n).into_iter().map(|p| p.index));
+            }
+            seen.sort();
+            assert_eq!(seen, (0..s.points.len()).collect::<Vec<_>>(), "n = {n}");
+        }
+        assert!(parse_shard("0/3").is_err());
+        assert!(parse_shard("4/3").is_err());
+        assert!(parse_shard("x").is_err());
+        assert_eq!(parse_shard("2/3").unwrap(), (2, 3));
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", Sweep::from_str(text, Path::new(".")).unwrap_err())
+    }
+
+    #[test]
+    fn bad_specs_name_the_key() {
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nMM = [1]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("MM"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vlm\"]\n");
+        assert!(e.contains("grid.schedulers[0]"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nI = [4, \"zipf:x\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.I[1]"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\n[grid]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("workload.O"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = []\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("grid.M"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm+no-evict\"]\n");
+        assert!(e.contains("optimal only"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nobjectives = [\"speed\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.objectives[0]"), "{e}");
+        let e = err("[workload]\nn = \"two\"\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn axis_values_of_length_distributions() {
+        assert_eq!(axis_value("12"), 12.0);
+        assert_eq!(axis_value("fixed:8"), 8.0);
+        assert_eq!(axis_value("uniform:4:16"), 10.0);
+    }
+}
