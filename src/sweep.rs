@@ -914,7 +914,8 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
     let several_objectives = objectives.len() > 1;
     let mut plots = Vec::new();
     let title = sweep.spec.name.clone().unwrap_or("sweep".into());
-    for &param in &sweep.swept {
+    // Seeds are replicates: averaged over, not plotted against.
+    for &param in sweep.swept.iter().filter(|p| **p != "seed") {
         for &(metric, label) in PLOTTED_METRICS {
             if metric == "ratio_to_optimal" && optimum.is_empty() {
                 continue;

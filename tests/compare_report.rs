@@ -1,0 +1,401 @@
+//! `compare` and `sweep` end to end: the files a researcher opens are there and well-formed,
+//! numbers agree with the replay, sweeps resume and shard correctly.
+
+mod support;
+
+use infersched::compare::{self, CSV_COLUMNS, CompareSpec, Contender, Setting};
+use infersched::core::{Limits, Summary, Workload, replay};
+use infersched::report;
+use infersched::schedulers::SchedulerKind;
+use infersched::solver::{Objective, SolveOptions};
+use infersched::sweep::{self, RESULT_COLUMNS, Sweep};
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::process::Command;
+
+fn cost() -> infersched::cost_model::LinearCostModel {
+    infersched::cost_model::preset("llama2-7b-a100").unwrap()
+}
+
+fn limits(m: u64) -> Limits {
+    Limits {
+        kv_capacity: Some(m),
+        ..Limits::unlimited()
+    }
+}
+
+fn setting(w: &Workload, l: Limits) -> Setting {
+    Setting {
+        workload: "test".into(),
+        workload_stats: infersched::workload::WorkloadStats::of(w),
+        cost_model: "llama2-7b-a100".into(),
+        objective: Objective::Makespan,
+        limits: l,
+        time_limit_s: 30.0,
+    }
+}
+
+fn spec(contenders: Vec<Contender>, l: Limits) -> CompareSpec {
+    CompareSpec {
+        contenders,
+        objective: Objective::Makespan,
+        limits: l,
+        solve: SolveOptions {
+            time_limit_s: 30.0,
+            threads: 1,
+            ..SolveOptions::default()
+        },
+    }
+}
+
+fn all_contenders() -> Vec<Contender> {
+    vec![
+        Contender::Optimal,
+        Contender::Heuristic(SchedulerKind::Vllm),
+        Contender::Heuristic(SchedulerKind::VllmV1),
+        Contender::Heuristic(SchedulerKind::Sarathi),
+        Contender::Heuristic(SchedulerKind::Orca),
+    ]
+}
+
+/// Three requests and a memory tight enough that heuristics evict.
+fn tiny() -> Workload {
+    support::workload(&[(4, 3, 0.0), (4, 3, 0.0), (3, 2, 0.0)])
+}
+
+fn svg_size(path: &Path) -> (u32, u32) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text)
+        .unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    let attr = |n: &str| root.attribute(n).unwrap().parse::<u32>().unwrap();
+    (attr("width"), attr("height"))
+}
+
+#[test]
+fn compare_writes_a_consistent_well_formed_report() {
+    let w = tiny();
+    let l = limits(10);
+    let c = compare::run(&w, &cost(), &spec(all_contenders(), l));
+    assert!(c.failures().is_empty(), "{:?}", c.failures());
+    let dir = tempfile::tempdir().unwrap();
+    let paths = report::write_comparison(dir.path(), &w, &setting(&w, l), &c).unwrap();
+    assert!(paths.iter().all(|p| p.exists()));
+
+    // The table: header, one row per scheduler, ratios from the replayed objectives.
+    let mut rdr = csv::Reader::from_path(dir.path().join("comparison.csv")).unwrap();
+    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(header, CSV_COLUMNS);
+    let rows: Vec<csv::StringRecord> = rdr.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 5);
+    let col = |n: &str| CSV_COLUMNS.iter().position(|c| *c == n).unwrap();
+    let opt_value: f64 = rows[0][col("objective_s")].parse().unwrap();
+    assert_eq!(&rows[0][col("scheduler")], "optimal");
+    assert_eq!(&rows[0][col("ratio_to_optimum")], "1");
+    for (row, (name, outcome)) in rows.iter().zip(c.succeeded()) {
+        assert_eq!(&row[col("scheduler")], name);
+        // Each row's numbers are the replay of that scheduler's schedule.
+        let again = Summary::from_replay(&replay(&w, &l, &cost(), &outcome.schedule).unwrap());
+        let v: f64 = row[col("objective_s")].parse().unwrap();
+        assert_eq!(v, again.makespan_s);
+        let ratio: f64 = row[col("ratio_to_optimum")].parse().unwrap();
+        assert!((ratio - v / opt_value).abs() < 1e-12);
+        assert!(ratio >= 1.0 - 1e-9, "{name} beats the optimum: {ratio}");
+        let to_bound: f64 = row[col("ratio_to_bound")].parse().unwrap();
+        assert!(to_bound >= ratio - 1e-9, "the bound is below the optimum");
+        assert_eq!(
+            row[col("evictions")].parse::<u64>().unwrap(),
+            again.evictions
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("comparison.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["format"], "infersched-comparison/1");
+    assert_eq!(json["rows"].as_array().unwrap().len(), 5);
+    assert_eq!(json["setting"]["limits"]["kv_capacity"], 10);
+
+    // Plots: every SVG parses as XML and has its PNG twin at the same size.
+    let plots = dir.path().join("plots");
+    let mut stems = BTreeSet::new();
+    for e in std::fs::read_dir(&plots).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "svg") {
+            let (width, height) = svg_size(&p);
+            let png = std::fs::read(p.with_extension("png")).unwrap();
+            let img = resvg::tiny_skia::Pixmap::decode_png(&png).unwrap();
+            assert_eq!(
+                (img.width(), img.height()),
+                (width, height),
+                "{}",
+                p.display()
+            );
+            stems.insert(p.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    for s in [
+        "objective",
+        "kv-memory",
+        "latency-cdf",
+        "tokens-per-batch",
+        "timeline-optimal",
+        "timeline-vllm",
+        "timeline-sarathi",
+    ] {
+        assert!(stems.contains(s), "missing plot {s}: {stems:?}");
+    }
+
+    // The report references only files that exist, and inlines the plots.
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let mut links = 0;
+    for part in html.split("href=\"").skip(1) {
+        let target = &part[..part.find('"').unwrap()];
+        if target.starts_with("http") {
+            continue;
+        }
+        links += 1;
+        assert!(
+            dir.path().join(target).exists(),
+            "report links to missing {target}"
+        );
+    }
+    assert!(links >= 10, "{links} links");
+    assert_eq!(html.matches("<svg ").count(), stems.len());
+    assert!(html.contains("sarathi") && html.contains("M (KV tokens)"));
+
+    // Chrome traces: one complete slice per batch with its entries, KV counters.
+    for (name, o) in c.succeeded() {
+        let text = std::fs::read_to_string(dir.path().join(format!("trace-{name}.json"))).unwrap();
+        let t: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = t["traceEvents"].as_array().unwrap();
+        let slices: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), o.replay.batches.len(), "{name}");
+        for (s, b) in slices.iter().zip(&o.replay.batches) {
+            assert!((s["ts"].as_f64().unwrap() - b.start_s * 1e6).abs() < 1e-6);
+            assert!((s["dur"].as_f64().unwrap() - b.duration_s() * 1e6).abs() < 1e-6);
+            assert!(s["pid"].is_number() && s["tid"].is_number());
+            let entries = s["args"]["entries"].as_array().unwrap();
+            let tokens: u64 = entries.iter().map(|e| e["tokens"].as_u64().unwrap()).sum();
+            assert_eq!(tokens, b.features.tokens);
+        }
+        let counters = events.iter().filter(|e| e["ph"] == "C").count();
+        assert_eq!(counters, 2 * o.replay.batches.len());
+    }
+}
+
+#[test]
+fn heuristic_comparisons_are_byte_identical_across_runs() {
+    let w = support::workload(&[(6, 4, 0.0), (5, 3, 0.001), (7, 2, 0.002), (3, 5, 0.004)]);
+    let l = limits(16);
+    let contenders = all_contenders()[1..].to_vec();
+    let mut outputs = Vec::new();
+    for _ in 0..2 {
+        let dir = tempfile::tempdir().unwrap();
+        let c = compare::run(&w, &cost(), &spec(contenders.clone(), l));
+        report::write_comparison(dir.path(), &w, &setting(&w, l), &c).unwrap();
+        let mut files = Vec::new();
+        for rel in [
+            "comparison.csv",
+            "comparison.json",
+            "report.html",
+            "plots/kv-memory.svg",
+            "plots/kv-memory.png",
+            "plots/timeline-vllm.svg",
+            "trace-sarathi.json",
+        ] {
+            files.push(std::fs::read(dir.path().join(rel)).unwrap());
+        }
+        outputs.push(files);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}
+
+#[test]
+fn timeline_phases_follow_the_schedule() {
+    use infersched::report::plots::{Phase, request_phases};
+    let w = tiny();
+    let l = limits(10);
+    let c = compare::run(
+        &w,
+        &cost(),
+        &spec(vec![Contender::Heuristic(SchedulerKind::Vllm)], l),
+    );
+    let (_, o) = c.succeeded()[0];
+    let phases = request_phases(&w, o, 64);
+    for (i, segs) in phases.iter().enumerate() {
+        let r = &o.replay.requests[i];
+        // From arrival to completion, contiguous, in time order.
+        assert!((segs[0].0 - r.arrival_s).abs() < 1e-12);
+        assert!(
+            (segs.last().unwrap().1 - r.completion_s).abs() < 1e-12,
+            "request {i}"
+        );
+        for pair in segs.windows(2) {
+            assert!((pair[0].1 - pair[1].0).abs() < 1e-12);
+        }
+        let evicted = segs.iter().any(|s| s.2 == Phase::Evicted);
+        assert_eq!(evicted, r.evictions > 0, "request {i}");
+        assert!(segs.iter().any(|s| s.2 == Phase::Decode));
+    }
+    assert!(
+        o.summary.evictions > 0,
+        "the test needs a schedule with evictions"
+    );
+}
+
+const SPEC: &str = r#"
+name = "test sweep"
+[workload]
+n = 3
+I = 4
+O = "uniform:1:3"
+[grid]
+M = [8, 12]
+seed = [0, 1, 2]
+schedulers = ["vllm", "sarathi", "orca"]
+"#;
+
+fn keys(path: &Path) -> Vec<String> {
+    sweep::read_results(path)
+        .unwrap()
+        .iter()
+        .map(|r| r[1].to_string())
+        .collect()
+}
+
+#[test]
+fn sweep_resumes_after_being_cut_short() {
+    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let full = tempfile::tempdir().unwrap();
+    let o = sweep::run(&s, full.path(), false, None, Some(2), false).unwrap();
+    assert_eq!((o.planned, o.ran, o.skipped, o.failed), (18, 18, 0, 0));
+    let results = full.path().join("results.csv");
+    let complete = std::fs::read_to_string(&results).unwrap();
+    let lines: Vec<&str> = complete.lines().collect();
+    assert_eq!(lines.len(), 19);
+    assert_eq!(lines[0], RESULT_COLUMNS.join(","));
+    // Rows are in grid order and each key once.
+    let k = keys(&results);
+    assert_eq!(k, s.points.iter().map(|p| p.key()).collect::<Vec<_>>());
+    assert!(!o.plots.is_empty());
+
+    // Simulate a kill: five finished rows and half of a sixth.
+    let cut = tempfile::tempdir().unwrap();
+    let partial = format!("{}\n{}", lines[..6].join("\n"), &lines[6][..20]);
+    std::fs::write(cut.path().join("results.csv"), partial).unwrap();
+    let err = sweep::run(&s, cut.path(), false, None, Some(2), false).unwrap_err();
+    assert!(format!("{err:#}").contains("--resume"), "{err:#}");
+    let o = sweep::run(&s, cut.path(), true, None, Some(2), false).unwrap();
+    assert_eq!((o.ran, o.skipped), (13, 5));
+    // Heuristic runs are deterministic: the resumed file equals the uninterrupted one.
+    assert_eq!(
+        std::fs::read_to_string(cut.path().join("results.csv")).unwrap(),
+        complete
+    );
+    // Resuming a finished sweep runs nothing.
+    let o = sweep::run(&s, cut.path(), true, None, Some(2), false).unwrap();
+    assert_eq!((o.ran, o.skipped), (0, 18));
+}
+
+#[test]
+fn sweep_shards_are_disjoint_and_together_are_the_grid() {
+    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let mut all = Vec::new();
+    for k in 1..=3 {
+        let d = tempfile::tempdir().unwrap();
+        let o = sweep::run(&s, d.path(), false, Some((k, 3)), Some(1), false).unwrap();
+        assert_eq!(o.ran, 6);
+        all.extend(keys(&d.path().join("results.csv")));
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "a run is in two shards");
+    let grid: HashSet<String> = s.points.iter().map(|p| p.key()).collect();
+    assert_eq!(unique.len(), grid.len());
+    assert!(all.iter().all(|k| grid.contains(k)));
+}
+
+#[test]
+fn sweep_with_the_optimal_scheduler_plots_ratios() {
+    let text = r#"
+time_limit = 20
+[workload]
+n = 2
+I = 3
+O = 2
+[grid]
+M = [5, 8]
+schedulers = ["optimal", "optimal+no-evict", "vllm"]
+"#;
+    let s = Sweep::from_str(text, Path::new(".")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let o = sweep::run(&s, d.path(), false, None, Some(2), false).unwrap();
+    assert_eq!(o.failed, 0);
+    let recs = sweep::read_results(&d.path().join("results.csv")).unwrap();
+    let col = |n: &str| RESULT_COLUMNS.iter().position(|c| *c == n).unwrap();
+    for pair in recs.chunks(3) {
+        let v = |i: usize| pair[i][col("objective_s")].parse::<f64>().unwrap();
+        assert_eq!(&pair[0][col("status")], "optimal");
+        assert!(v(0) <= v(1) + 1e-12, "constraints cannot help");
+        assert!(v(0) <= v(2) + 1e-12, "the optimum beats vllm");
+    }
+    assert!(
+        o.plots
+            .iter()
+            .any(|p| p.ends_with("plots/ratio_to_optimal-vs-M.svg"))
+    );
+}
+
+#[test]
+fn the_cli_compares_and_rejects_bad_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    infersched::workload::write_trace(&tiny(), &w).unwrap();
+    let out = dir.path().join("cmp");
+    let o = Command::new(env!("CARGO_BIN_EXE_infersched"))
+        .args(["compare", "--workload"])
+        .arg(&w)
+        .args([
+            "--schedulers",
+            "optimal,vllm,sarathi",
+            "--kv-capacity",
+            "10",
+            "--time-limit",
+            "30",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("/optimum") && stdout.contains("sarathi"));
+    assert!(stdout.contains("report.html"));
+    assert!(out.join("report.html").exists());
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\"]\nR_max = [0]\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_infersched"))
+        .arg("sweep")
+        .arg(&bad)
+        .arg("--out")
+        .arg(dir.path().join("sw"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("R_max") && err.contains("bad.toml"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_infersched"))
+        .args(["compare", "--workload"])
+        .arg(&w)
+        .args(["--schedulers", "vllm,fastest", "--out"])
+        .arg(dir.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--schedulers"));
+}
