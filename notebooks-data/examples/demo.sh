@@ -41,13 +41,15 @@ echo "   (Llama-3-70B TP4 on A100s, the InferMax setting: M = 100,000 KV tokens,
   --scheduler vllm,vllm-v1,sarathi,orca,orca-max,static --cost-model llama3-70b-tp4-a100 \
   --kv-capacity 100000 --token-budget 16384 --block-size 1 --out "$OUT/simulate" | tail -n 8
 echo
-echo "== 7. How far from optimal? 4 identical requests (I = 8, O = 4), M = 24 KV tokens (Llama-2-7B, A100)"
-"$BIN" workload generate --requests 4 --input fixed:8 --output fixed:4 --out "$OUT/tiny-4.csv" > /dev/null
-"$BIN" simulate --workload "$OUT/tiny-4.csv" --scheduler vllm,vllm-v1,sarathi,orca,static \
-  --kv-capacity 24 --block-size 1 --watermark 0 --out "$OUT/tiny-4-heuristics" | tail -n 7
+echo "== 7. How far from optimal? 4 arXiv requests (lengths scaled down), M = 20 KV tokens, Llama-2-7B on an A100"
+echo "   (made with: workload sample --trace notebooks-data/traces/arxiv_summarization.csv --random 4 --seed 3"
+echo "    --prefill-scale 0.003 --decode-scale 0.02 --max-total-tokens 16)"
+"$BIN" compare --workload notebooks-data/examples/arxiv-4.csv \
+  --schedulers optimal,vllm,vllm-v1,sarathi,orca,static --kv-capacity 20 --time-limit 60 \
+  --out "$OUT/compare"
 echo
-"$BIN" solve --workload "$OUT/tiny-4.csv" --kv-capacity 24 --out "$OUT/tiny-4-optimal" | head -n 8
-echo
-echo "Done. Results are in $OUT/: arxiv-16.csv (workload), replay/ (the validated hand-written"
-echo "schedule), simulate/<scheduler>/ and tiny-4-heuristics/<scheduler>/ (schedule.json,"
-echo "requests.csv, batches.csv, summary.json), tiny-4-optimal/ (the same plus solve.json)."
+echo "Done. Open $OUT/compare/report.html: the table, each scheduler's batch timeline, KV memory,"
+echo "latency CDFs and the objective against the optimum and its proven bound. Also in $OUT/:"
+echo "compare/comparison.csv (the table), compare/trace-<scheduler>.json (load in ui.perfetto.dev),"
+echo "compare/<scheduler>/ (schedule.json, requests.csv, batches.csv, summary.json), simulate/ (every"
+echo "heuristic on 1,000 Splitwise requests), replay/ (the validated hand-written schedule)."
