@@ -842,6 +842,11 @@ fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
                 let m = cost_model::preset(name).expect("listed presets exist");
                 outln!("{name:<22}{}", m.file.description);
             }
+            outln!(
+                "roofline:GPU:MODEL[:tpN]  datasheet roofline bound; GPU: {}; MODEL: {}",
+                cost_model::roofline::ROOFLINE_GPUS.join(", "),
+                cost_model::roofline::ROOFLINE_MODELS.join(", ")
+            );
         }
         CostModelCommand::Show(a) => show_model(&cost_model::resolve(&a.name)?, a.utilization)?,
     }

@@ -300,6 +300,9 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "best_bound_s",
     "certified_gap",
     "solve_s",
+    "milp_rows",
+    "milp_columns",
+    "milp_integers",
     "error",
 ];
 
@@ -628,9 +631,12 @@ impl Sweep {
                     s.recomputed_tokens.to_string(),
                     s.batches.to_string(),
                     o2s(&s.peak_kv_utilization),
-                    o2s(&solve.map(|x| x.0)),
-                    o2s(&solve.map(|x| x.1)),
-                    o2s(&solve.map(|x| x.2)),
+                    o2s(&solve.map(|x| x.best_bound)),
+                    o2s(&solve.map(|x| x.certified_gap)),
+                    o2s(&solve.map(|x| x.solve_s)),
+                    o2s(&solve.map(|x| x.model.rows)),
+                    o2s(&solve.map(|x| x.model.columns)),
+                    o2s(&solve.map(|x| x.model.integers)),
                     String::new(),
                 ]);
             }
@@ -647,8 +653,7 @@ impl Sweep {
         rec
     }
 
-    #[allow(clippy::type_complexity)]
-    fn measure(&self, p: &Point) -> Result<(String, f64, Summary, Option<(f64, f64, f64)>)> {
+    fn measure(&self, p: &Point) -> Result<(String, f64, Summary, Option<SolveFacts>)> {
         let w = self.workload(p)?;
         let limits = self.limits(p)?;
         let objective: Objective = p.objective.parse().map_err(anyhow::Error::msg)?;
@@ -675,7 +680,12 @@ impl Sweep {
                 (
                     r.schedule.clone(),
                     status.to_string(),
-                    Some((r.best_bound, r.certified_gap, r.solve_s)),
+                    Some(SolveFacts {
+                        best_bound: r.best_bound,
+                        certified_gap: r.certified_gap,
+                        solve_s: r.solve_s,
+                        model: r.model,
+                    }),
                 )
             }
         };
@@ -684,6 +694,15 @@ impl Sweep {
         let s = Summary::from_replay(&r);
         Ok((status, objective.of(&s), s, solve))
     }
+}
+
+/// What a sweep row records of a MILP solve.
+#[derive(Debug, Clone, Copy)]
+struct SolveFacts {
+    best_bound: f64,
+    certified_gap: f64,
+    solve_s: f64,
+    model: crate::solver::ModelSize,
 }
 
 /// Parses `K/N` (1 <= K <= N).

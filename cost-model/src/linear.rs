@@ -100,10 +100,13 @@ fn one_u32() -> u32 {
 pub enum CostModelError {
     /// Neither a preset nor a readable file.
     #[error(
-        "unknown cost model \"{0}\": not a preset ({presets}) and no such file",
+        "unknown cost model \"{0}\": not a preset ({presets}), not roofline:GPU:MODEL[:tpN], and no such file",
         presets = crate::presets::PRESET_NAMES.join(", ")
     )]
     Unknown(String),
+    /// A `roofline:` spec that does not parse.
+    #[error("cost model {0}")]
+    Roofline(String),
     /// The file could not be read.
     #[error("{path}: {source}")]
     Io {

@@ -1,0 +1,225 @@
+//! The `roofline` cost model: first-order coefficients from a model's shape and a GPU's
+//! datasheet (peak dense bf16 FLOP/s, memory bandwidth), usable anywhere as
+//! `roofline:GPU:MODEL[:tpN]`, e.g. `roofline:h200:llama2-7b` (InferMax's "theoretical
+//! hardware bound").
+//!
+//! Per layer and GPU (tensor parallel degree t, bytes per element b), each term the time of
+//! the work it stands for at full speed, added (a sum of bounds, so it stays linear in the
+//! batch features of `semantics.md`):
+//! * `one`: reading the layer's weights once per batch, `W_layer * b / t / BW`;
+//! * `tokens`: the GEMMs, `2 * W_layer / t / FLOPS` per token;
+//! * `decode_kv`: a decode reads K and V of its context, `2 * n_kv * d * b / t / BW` per token;
+//! * `prefill_attn`: causal attention FLOPs, `2 * n_h * d / t / FLOPS` per unit
+//!   (the feature counts `c^2 + 2 c m`, twice the query-key pairs; QK and PV cost `2 d` each);
+//! * `prefill_ctx`: reading the cached context of a chunk, `2 * n_kv * d * b / t / BW` per token;
+//! * per-batch and per-request biases (kernel launches, scheduling) are 0: a roofline has none.
+//!
+//! It is a lower bound on real kernel time, not a prediction: at small batches real GEMMs
+//! reach a fraction of the peak, and launch overheads that a calibration measures are missing.
+
+use crate::hardware::{GpuSpec, ModelSpec};
+use crate::linear::{COST_MODEL_FORMAT, CoefficientFile, LinearCostModel, Provenance, TimeUnit};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A GPU's datasheet numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Datasheet {
+    /// Memory (for M).
+    pub gpu: GpuSpec,
+    /// Peak dense bf16 tensor-core FLOP/s.
+    pub peak_flops: f64,
+    /// Memory bandwidth in bytes/s.
+    pub bandwidth: f64,
+}
+
+impl Datasheet {
+    /// The datasheet of a GPU by short name: `a100`, `h100`, `h200`.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            // A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2,039 GB/s HBM2e.
+            "a100" => Some(Self {
+                gpu: GpuSpec::a100_80gb(),
+                peak_flops: 312e12,
+                bandwidth: 2.039e12,
+            }),
+            // H100 SXM5 80GB: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3.
+            "h100" => Some(Self {
+                gpu: GpuSpec::h100_80gb(),
+                peak_flops: 989.4e12,
+                bandwidth: 3.35e12,
+            }),
+            // H200 SXM 141GB: 989.4 TFLOP/s bf16 dense, 4.8 TB/s HBM3e.
+            "h200" => Some(Self {
+                gpu: GpuSpec::h200(),
+                peak_flops: 989.4e12,
+                bandwidth: 4.8e12,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// GPU names [`Datasheet::named`] knows.
+pub const ROOFLINE_GPUS: &[&str] = &["a100", "h100", "h200"];
+/// Model names [`model_named`] knows.
+pub const ROOFLINE_MODELS: &[&str] = &["llama2-7b", "llama3-8b", "llama3-70b"];
+
+/// A model shape by name: `llama2-7b`, `llama3-8b`, `llama3-70b`.
+pub fn model_named(name: &str) -> Option<ModelSpec> {
+    match name {
+        "llama2-7b" => Some(ModelSpec::llama2_7b()),
+        "llama3-8b" => Some(ModelSpec::llama3_8b()),
+        "llama3-70b" => Some(ModelSpec::llama3_70b()),
+        _ => None,
+    }
+}
+
+/// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp`.
+pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostModel {
+    let t = f64::from(tp.max(1));
+    let h = f64::from(model.hidden);
+    let q = f64::from(model.heads) * f64::from(model.head_dim);
+    let kv = f64::from(model.kv_heads) * f64::from(model.head_dim);
+    let f = f64::from(model.mlp_hidden);
+    let b = f64::from(model.dtype_bytes);
+    let layer_params = h * q + 2.0 * h * kv + q * h + 3.0 * h * f + 2.0 * h;
+    let ms = 1e3;
+    let mut theta = BTreeMap::new();
+    theta.insert(
+        "one".to_string(),
+        layer_params * b / t / sheet.bandwidth * ms,
+    );
+    theta.insert(
+        "tokens".to_string(),
+        2.0 * layer_params / t / sheet.peak_flops * ms,
+    );
+    let kv_read = 2.0 * kv * b / t / sheet.bandwidth * ms;
+    theta.insert("decode_kv".to_string(), kv_read);
+    theta.insert("prefill_ctx".to_string(), kv_read);
+    theta.insert(
+        "prefill_attn".to_string(),
+        2.0 * q / t / sheet.peak_flops * ms,
+    );
+    let name = format!(
+        "roofline:{}:{}{}",
+        sheet.gpu.name,
+        model.name,
+        if tp > 1 {
+            format!(":tp{tp}")
+        } else {
+            String::new()
+        }
+    );
+    let file = CoefficientFile {
+        format: COST_MODEL_FORMAT.to_string(),
+        name: name.clone(),
+        description: format!(
+            "Roofline bound of {} on {} (TP {tp}): weights and KV reads at {:.0} GB/s, GEMM and attention FLOPs at {:.1} TFLOP/s bf16",
+            model.name,
+            sheet.gpu.name,
+            sheet.bandwidth / 1e9,
+            sheet.peak_flops / 1e12
+        ),
+        unit: TimeUnit::Ms,
+        per_layer: true,
+        layers: Some(model.layers),
+        theta,
+        model: Some(model.clone()),
+        gpu: Some(sheet.gpu.clone()),
+        tensor_parallel: tp.max(1),
+        provenance: Provenance {
+            method: "roofline".into(),
+            source: "GPU datasheet peak bf16 FLOP/s and memory bandwidth; model shape".into(),
+            notes: Some(
+                "a lower bound on kernel time: no launch overheads, GEMMs and attention at peak"
+                    .into(),
+            ),
+            fit: None,
+        },
+    };
+    LinearCostModel::from_file(file, Path::new(&name))
+        .expect("roofline coefficients are finite and non-negative")
+}
+
+/// Parses `roofline:GPU:MODEL[:tpN]`; `Ok(None)` if `spec` is not a roofline spec.
+pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
+    let Some(rest) = spec.strip_prefix("roofline:") else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let usage = || {
+        format!(
+            "\"{spec}\": expected roofline:GPU:MODEL[:tpN] with GPU one of {} and MODEL one of {}",
+            ROOFLINE_GPUS.join(", "),
+            ROOFLINE_MODELS.join(", ")
+        )
+    };
+    if !(2..=3).contains(&parts.len()) {
+        return Err(usage());
+    }
+    let sheet = Datasheet::named(parts[0]).ok_or_else(usage)?;
+    let model = model_named(parts[1]).ok_or_else(usage)?;
+    let tp = match parts.get(2) {
+        None => 1,
+        Some(p) => p
+            .strip_prefix("tp")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("\"{spec}\": the third part must be tpN with N >= 1"))?,
+    };
+    Ok(Some(roofline(&model, &sheet, tp)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::{BatchFeatures, CostModel};
+
+    #[test]
+    fn decode_of_one_request_is_the_weight_read() {
+        let m = parse_roofline("roofline:h200:llama2-7b").unwrap().unwrap();
+        // Llama-2-7B layer: 4 * 4096^2 + 3 * 4096 * 11008 + 2 * 4096 = 202,383,360 params.
+        let layer_bytes = 202_383_360.0 * 2.0;
+        let mut f = BatchFeatures::default();
+        f.add_decode(1);
+        let t = m.batch_time_s(&f);
+        let weights = 32.0 * layer_bytes / 4.8e12;
+        let gemm = 32.0 * 2.0 * 202_383_360.0 / 989.4e12;
+        let kv = 32.0 * 2.0 * 4096.0 * 2.0 / 4.8e12;
+        assert!((t - (weights + gemm + kv)).abs() < 1e-12, "{t}");
+        // About 2.7 ms: the memory-bound decode of a 13.5 GB model at 4.8 TB/s.
+        assert!((t * 1e3 - 2.70).abs() < 0.02, "{}", t * 1e3);
+    }
+
+    #[test]
+    fn long_prefill_is_compute_bound_and_tp_divides_the_work() {
+        let one = parse_roofline("roofline:a100:llama3-8b").unwrap().unwrap();
+        let four = parse_roofline("roofline:a100:llama3-8b:tp4")
+            .unwrap()
+            .unwrap();
+        let mut f = BatchFeatures::default();
+        f.add_prefill(4096, 0);
+        let (t1, t4) = (one.batch_time_s(&f), four.batch_time_s(&f));
+        assert!((t1 / t4 - 4.0).abs() < 1e-9);
+        // 8B-class model: ~2 * 7e9 FLOPs per token; 4096 tokens at 312 TFLOP/s ~ 0.18 s.
+        assert!(t1 > 0.15 && t1 < 0.3, "{t1}");
+        assert_eq!(four.file.tensor_parallel, 4);
+        assert_eq!(one.file.provenance.method, "roofline");
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_expected() {
+        assert!(parse_roofline("llama2-7b-a100").unwrap().is_none());
+        for bad in [
+            "roofline:h300:llama2-7b",
+            "roofline:h200:gpt5",
+            "roofline:h200",
+            "roofline:h200:llama2-7b:tp0",
+            "roofline:h200:llama2-7b:x",
+        ] {
+            let e = parse_roofline(bad).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+}
