@@ -250,6 +250,18 @@ fn infeasible_input_fails_fast_with_the_reason() {
         e.to_string().contains("shorter than the longest output"),
         "{e}"
     );
+    // A model over the size limit is refused before it is built; just under, it solves.
+    let small = SolveOptions {
+        max_arc_columns: 5,
+        ..SolveOptions::default()
+    };
+    let e = solve(&w, &limits, &cost, Objective::Makespan, &small).unwrap_err();
+    assert!(e.to_string().contains("more than 5 arc variables"), "{e}");
+    let roomy = SolveOptions {
+        max_arc_columns: 100_000,
+        ..SolveOptions::default()
+    };
+    assert!(solve(&w, &limits, &cost, Objective::Makespan, &roomy).is_ok());
 }
 
 #[test]

@@ -181,16 +181,15 @@ impl StateGraph {
         Self { states, arcs, out }
     }
 
-    /// Arcs usable in batch `j` of `horizon`: from a state reachable by then, towards a
-    /// state from which the request can still finish in the batches left.
-    pub fn usable_arcs(&self, o_tok: u32, horizon: usize) -> Vec<Vec<usize>> {
+    /// Calls `f(j, arc)` for every arc usable in batch `j` of `horizon`: from a state
+    /// reachable by then, towards a state from which the request can still finish in the
+    /// batches left. Stops early when `f` returns false.
+    fn visit_usable(&self, o_tok: u32, horizon: usize, mut f: impl FnMut(usize, usize) -> bool) {
         let mut reach = vec![false; self.states.len()];
         reach[Self::START] = true;
-        let mut layers = Vec::with_capacity(horizon);
         for j in 0..horizon {
             let left_after = (horizon - 1 - j) as u64;
             let mut next = vec![false; self.states.len()];
-            let mut layer = Vec::new();
             for (s, &r) in reach.iter().enumerate() {
                 if !r {
                     continue;
@@ -201,12 +200,33 @@ impl StateGraph {
                         continue;
                     }
                     next[arc.to] = true;
-                    layer.push(a);
+                    if !f(j, a) {
+                        return;
+                    }
                 }
             }
-            layers.push(layer);
             reach = next;
         }
+    }
+
+    /// Arcs usable in each batch of `horizon` (see `visit_usable`).
+    pub fn usable_arcs(&self, o_tok: u32, horizon: usize) -> Vec<Vec<usize>> {
+        let mut layers = vec![Vec::new(); horizon];
+        self.visit_usable(o_tok, horizon, |j, a| {
+            layers[j].push(a);
+            true
+        });
         layers
+    }
+
+    /// How many (batch, arc) pairs [`Self::usable_arcs`] would return, counting at most
+    /// `cap + 1` of them (so a huge model is rejected without being built).
+    pub fn usable_arc_count(&self, o_tok: u32, horizon: usize, cap: usize) -> usize {
+        let mut n = 0usize;
+        self.visit_usable(o_tok, horizon, |_, _| {
+            n += 1;
+            n <= cap
+        });
+        n
     }
 }

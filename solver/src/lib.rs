@@ -145,6 +145,9 @@ pub struct SolveOptions {
     pub constraints: PolicyConstraints,
     /// Let HiGHS log its progress to stdout.
     pub log: bool,
+    /// Refuse models with more arc variables than this (memory and build time grow with
+    /// them; a model this large would not solve in useful time on one machine anyway).
+    pub max_arc_columns: usize,
 }
 
 impl Default for SolveOptions {
@@ -159,6 +162,7 @@ impl Default for SolveOptions {
             warm_start: true,
             constraints: PolicyConstraints::default(),
             log: false,
+            max_arc_columns: 2_000_000,
         }
     }
 }
@@ -184,6 +188,18 @@ pub enum SolveError {
     /// No schedule can serve the workload.
     #[error("infeasible: {0}")]
     Infeasible(String),
+    /// The model would be too large to build.
+    #[error(
+        "the model would have more than {limit} arc variables ({requests} requests, horizon J = {horizon}): use fewer or shorter requests, or a smaller --horizon"
+    )]
+    TooLarge {
+        /// Requests.
+        requests: usize,
+        /// Batch slots.
+        horizon: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// HiGHS failed.
     #[error("HiGHS: {0}")]
     Highs(String),
@@ -406,6 +422,21 @@ pub fn solve(
         rows: Vec::new(),
     };
     // x[k][j] = [(arc, var, column)]: how many requests of class k take the arc in slot j.
+    let mut arc_columns = 0usize;
+    for (g, r) in graphs.iter().zip(&class_req) {
+        let left = options.max_arc_columns.saturating_sub(arc_columns);
+        arc_columns += g.usable_arc_count(r.output_tokens, horizon, left);
+        if arc_columns > options.max_arc_columns {
+            break;
+        }
+    }
+    if arc_columns > options.max_arc_columns {
+        return Err(SolveError::TooLarge {
+            requests: reqs.len(),
+            horizon,
+            limit: options.max_arc_columns,
+        });
+    }
     let mut x: Vec<SlotArcs> = Vec::with_capacity(members.len());
     for (k, g) in graphs.iter().enumerate() {
         let layers = g.usable_arcs(class_req[k].output_tokens, horizon);
