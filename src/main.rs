@@ -239,6 +239,12 @@ struct SolveArgs {
     /// Best schedule where no batch mixes prefills and decodes.
     #[arg(long)]
     no_mix: bool,
+    /// Best schedule that first admits requests in arrival order.
+    #[arg(long)]
+    fcfs: bool,
+    /// Best schedule where a request reserves I + O - 1 KV tokens from its first step (Orca).
+    #[arg(long)]
+    reserve: bool,
     /// Time limit for HiGHS in seconds.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
@@ -581,6 +587,8 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             no_evict: a.no_evict,
             no_chunk: a.no_chunk,
             no_mix: a.no_mix,
+            fcfs: a.fcfs,
+            reserve: a.reserve,
         },
         log: a.log,
         ..solve_options(a.time_limit, a.mip_gap, a.threads)?

@@ -29,7 +29,8 @@
 //! ```
 //! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `schedulers`,
 //! `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
-//! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`.
+//! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`, `optimal+fcfs`,
+//! `optimal+reserve`.
 
 use crate::core::{Limits, Summary, Workload, replay};
 use crate::cost_model::{self, LinearCostModel};
@@ -186,7 +187,7 @@ impl std::str::FromStr for SweepScheduler {
         if head != "optimal" {
             if s.contains('+') {
                 return Err(format!(
-                    "\"{s}\": policy constraints (+no-evict, +no-chunk, +no-mix) apply to optimal only"
+                    "\"{s}\": policy constraints (+no-evict, +no-chunk, +no-mix, +fcfs, +reserve) apply to optimal only"
                 ));
             }
             return s
@@ -200,9 +201,11 @@ impl std::str::FromStr for SweepScheduler {
                 "no-evict" => c.no_evict = true,
                 "no-chunk" => c.no_chunk = true,
                 "no-mix" => c.no_mix = true,
+                "fcfs" => c.fcfs = true,
+                "reserve" => c.reserve = true,
                 _ => {
                     return Err(format!(
-                        "\"{s}\": unknown constraint \"{p}\"; expected no-evict, no-chunk or no-mix"
+                        "\"{s}\": unknown constraint \"{p}\"; expected no-evict, no-chunk, no-mix, fcfs or reserve"
                     ));
                 }
             }

@@ -58,7 +58,119 @@ fn class_of(c: PolicyConstraints) -> Class {
         no_evict: c.no_evict,
         no_chunk: c.no_chunk,
         no_mix: c.no_mix,
+        fcfs: c.fcfs,
+        reserve: c.reserve,
     }
+}
+
+#[test]
+fn fcfs_and_reserve_optima_equal_the_exhaustive_search() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let mut compared = 0;
+    for seed in 200..212 {
+        let (w, limits) = tiny(seed);
+        let constraints = if seed % 2 == 0 {
+            PolicyConstraints {
+                fcfs: true,
+                ..Default::default()
+            }
+        } else {
+            PolicyConstraints {
+                reserve: true,
+                ..Default::default()
+            }
+        };
+        let Some((best, _)) = exhaustive::optimum(
+            &w,
+            &limits,
+            &cost,
+            exhaustive::Objective::Makespan,
+            class_of(constraints),
+            500_000,
+        ) else {
+            continue;
+        };
+        let report = solve(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &exact_options(constraints),
+        )
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+        let rel = (report.replayed_objective - best).abs() / best;
+        assert!(
+            rel < 1e-7,
+            "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
+            report.replayed_objective
+        );
+        assert!(
+            constraints.admits(&w, &limits, &report.schedule),
+            "seed {seed}"
+        );
+        // No worse than the heuristic of the class: Orca reserves I + O - 1 and never
+        // preempts; every heuristic admits in arrival order.
+        let kind = if constraints.reserve {
+            SchedulerKind::Orca
+        } else {
+            SchedulerKind::Vllm
+        };
+        if let Ok(sim) = kind.simulate(&w, &Knobs::matching(&limits), &cost) {
+            let h = replay(&w, &limits, &cost, &sim.schedule).unwrap();
+            assert!(
+                report.replayed_objective <= h.makespan_s() * (1.0 + 1e-9),
+                "seed {seed}"
+            );
+            assert!(
+                constraints.admits(&w, &limits, &sim.schedule),
+                "seed {seed}: {kind:?}"
+            );
+        }
+        compared += 1;
+    }
+    assert!(compared >= 8, "only {compared} instances were small enough");
+}
+
+#[test]
+fn class_membership_checks_fcfs_order_and_reservations() {
+    use infersched::core::{Batch, Entry, Schedule};
+    let w = support::workload(&[(2, 2, 0.0), (2, 2, 0.0)]);
+    let limits = Limits {
+        kv_capacity: Some(5),
+        ..Limits::unlimited()
+    };
+    let fcfs = PolicyConstraints {
+        fcfs: true,
+        ..Default::default()
+    };
+    let reserve = PolicyConstraints {
+        reserve: true,
+        ..Default::default()
+    };
+    // Request 1 first, then 0: not FCFS. Both together reserve 3 + 3 > 5.
+    let late = Schedule::new(vec![
+        Batch::new(vec![Entry::process(1, 2)]),
+        Batch::new(vec![Entry::process(0, 2), Entry::process(1, 1)]),
+        Batch::new(vec![Entry::process(0, 1)]),
+    ]);
+    replay(&w, &limits, &cost_model(), &late).unwrap();
+    assert!(!fcfs.admits(&w, &limits, &late));
+    assert!(!reserve.admits(&w, &limits, &late));
+    // One after the other, in order: both classes admit it.
+    let serial = Schedule::new(vec![
+        Batch::new(vec![Entry::process(0, 2)]),
+        Batch::new(vec![Entry::process(0, 1)]),
+        Batch::new(vec![Entry::process(1, 2)]),
+        Batch::new(vec![Entry::process(1, 1)]),
+    ]);
+    replay(&w, &limits, &cost_model(), &serial).unwrap();
+    assert!(fcfs.admits(&w, &limits, &serial));
+    assert!(reserve.admits(&w, &limits, &serial));
+}
+
+fn cost_model() -> infersched::cost_model::LinearCostModel {
+    preset("llama2-7b-a100").unwrap()
 }
 
 #[test]
@@ -118,7 +230,7 @@ fn makespan_equals_the_exhaustive_optimum_on_60_random_tiny_instances() {
         );
         // The solver's schedule passes the replay and belongs to the class.
         let r = replay(&w, &limits, &cost, &report.schedule).unwrap();
-        assert!(constraints.admits(&w, &report.schedule));
+        assert!(constraints.admits(&w, &limits, &report.schedule));
         with_evictions += usize::from(Summary::from_replay(&r).evictions > 0);
     }
     eprintln!("{with_evictions} optimal schedules evict");

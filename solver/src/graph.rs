@@ -70,9 +70,24 @@ impl StateGraph {
     }
 
     /// Builds the graph of `r` under `limits`; `no_evict` drops evict arcs, `no_chunk`
-    /// drops prefill arcs that do not complete their phase.
-    pub fn new(r: &Request, limits: &Limits, no_evict: bool, no_chunk: bool) -> Self {
+    /// drops prefill arcs that do not complete their phase, `reserve` counts `I + O - 1`
+    /// KV tokens for every step from the first one to the last (Orca's reservation).
+    pub fn new(
+        r: &Request,
+        limits: &Limits,
+        no_evict: bool,
+        no_chunk: bool,
+        reserve: bool,
+    ) -> Self {
         let (i_tok, o_tok) = (r.input_tokens, r.output_tokens);
+        let reserved = limits.occupied(r.max_kv_tokens());
+        let kv_of = |m: u32| {
+            if reserve && m > 0 {
+                reserved
+            } else {
+                limits.occupied(u64::from(m))
+            }
+        };
         let mut states = Vec::new();
         let mut index = std::collections::HashMap::new();
         for g in 0..o_tok {
@@ -110,7 +125,7 @@ impl StateGraph {
                     to: s,
                     kind: ArcKind::Idle,
                     features: BatchFeatures::default(),
-                    kv: limits.occupied(u64::from(m)),
+                    kv: kv_of(m),
                     holds: m > 0,
                     g_after: g,
                 },
@@ -170,7 +185,7 @@ impl StateGraph {
                                 finishes: g_after == o_tok,
                             },
                             features,
-                            kv: limits.occupied(u64::from(after)),
+                            kv: kv_of(after),
                             holds: true,
                             g_after,
                         },

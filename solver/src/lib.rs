@@ -78,15 +78,41 @@ pub struct PolicyConstraints {
     pub no_chunk: bool,
     /// No batch mixes prefill and decode entries.
     pub no_mix: bool,
+    /// Requests are first admitted in arrival order (ties by id): none starts before an
+    /// earlier one has.
+    pub fcfs: bool,
+    /// Orca's reservation: from its first step to its end a request holds `I + O - 1`
+    /// KV tokens in the memory constraint, and nothing is evicted.
+    pub reserve: bool,
 }
 
 impl PolicyConstraints {
-    /// Whether `schedule` (already replayed as valid) belongs to this class.
-    pub fn admits(&self, w: &Workload, schedule: &Schedule) -> bool {
+    /// Whether `schedule` (already replayed as valid under `limits`) belongs to this class.
+    pub fn admits(&self, w: &Workload, limits: &Limits, schedule: &Schedule) -> bool {
         let reqs = w.requests();
         let mut held = vec![0u64; reqs.len()];
         let mut generated = vec![0u32; reqs.len()];
-        for b in &schedule.batches {
+        let mut first_batch = vec![usize::MAX; reqs.len()];
+        for (j, b) in schedule.batches.iter().enumerate() {
+            for e in &b.entries {
+                let i = e.request as usize;
+                if matches!(e.action, infersched_core::Action::Process(_))
+                    && first_batch[i] == usize::MAX
+                {
+                    first_batch[i] = j;
+                }
+            }
+        }
+        if self.fcfs {
+            let order = w.fcfs_order();
+            if order
+                .windows(2)
+                .any(|p| first_batch[p[0] as usize] > first_batch[p[1] as usize])
+            {
+                return false;
+            }
+        }
+        for (j, b) in schedule.batches.iter().enumerate() {
             let (mut prefill, mut decode) = (false, false);
             for e in &b.entries {
                 let i = e.request as usize;
@@ -117,6 +143,24 @@ impl PolicyConstraints {
             }
             if self.no_mix && prefill && decode {
                 return false;
+            }
+            if self.reserve
+                && let Some(cap) = limits.kv_capacity
+            {
+                // Started by this batch and not finished before it: holds its reservation.
+                let reserved: u64 = reqs
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, r)| {
+                        first_batch[i] <= j
+                            && (generated[i] < r.output_tokens
+                                || b.entries.iter().any(|e| e.request as usize == i))
+                    })
+                    .map(|(_, r)| limits.occupied(r.max_kv_tokens()))
+                    .sum();
+                if reserved > cap {
+                    return false;
+                }
             }
         }
         true
@@ -286,7 +330,7 @@ fn best_heuristic(
             let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
                 continue;
             };
-            if !class.admits(w, &sim.schedule) {
+            if !class.admits(w, limits, &sim.schedule) {
                 continue;
             }
             let v = objective.of(&Summary::from_replay(&r));
@@ -408,12 +452,21 @@ pub fn solve(
 
     // Identical requests (same I, O, T) form one class with integer flows for makespan;
     // latency objectives need each request's completion time, so one class per request.
-    let members = request_classes(w, objective == Objective::Makespan);
+    // FCFS orders individual requests, so it needs one class per request.
+    let members = request_classes(w, objective == Objective::Makespan && !class.fcfs);
     let class_req: Vec<infersched_core::Request> = members.iter().map(|c| reqs[c[0]]).collect();
     let counts: Vec<f64> = members.iter().map(|c| c.len() as f64).collect();
     let graphs: Vec<StateGraph> = class_req
         .iter()
-        .map(|r| StateGraph::new(r, limits, class.no_evict, class.no_chunk))
+        .map(|r| {
+            StateGraph::new(
+                r,
+                limits,
+                class.no_evict || class.reserve,
+                class.no_chunk,
+                class.reserve,
+            )
+        })
         .collect();
     let mut m = Model {
         vars: ProblemVariables::new(),
@@ -526,6 +579,32 @@ pub fn solve(
                 if touched[s] {
                     m.rows.push(constraint!(e == 0));
                 }
+            }
+        }
+    }
+    if class.fcfs {
+        // Not started by slot j = still on the start state's idle arc in slot j; a request
+        // may wait there only while every later one (in arrival order) waits too.
+        let mut class_of = vec![0usize; reqs.len()];
+        for (k, mem) in members.iter().enumerate() {
+            for &r in mem {
+                class_of[r] = k;
+            }
+        }
+        let waiting = |k: usize, j: usize| -> Expression {
+            x[k][j]
+                .iter()
+                .filter(|(a, ..)| {
+                    let arc = &graphs[k].arcs[*a];
+                    arc.from == StateGraph::START && matches!(arc.kind, ArcKind::Idle)
+                })
+                .map(|(_, v, _)| *v)
+                .sum()
+        };
+        for pair in w.fcfs_order().windows(2) {
+            let (a, b) = (class_of[pair[0] as usize], class_of[pair[1] as usize]);
+            for j in 0..horizon {
+                m.rows.push(constraint!(waiting(b, j) >= waiting(a, j)));
             }
         }
     }

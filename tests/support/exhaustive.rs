@@ -28,6 +28,10 @@ pub struct Class {
     pub no_chunk: bool,
     /// No batch mixes prefill and decode entries.
     pub no_mix: bool,
+    /// Requests start in id order (offline instances: arrival order).
+    pub fcfs: bool,
+    /// A started, unfinished request counts I + O - 1 KV tokens; no evictions.
+    pub reserve: bool,
 }
 
 type State = Vec<(u32, u32)>; // (m, G) per request
@@ -93,7 +97,7 @@ pub fn optimum(
                 let known = r.input_tokens + g;
                 let decode = g >= 1 && m + 1 == known;
                 let mut v = vec![Act::Idle];
-                if m > 0 && !class.no_evict {
+                if m > 0 && !class.no_evict && !class.reserve {
                     v.push(Act::Evict);
                 }
                 for c in 1..=known - m {
@@ -180,13 +184,22 @@ fn step(
             }
         }
         let held = u64::from(next[i].0);
-        kv += limits.occupied(held);
+        let started = next[i].0 > 0 || next[i].1 > 0;
+        kv += if class.reserve && started && g < r.output_tokens {
+            limits.occupied(r.max_kv_tokens())
+        } else {
+            limits.occupied(held)
+        };
         holding += u64::from(held > 0);
         if next[i].1 == r.output_tokens {
             next[i].0 = 0; // freed after the batch
         }
     }
     if entries.is_empty() {
+        return None;
+    }
+    let started = |i: usize| next[i].0 > 0 || next[i].1 > 0;
+    if class.fcfs && (1..reqs.len()).any(|i| started(i) && !started(i - 1)) {
         return None;
     }
     let over = |v: u64, l: Option<u64>| l.is_some_and(|l| v > l);
