@@ -591,6 +591,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             reserve: a.reserve,
         },
         log: a.log,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         ..solve_options(a.time_limit, a.mip_gap, a.threads)?
     };
     let report = solver::solve(&w, &limits, &cost, objective, &options)?;
@@ -637,7 +638,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     );
     if let Some((name, v)) = &report.warm_start {
         outln!(
-            "  warm start            {name}: {:.6} ms ({:.2}% above the optimum found)",
+            "  warm start            {name}: {:.6} ms ({:.2}% above the best schedule found)",
             v * 1e3,
             (v / report.replayed_objective - 1.0) * 100.0
         );
@@ -682,6 +683,7 @@ fn solve_options(time_limit: f64, mip_gap: f64, threads: u32) -> Result<SolveOpt
         time_limit_s: time_limit,
         threads,
         mip_rel_gap: mip_gap,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         ..SolveOptions::default()
     })
 }

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod graph;
+pub mod progress;
 
 use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, highs, variable};
 use graph::{ArcKind, StateGraph};
@@ -189,6 +190,9 @@ pub struct SolveOptions {
     pub constraints: PolicyConstraints,
     /// Let HiGHS log its progress to stdout.
     pub log: bool,
+    /// Show a one-line progress display (best schedule, bound, gap, elapsed) on stderr
+    /// while HiGHS works (ignored with `log`).
+    pub progress: bool,
     /// Refuse models with more arc variables than this (memory and build time grow with
     /// them; a model this large would not solve in useful time on one machine anyway).
     pub max_arc_columns: usize,
@@ -206,6 +210,7 @@ impl Default for SolveOptions {
             warm_start: true,
             constraints: PolicyConstraints::default(),
             log: false,
+            progress: false,
             max_arc_columns: 2_000_000,
         }
     }
@@ -773,9 +778,23 @@ pub fn solve(
     }
     let mut hmodel = problem.into_inner();
     hmodel.make_quiet();
+    let mut watcher = None;
     if options.log {
         hmodel.set_option("output_flag", true);
         hmodel.set_option("log_to_console", true);
+    } else if options.progress {
+        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "infersched-highs-{}-{}.log",
+            std::process::id(),
+            RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        if let Some(p) = path.to_str() {
+            hmodel.set_option("output_flag", true);
+            hmodel.set_option("log_to_console", false);
+            hmodel.set_option("log_file", p.as_bytes());
+            watcher = Some(progress::ProgressWatcher::start(&path));
+        }
     }
     hmodel.set_option("time_limit", options.time_limit_s);
     hmodel.set_option("threads", options.threads.max(1) as i32);
@@ -813,6 +832,7 @@ pub fn solve(
         .try_solve()
         .map_err(|e| SolveError::Highs(format!("{e:?}")))?;
     let solve_s = t_solve.elapsed().as_secs_f64();
+    drop(watcher);
     let model_status = solved.status();
     let has_solution = solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
     use highs::HighsModelStatus as M;

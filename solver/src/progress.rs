@@ -1,0 +1,144 @@
+//! A one-line progress display for long solves: HiGHS writes its log to a file, a thread
+//! reads the latest branch-and-bound row and shows incumbent, bound, gap and elapsed time
+//! on standard error.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One progress point of the branch and bound (objective values in the model's unit, ms).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Best bound.
+    pub bound: f64,
+    /// Best schedule found so far, if any.
+    pub incumbent: Option<f64>,
+    /// Relative gap, if reported.
+    pub gap_percent: Option<f64>,
+    /// Seconds since HiGHS started.
+    pub elapsed_s: f64,
+}
+
+/// Parses a row of HiGHS's MIP progress table, e.g.
+/// ` L       0       0         0   0.00%   27.94289564     36.33488432       23.10%      174     51     64     11938    30.0s`.
+pub fn parse_progress_line(line: &str) -> Option<Progress> {
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let elapsed_s = tokens.last()?.strip_suffix('s')?.parse::<f64>().ok()?;
+    let first_pct = tokens.iter().position(|t| t.ends_with('%'))?;
+    let bound = tokens.get(first_pct + 1)?.parse::<f64>().ok()?;
+    let incumbent = tokens
+        .get(first_pct + 2)?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite());
+    let gap_percent = tokens
+        .get(first_pct + 3)
+        .and_then(|t| t.strip_suffix('%'))
+        .and_then(|t| t.parse::<f64>().ok());
+    Some(Progress {
+        bound,
+        incumbent,
+        gap_percent,
+        elapsed_s,
+    })
+}
+
+/// The text shown for a progress point.
+pub fn progress_text(p: &Progress) -> String {
+    let inc = p
+        .incumbent
+        .map_or("none yet".to_string(), |v| format!("{v:.4} ms"));
+    let gap = p
+        .gap_percent
+        .map_or("-".to_string(), |g| format!("{g:.2}%"));
+    format!(
+        "HiGHS: best schedule {inc}, bound {:.4} ms, gap {gap}, {:.1} s",
+        p.bound, p.elapsed_s
+    )
+}
+
+/// The latest progress point in a log's text.
+pub fn latest_progress(log: &str) -> Option<Progress> {
+    log.lines().rev().find_map(parse_progress_line)
+}
+
+/// Watches a HiGHS log file and redraws the progress line until finished.
+pub(crate) struct ProgressWatcher {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl ProgressWatcher {
+    /// Starts watching `path` (created by HiGHS once it logs).
+    pub(crate) fn start(path: &Path) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let watched = path.to_path_buf();
+        let handle = std::thread::spawn(move || {
+            let mut shown = String::new();
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                if let Ok(text) = std::fs::read_to_string(&watched)
+                    && let Some(p) = latest_progress(&text)
+                {
+                    let line = progress_text(&p);
+                    if line != shown {
+                        let mut err = std::io::stderr().lock();
+                        let _ = write!(err, "\r\x1b[K{line}");
+                        let _ = err.flush();
+                        shown = line;
+                    }
+                }
+            }
+            if !shown.is_empty() {
+                let _ = write!(std::io::stderr().lock(), "\r\x1b[K");
+            }
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for ProgressWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_rows_parse_and_other_lines_do_not() {
+        let log = "\
+Presolving model
+        Nodes      |    B&B Tree     |            Objective Bounds              |  Dynamic Constraints |       Work
+Src  Proc. InQueue |  Leaves   Expl. | BestBound       BestSol              Gap |   Cuts   InLp Confl. | LpIters     Time
+         0       0         0   0.00%   16.60416        inf                  inf        0      0      0         0     5.2s
+ L       0       0         0   0.00%   27.94289564     36.33488432       23.10%      174     51     64     11938    30.0s
+Solving report
+";
+        let p = latest_progress(log).unwrap();
+        assert_eq!(p.bound, 27.94289564);
+        assert_eq!(p.incumbent, Some(36.33488432));
+        assert_eq!(p.gap_percent, Some(23.10));
+        assert_eq!(p.elapsed_s, 30.0);
+        let first = parse_progress_line(log.lines().nth(3).unwrap()).unwrap();
+        assert_eq!(first.incumbent, None);
+        assert!(parse_progress_line("Presolving model").is_none());
+        assert!(parse_progress_line("  Timing            30.04").is_none());
+        assert!(progress_text(&p).contains("gap 23.10%"));
+    }
+}
