@@ -208,14 +208,14 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
     row(
         "prompt tokens I",
         format!(
-            "mean {:.1}, p50 {}, p99 {}, max {}",
+            "mean {:.1}, p50 {:.1}, p99 {:.1}, max {}",
             ws.input_tokens.mean, ws.input_tokens.p50, ws.input_tokens.p99, ws.input_tokens.max
         ),
     );
     row(
         "output tokens O",
         format!(
-            "mean {:.1}, p50 {}, p99 {}, max {}",
+            "mean {:.1}, p50 {:.1}, p99 {:.1}, max {}",
             ws.output_tokens.mean, ws.output_tokens.p50, ws.output_tokens.p99, ws.output_tokens.max
         ),
     );
@@ -257,10 +257,11 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
     h.push_str("<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
 <i>/optimum</i> divides by the MILP's replayed objective; <i>/bound</i> divides by its proven lower bound, \
 so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<table>\n<tr>");
+    let objective_head = format!("objective: {}", objective_label(c.objective));
     for head in [
         "scheduler",
         "status",
-        objective_label(c.objective),
+        objective_head.as_str(),
         "/optimum",
         "/bound",
         "makespan",
