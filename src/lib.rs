@@ -9,6 +9,7 @@
 //!   GPU calibration;
 //! * [`compare`] and [`report`]: several schedulers on one setting, the comparison table,
 //!   plots (SVG and PNG), Chrome traces and `report.html`;
+//! * [`calibration`]: `calibrate`'s fit, validation and output files (also from recorded samples);
 //! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
 //! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
 //!   `summary.json`).
@@ -34,6 +35,7 @@ pub use infersched_schedulers as schedulers;
 pub use infersched_solver as solver;
 pub use infersched_workload as workload;
 
+pub mod calibration;
 pub mod compare;
 pub mod output;
 pub mod report;

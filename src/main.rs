@@ -62,6 +62,37 @@ enum Command {
     Compare(CompareArgs),
     /// Run a grid of settings from a TOML spec, appending each run to results.csv.
     Sweep(SweepArgs),
+    /// Measure a layer's kernels on an NVIDIA GPU and fit the cost-model coefficients.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    /// Model: llama2-7b, llama3-8b, llama3-70b, or a model-spec JSON file.
+    #[arg(long, required_unless_present = "from_samples")]
+    model: Option<String>,
+    /// Tensor-parallel degree (heads and MLP width per GPU divided by it).
+    #[arg(long, default_value_t = 1)]
+    tp: u32,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    gpu: usize,
+    /// Largest batch in tokens to calibrate for.
+    #[arg(long, default_value_t = 8192)]
+    max_tokens: u32,
+    /// Timed runs per measurement (the median is kept).
+    #[arg(long, default_value_t = 10)]
+    repeats: usize,
+    /// Warm-up runs per measurement.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Redo the fit, validation and files from a recorded run's directory (samples.csv,
+    /// validation.csv, run.json) instead of measuring.
+    #[arg(long)]
+    from_samples: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -758,6 +789,120 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+fn calibration_model(spec: &str) -> Result<cost_model::ModelSpec> {
+    if let Some(m) = cost_model::roofline::model_named(spec) {
+        return Ok(m);
+    }
+    let path = Path::new(spec);
+    if !path.is_file() {
+        bail!(
+            "--model: \"{spec}\" is neither a known model ({}) nor a model-spec JSON file",
+            cost_model::roofline::ROOFLINE_MODELS.join(", ")
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {spec}"))?;
+    serde_json::from_str(&text).with_context(|| format!("{spec}: not a model spec"))
+}
+
+fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
+    use infersched::calibration::{RunInfo, write_calibration};
+    use infersched::kernels_calibration::{self as kc, samples};
+    let (run, all) = if let Some(dir) = &a.from_samples {
+        let read = |name: &str| -> Result<Vec<samples::Sample>> {
+            let p = dir.join(name);
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            Ok(samples::read_csv(&text, &p.display().to_string())?)
+        };
+        let mut all = read("samples.csv")?;
+        all.extend(read("validation.csv")?);
+        let p = dir.join("run.json");
+        let run: RunInfo = serde_json::from_str(
+            &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
+        )
+        .with_context(|| format!("{}: not a calibration run.json", p.display()))?;
+        (run, all)
+    } else {
+        let model = calibration_model(a.model.as_deref().unwrap_or_default())?;
+        kc::gpu::LayerShape::of(&model, a.tp)?;
+        let (ctx, info) = kc::probe(a.gpu)?;
+        let limits = kc::PlanLimits {
+            max_tokens: a.max_tokens,
+            ..kc::PlanLimits::default()
+        };
+        let plan = kc::plan(&limits);
+        eprintln!(
+            "calibrating {} (TP {}) on {} ({} measurements)",
+            model.name,
+            a.tp,
+            info.name,
+            plan.len()
+        );
+        let mut runner = kc::LayerRunner::new(&ctx, &model, a.tp, &limits)?;
+        let bar = indicatif::ProgressBar::new(plan.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:32}] {pos}/{len} measurements, ETA {eta} {msg}",
+            )?
+            .progress_chars("=> "),
+        );
+        let mut all = Vec::with_capacity(plan.len());
+        for m in &plan {
+            bar.set_message(samples::describe(m));
+            let ms = runner.time(m, a.warmup, a.repeats)?;
+            all.push(samples::Sample::of(m, ms));
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let run = RunInfo {
+            model,
+            tensor_parallel: a.tp,
+            gpu_name: info.name.clone(),
+            gpu_memory_bytes: info.memory_bytes,
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            driver_cuda_version: info.driver_cuda_version,
+            nvrtc_version: format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
+            repeats: a.repeats,
+            warmup: a.warmup,
+        };
+        (run, all)
+    };
+    let (c, paths) = write_calibration(&a.out, &run, &all)
+        .with_context(|| format!("writing the calibration to {}", a.out.display()))?;
+    let s = c.fit.stats;
+    outln!(
+        "fit on {} samples: R^2 {:.5}, APE median {:.2}%, p95 {:.2}%",
+        s.samples,
+        s.r2,
+        s.ape_median_pct,
+        s.ape_p95_pct
+    );
+    if let Some(v) = c.validation {
+        outln!(
+            "held-out composite batches ({}): R^2 {:.5}, APE median {:.2}%, p95 {:.2}%",
+            v.samples,
+            v.r2,
+            v.ape_median_pct,
+            v.ape_p95_pct
+        );
+    }
+    for (k, f) in infersched::core::Feature::ALL.iter().enumerate() {
+        outln!("  {:<14}{:e} ms per layer", f.name(), c.fit.theta_ms[k]);
+    }
+    outln!(
+        "wrote {}",
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
 fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
     match c {
         WorkloadCommand::Generate(a) => {
@@ -1049,6 +1194,7 @@ fn main() -> ExitCode {
         Command::Fit(a) => cmd_fit(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Compare(a) => cmd_compare(a),
+        Command::Calibrate(a) => cmd_calibrate(a),
         Command::Sweep(a) => {
             infersched::sweep::run_cli(&a.spec, &a.out, a.resume, a.shard.as_deref(), a.jobs)
         }

@@ -591,3 +591,86 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
         stderr(&o)
     );
 }
+
+#[test]
+fn calibrate_without_a_gpu_says_so_and_refits_recorded_samples() {
+    use infersched::kernels_calibration::{PlanLimits, plan, samples};
+    let dir = tempfile::tempdir().unwrap();
+    if infersched::kernels_calibration::check_libraries().is_err() {
+        let o = run(&[
+            "calibrate",
+            "--model",
+            "llama2-7b",
+            "--out",
+            &dir.path().join("gpu").display().to_string(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "an error exit, not a panic");
+        let err = stderr(&o);
+        assert!(
+            err.contains("no CUDA driver found") || err.contains("LD_LIBRARY_PATH"),
+            "{err}"
+        );
+    }
+    // A recorded run (synthetic here: a known per-layer model with 1% deterministic
+    // ripple), refitted by the same code the GPU run ends with.
+    let theta = [
+        0.05, 0.0019, 8.5e-6, 1.7e-7, 9.2e-6, 0.0015, 0.00074, 0.09, 0.019,
+    ];
+    let recorded = dir.path().join("recorded");
+    std::fs::create_dir_all(&recorded).unwrap();
+    let (mut fit_rows, mut held_out) = (Vec::new(), Vec::new());
+    for (i, m) in plan(&PlanLimits::default()).iter().enumerate() {
+        let exact = samples::predict_ms(&theta, &samples::Sample::of(m, 0.0).features);
+        let s = samples::Sample::of(m, exact * (1.0 + 0.01 * ((i % 7) as f64 - 3.0) / 3.0));
+        if m.group() == infersched::kernels_calibration::Group::Composite {
+            held_out.push(s);
+        } else {
+            fit_rows.push(s);
+        }
+    }
+    for (name, rows) in [("samples.csv", &fit_rows), ("validation.csv", &held_out)] {
+        let mut buf = Vec::new();
+        samples::write_csv(rows, &mut buf).unwrap();
+        std::fs::write(recorded.join(name), buf).unwrap();
+    }
+    let run_json = serde_json::json!({
+        "model": infersched::cost_model::ModelSpec::llama2_7b(),
+        "tensor_parallel": 1, "gpu_name": "NVIDIA H200", "gpu_memory_bytes": 150_109_880_320u64,
+        "compute_capability": "9.0", "driver_cuda_version": 13000, "nvrtc_version": "13.0",
+        "repeats": 10, "warmup": 3
+    });
+    std::fs::write(recorded.join("run.json"), run_json.to_string()).unwrap();
+    let out = dir.path().join("refit");
+    let o = run(&[
+        "calibrate",
+        "--from-samples",
+        &recorded.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("held-out composite batches (40)"),
+        "{stdout}"
+    );
+    let m = infersched::cost_model::resolve(&out.join("coefficients.json").display().to_string())
+        .unwrap();
+    assert_eq!(m.name, "llama2-7b-h200");
+    assert_eq!(m.file.provenance.method, "calibration");
+    // Per-token coefficient recovered (whole model: 32 layers, seconds).
+    assert!(
+        (m.theta_s[1] / (32.0 * 0.0019e-3) - 1.0).abs() < 0.02,
+        "{:?}",
+        m.theta_s
+    );
+    for f in [
+        "samples.csv",
+        "validation.csv",
+        "run.json",
+        "validation.svg",
+        "validation.png",
+    ] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+}

@@ -1,0 +1,197 @@
+//! `calibrate`: measure a layer's kernels on the GPU (crate `kernels-calibration`), fit the
+//! coefficients, validate them on composite batches, and write the results. The writing
+//! half also runs on recorded samples (`calibrate --from-samples DIR`), so it needs no GPU.
+
+use crate::core::io::write_bytes_atomic;
+use crate::cost_model::{
+    CoefficientFile, GpuSpec, LinearCostModel, ModelSpec, Provenance, TimeUnit,
+};
+use crate::kernels_calibration::samples::{self, Calibration, Sample};
+use crate::kernels_calibration::{Group, calibrate};
+use crate::report::{Plot, svg, write_plots};
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What was calibrated, on what (`run.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Model shape.
+    pub model: ModelSpec,
+    /// Tensor-parallel degree.
+    pub tensor_parallel: u32,
+    /// GPU name as the driver reports it.
+    pub gpu_name: String,
+    /// GPU memory in bytes.
+    pub gpu_memory_bytes: u64,
+    /// Compute capability, e.g. "9.0".
+    pub compute_capability: String,
+    /// Driver's CUDA version, e.g. 13000.
+    pub driver_cuda_version: i32,
+    /// NVRTC version, e.g. "13.0".
+    pub nvrtc_version: String,
+    /// Timed repeats per measurement (median kept) and warm-up runs.
+    pub repeats: usize,
+    /// Warm-up runs per measurement.
+    pub warmup: usize,
+}
+
+/// A short GPU name for preset names: `h200`, `a100`, ... or the driver's name.
+pub fn short_gpu_name(name: &str) -> String {
+    let lower = name.to_lowercase();
+    for known in ["h200", "h100", "a100", "l40s", "a10g", "l4", "b200"] {
+        if lower.contains(known) {
+            return known.to_string();
+        }
+    }
+    lower.split_whitespace().last().unwrap_or("gpu").to_string()
+}
+
+/// Writes `samples.csv` (fit groups), `validation.csv` (composite batches), `run.json`,
+/// `coefficients.json` and `validation.svg|png` into `dir`; returns the fit and the paths.
+pub fn write_calibration(
+    dir: &Path,
+    run: &RunInfo,
+    all: &[Sample],
+) -> io::Result<(Calibration, Vec<PathBuf>)> {
+    std::fs::create_dir_all(dir)?;
+    let c = calibrate(all).map_err(io::Error::other)?;
+    let (fit_rows, validation_rows): (Vec<Sample>, Vec<Sample>) = all
+        .iter()
+        .cloned()
+        .partition(|s| s.group != Group::Composite);
+    let mut paths = Vec::new();
+    for (name, rows) in [
+        ("samples.csv", &fit_rows),
+        ("validation.csv", &validation_rows),
+    ] {
+        let p = dir.join(name);
+        crate::core::io::write_atomic(&p, |w| samples::write_csv(rows, w))?;
+        paths.push(p);
+    }
+    let run_path = dir.join("run.json");
+    let text = serde_json::to_string_pretty(run).map_err(io::Error::other)? + "\n";
+    write_bytes_atomic(&run_path, text.as_bytes())?;
+    paths.push(run_path);
+
+    let gpu = short_gpu_name(&run.gpu_name);
+    let name = format!(
+        "{}-{gpu}{}",
+        run.model.name,
+        if run.tensor_parallel > 1 {
+            format!("-tp{}", run.tensor_parallel)
+        } else {
+            String::new()
+        }
+    );
+    let theta = crate::core::Feature::ALL
+        .iter()
+        .enumerate()
+        .map(|(k, f)| (f.name().to_string(), c.fit.theta_ms[k]))
+        .collect();
+    let file = CoefficientFile {
+        format: crate::cost_model::linear::COST_MODEL_FORMAT.to_string(),
+        name: name.clone(),
+        description: format!(
+            "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs, NVRTC kernels, CUDA events)",
+            run.model.name, run.gpu_name, run.tensor_parallel
+        ),
+        unit: TimeUnit::Ms,
+        per_layer: true,
+        layers: Some(run.model.layers),
+        theta,
+        model: Some(run.model.clone()),
+        gpu: Some(GpuSpec {
+            name: gpu.clone(),
+            memory_bytes: run.gpu_memory_bytes,
+        }),
+        tensor_parallel: run.tensor_parallel,
+        provenance: Provenance {
+            method: "calibration".into(),
+            source: format!(
+                "infersched calibrate on {} (compute capability {}, driver CUDA {}, NVRTC {})",
+                run.gpu_name, run.compute_capability, run.driver_cuda_version, run.nvrtc_version
+            ),
+            notes: Some(format!(
+                "median of {} timed runs after {} warm-up runs per measurement; {} fit samples, {} held-out composite batches",
+                run.repeats,
+                run.warmup,
+                fit_rows.len(),
+                validation_rows.len()
+            )),
+            fit: Some(serde_json::json!({
+                "fit": c.fit.stats,
+                "validation": c.validation,
+                "unidentified": c.fit.unidentified.iter().map(|f| f.name()).collect::<Vec<_>>(),
+            })),
+        },
+    };
+    let json = serde_json::to_string_pretty(&file).map_err(io::Error::other)? + "\n";
+    let coeff_path = dir.join("coefficients.json");
+    LinearCostModel::from_json_str(&json, &coeff_path).map_err(io::Error::other)?;
+    write_bytes_atomic(&coeff_path, json.as_bytes())?;
+    paths.push(coeff_path);
+    paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
+    Ok((c, paths))
+}
+
+/// Predicted against measured per-layer time of the held-out composite batches.
+pub fn validation_plot(name: &str, c: &Calibration) -> Plot {
+    let mut s = svg::Svg::new(640, 560);
+    let all = c
+        .validation_points
+        .iter()
+        .flat_map(|&(p, m)| [p, m])
+        .chain([0.0]);
+    let axis = svg::Axis::covering(all, true);
+    let frame = svg::Frame {
+        x0: 80.0,
+        y0: 50.0,
+        x1: 610.0,
+        y1: 490.0,
+        x: axis,
+        y: axis,
+    };
+    let title = match &c.validation {
+        Some(v) => format!(
+            "{name}: held-out batches, R2 {:.4}, APE median {:.1}%, p95 {:.1}%",
+            v.r2, v.ape_median_pct, v.ape_p95_pct
+        ),
+        None => format!("{name}: no held-out batches"),
+    };
+    frame.draw_axes(
+        &mut s,
+        &title,
+        "measured per-layer time (ms)",
+        "predicted per-layer time (ms)",
+    );
+    s.line(
+        frame.px(axis.lo),
+        frame.py(axis.lo),
+        frame.px(axis.hi),
+        frame.py(axis.hi),
+        "#888888",
+        1.0,
+        "5 4",
+    );
+    for &(p, m) in &c.validation_points {
+        s.circle(frame.px(m), frame.py(p), 3.5, svg::color(0));
+    }
+    Plot {
+        stem: "validation".into(),
+        caption: "predicted vs measured".into(),
+        svg: s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_names_shorten() {
+        assert_eq!(short_gpu_name("NVIDIA H200"), "h200");
+        assert_eq!(short_gpu_name("NVIDIA A100-SXM4-80GB"), "a100");
+        assert_eq!(short_gpu_name("Tesla V100"), "v100");
+    }
+}
