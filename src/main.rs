@@ -112,7 +112,17 @@ struct CompareArgs {
     /// Limits shared by every scheduler (M defaults to the cost model's GPU at 90% memory).
     #[command(flatten)]
     limits: LimitArgs,
-    /// Time limit for the MILP in seconds.
+    #[command(flatten)]
+    milp: MilpArgs,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// How HiGHS runs.
+#[derive(Args, Clone)]
+struct MilpArgs {
+    /// Time limit for the MILP (HiGHS) in seconds.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
     /// HiGHS threads.
@@ -121,9 +131,25 @@ struct CompareArgs {
     /// Relative MIP gap at which HiGHS stops.
     #[arg(long, default_value_t = 1e-6)]
     mip_gap: f64,
-    /// Output directory.
-    #[arg(long)]
-    out: PathBuf,
+}
+
+impl MilpArgs {
+    /// Checked solver options, with the progress line on a terminal.
+    fn options(&self) -> Result<SolveOptions> {
+        if !self.time_limit.is_finite() || self.time_limit <= 0.0 {
+            bail!("--time-limit must be > 0 seconds");
+        }
+        if !(0.0..1.0).contains(&self.mip_gap) {
+            bail!("--mip-gap must be in [0, 1)");
+        }
+        Ok(SolveOptions {
+            time_limit_s: self.time_limit,
+            threads: self.threads,
+            mip_rel_gap: self.mip_gap,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ..SolveOptions::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -276,15 +302,8 @@ struct SolveArgs {
     /// Best schedule where a request reserves I + O - 1 KV tokens from its first step (Orca).
     #[arg(long)]
     reserve: bool,
-    /// Time limit for HiGHS in seconds.
-    #[arg(long, default_value_t = 60.0)]
-    time_limit: f64,
-    /// HiGHS threads.
-    #[arg(long, default_value_t = 2)]
-    threads: u32,
-    /// Relative MIP gap at which HiGHS stops.
-    #[arg(long, default_value_t = 1e-6)]
-    mip_gap: f64,
+    #[command(flatten)]
+    milp: MilpArgs,
     /// Batch slots J [default: provably sufficient for makespan, else 1.5 x the warm start's].
     #[arg(long)]
     horizon: Option<usize>,
@@ -437,6 +456,15 @@ struct FitArgs {
     out: PathBuf,
 }
 
+/// Paths for a "wrote ..." line.
+fn path_list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
     Ok(workload::read_trace(path)?)
 }
@@ -463,14 +491,7 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         cost.name
     );
     out!("{}", infersched::output::summary_text(&summary));
-    outln!(
-        "wrote {}",
-        paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    outln!("wrote {}", path_list(&paths));
     Ok(())
 }
 
@@ -622,8 +643,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             reserve: a.reserve,
         },
         log: a.log,
-        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        ..solve_options(a.time_limit, a.mip_gap, a.threads)?
+        ..a.milp.options()?
     };
     let report = solver::solve(&w, &limits, &cost, objective, &options)?;
     let r = replay(&w, &limits, &cost, &report.schedule)
@@ -692,31 +712,8 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         report.solve_s
     );
     out!("{}", infersched::output::summary_text(&summary));
-    outln!(
-        "wrote {}",
-        paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    outln!("wrote {}", path_list(&paths));
     Ok(())
-}
-
-fn solve_options(time_limit: f64, mip_gap: f64, threads: u32) -> Result<SolveOptions> {
-    if !time_limit.is_finite() || time_limit <= 0.0 {
-        bail!("--time-limit must be > 0 seconds");
-    }
-    if !(0.0..1.0).contains(&mip_gap) {
-        bail!("--mip-gap must be in [0, 1)");
-    }
-    Ok(SolveOptions {
-        time_limit_s: time_limit,
-        threads,
-        mip_rel_gap: mip_gap,
-        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        ..SolveOptions::default()
-    })
 }
 
 fn cmd_compare(a: &CompareArgs) -> Result<()> {
@@ -737,7 +734,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         contenders,
         objective,
         limits,
-        solve: solve_options(a.time_limit, a.mip_gap, a.threads)?,
+        solve: a.milp.options()?,
     };
     let setting = Setting {
         workload: a.workload.display().to_string(),
@@ -745,7 +742,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         cost_model: cost.name.clone(),
         objective,
         limits,
-        time_limit_s: a.time_limit,
+        time_limit_s: a.milp.time_limit,
     };
     outln!(
         "{} requests from {}, cost model {}, objective {}",
@@ -892,14 +889,7 @@ fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
     for (k, f) in infersched::core::Feature::ALL.iter().enumerate() {
         outln!("  {:<14}{:e} ms per layer", f.name(), c.fit.theta_ms[k]);
     }
-    outln!(
-        "wrote {}",
-        paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    outln!("wrote {}", path_list(&paths));
     Ok(())
 }
 

@@ -185,27 +185,8 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
     } else {
         format!("{name}: batch timeline")
     };
-    s.rect(
-        frame.x0,
-        frame.y0,
-        frame.x1 - frame.x0,
-        frame.y1 - frame.y0,
-        "#fafafa",
-        1.0,
-    );
-    for t in frame.x.ticks() {
-        let x = frame.px(t);
-        s.line(x, frame.y0, x, frame.y1, "#eeeeee", 1.0, "");
-        s.text(
-            x,
-            frame.y1 + 16.0,
-            &svg::tick_label(t),
-            11.0,
-            Anchor::Middle,
-            0.0,
-            false,
-        );
-    }
+    frame.draw_background(&mut s);
+    frame.draw_x_grid(&mut s);
     s.text(
         (frame.x0 + frame.x1) / 2.0,
         24.0,
@@ -269,13 +250,15 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
     s
 }
 
+fn longest_makespan(runs: &[(&str, &Outcome)]) -> f64 {
+    runs.iter()
+        .map(|(_, o)| o.replay.makespan_s())
+        .fold(0.0, f64::max)
+}
+
 /// KV tokens held after each batch, per scheduler, against M.
 pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
-    let max_t = runs
-        .iter()
-        .map(|(_, o)| o.replay.makespan_s())
-        .fold(0.0, f64::max);
-    let (k, unit) = time_unit(max_t);
+    let (k, unit) = time_unit(longest_makespan(runs));
     let series: Vec<Series> = runs
         .iter()
         .map(|(name, o)| {
@@ -396,27 +379,8 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         "best scheduler"
     };
     // Axes without x ticks: the bars are labelled.
-    s.rect(
-        frame.x0,
-        frame.y0,
-        frame.x1 - frame.x0,
-        frame.y1 - frame.y0,
-        "#fafafa",
-        1.0,
-    );
-    for t in frame.y.ticks() {
-        let y = frame.py(t);
-        s.line(frame.x0, y, frame.x1, y, "#dddddd", 1.0, "");
-        s.text(
-            frame.x0 - 6.0,
-            y + 4.0,
-            &svg::tick_label(t),
-            11.0,
-            Anchor::End,
-            0.0,
-            false,
-        );
-    }
+    frame.draw_background(&mut s);
+    frame.draw_y_grid(&mut s);
     s.line(frame.x0, frame.y1, frame.x1, frame.y1, "#444444", 1.0, "");
     s.line(frame.x0, frame.y0, frame.x0, frame.y1, "#444444", 1.0, "");
     s.text(
@@ -481,11 +445,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
 
 /// Tokens per batch over time (at each batch's start), per scheduler.
 pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
-    let max_t = runs
-        .iter()
-        .map(|(_, o)| o.replay.makespan_s())
-        .fold(0.0, f64::max);
-    let (k, unit) = time_unit(max_t);
+    let (k, unit) = time_unit(longest_makespan(runs));
     let series: Vec<Series> = runs
         .iter()
         .map(|(name, o)| Series {

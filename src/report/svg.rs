@@ -352,8 +352,8 @@ impl Frame {
         self.y1 - (v - self.y.lo) / (self.y.hi - self.y.lo) * (self.y1 - self.y0)
     }
 
-    /// Draws the title, grid, ticks and axis labels.
-    pub fn draw_axes(&self, svg: &mut Svg, title: &str, x_label: &str, y_label: &str) {
+    /// The plot area's background.
+    pub fn draw_background(&self, svg: &mut Svg) {
         svg.rect(
             self.x0,
             self.y0,
@@ -362,6 +362,10 @@ impl Frame {
             "#fafafa",
             1.0,
         );
+    }
+
+    /// Horizontal grid lines with their labels at the y ticks.
+    pub fn draw_y_grid(&self, svg: &mut Svg) {
         for t in self.y.ticks() {
             let y = self.py(t);
             svg.line(self.x0, y, self.x1, y, "#dddddd", 1.0, "");
@@ -375,6 +379,10 @@ impl Frame {
                 false,
             );
         }
+    }
+
+    /// Vertical grid lines, tick marks and labels at the x ticks.
+    pub fn draw_x_grid(&self, svg: &mut Svg) {
         for t in self.x.ticks() {
             let x = self.px(t);
             svg.line(x, self.y0, x, self.y1, "#eeeeee", 1.0, "");
@@ -389,6 +397,13 @@ impl Frame {
                 false,
             );
         }
+    }
+
+    /// Draws the title, grid, ticks and axis labels.
+    pub fn draw_axes(&self, svg: &mut Svg, title: &str, x_label: &str, y_label: &str) {
+        self.draw_background(svg);
+        self.draw_y_grid(svg);
+        self.draw_x_grid(svg);
         svg.line(self.x0, self.y1, self.x1, self.y1, "#444444", 1.0, "");
         svg.line(self.x0, self.y0, self.x0, self.y1, "#444444", 1.0, "");
         svg.text(
