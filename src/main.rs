@@ -598,14 +598,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     limits.watermark
                 );
                 out!("{}", infersched::output::summary_text(&summary));
-                outln!(
-                    "  wrote {}",
-                    paths
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
+                outln!("  wrote {}", path_list(&paths));
                 rows.push((kind.name(), summary));
             }
             Err(e) => {
