@@ -623,6 +623,13 @@ pub fn solve(
         let mut time = theta_ms(Feature::One) * act[j].0
             + theta_ms(Feature::HasPrefill) * hp[j].0
             + theta_ms(Feature::HasDecode) * hd[j].0;
+        // Per-slot totals over prefill and decode entries, for the flag rows below.
+        let (mut pre_kv, mut dec_kv, mut pre_n, mut dec_n) = (
+            Expression::from(0.0),
+            Expression::from(0.0),
+            Expression::from(0.0),
+            Expression::from(0.0),
+        );
         for (i, g) in graphs.iter().enumerate() {
             let (mut busy, mut pre, mut dec, mut arrival_gate) = (
                 Expression::from(0.0),
@@ -648,8 +655,12 @@ pub fn solve(
                         time += arc_cost(&arc.features) * *v;
                         if decode {
                             dec += *v;
+                            dec_n += *v;
+                            dec_kv += arc.kv as f64 * *v;
                         } else {
                             pre += *v;
+                            pre_n += *v;
+                            pre_kv += arc.kv as f64 * *v;
                             prefill += f64::from(c) * *v;
                         }
                     }
@@ -672,11 +683,25 @@ pub fn solve(
                 }
             }
         }
+        // The batch flags bound what prefill and decode entries together can use: valid
+        // because each whole batch fits M, C and R_max, and much tighter than the per-class
+        // rows above when many identical requests share one integer flow.
+        if let Some(cap) = limits.kv_capacity {
+            m.rows.push(constraint!(pre_kv <= cap as f64 * hp[j].0));
+            m.rows.push(constraint!(dec_kv <= cap as f64 * hd[j].0));
+        }
+        if let Some(c) = limits.token_budget {
+            m.rows.push(constraint!(dec_n.clone() <= c as f64 * hd[j].0));
+        }
+        if let Some(r) = limits.max_running {
+            m.rows.push(constraint!(pre_n <= r as f64 * hp[j].0));
+            m.rows.push(constraint!(dec_n <= r as f64 * hd[j].0));
+        }
         if let Some(c) = limits.token_budget {
             m.rows.push(constraint!(tokens <= c as f64 * act[j].0));
         }
         if let Some(p) = limits.effective_prefill_budget() {
-            m.rows.push(constraint!(prefill <= p as f64 * act[j].0));
+            m.rows.push(constraint!(prefill <= p as f64 * hp[j].0));
         }
         let kv_cap = limits.kv_capacity.map_or(1e12, |v| v as f64);
         m.rows.push(constraint!(kv <= kv_cap * act[j].0));
