@@ -316,6 +316,21 @@ fn best_heuristic(
         watermark: Some(0.0),
         ..Knobs::matching(limits)
     };
+    // A portfolio: each heuristic with and without preemption, and with its running set
+    // capped below R_max (a schedule under a tighter cap is valid under the real one, and
+    // limiting concurrency is often what avoids costly evictions).
+    let n = w.len() as u64;
+    let r_cap = limits.max_running.unwrap_or(n).min(n).max(1);
+    let caps: Vec<u64> = if r_cap <= 32 {
+        (1..=r_cap).collect()
+    } else {
+        let mut v: Vec<u64> = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+            .into_iter()
+            .filter(|&c| c < r_cap)
+            .collect();
+        v.push(r_cap);
+        v
+    };
     let mut best: Option<(String, Schedule, Replay, f64)> = None;
     for kind in [
         SchedulerKind::Sarathi,
@@ -323,9 +338,13 @@ fn best_heuristic(
         SchedulerKind::Vllm,
         SchedulerKind::Orca,
     ] {
-        for no_preemption in [false, true] {
+        for (no_preemption, cap) in [false, true]
+            .into_iter()
+            .flat_map(|p| caps.iter().map(move |&c| (p, c)))
+        {
             let k = Knobs {
                 no_preemption,
+                max_running: Some(cap),
                 ..knobs
             };
             let Ok(sim) = kind.simulate(w, &k, cost) else {
@@ -341,9 +360,14 @@ fn best_heuristic(
             let v = objective.of(&Summary::from_replay(&r));
             if best.as_ref().is_none_or(|b| v < b.3) {
                 let name = format!(
-                    "{}{}",
+                    "{}{}{}",
                     kind.name(),
-                    if no_preemption { "+no-preemption" } else { "" }
+                    if no_preemption { "+no-preemption" } else { "" },
+                    if cap < r_cap {
+                        format!("+max-running={cap}")
+                    } else {
+                        String::new()
+                    }
                 );
                 best = Some((name, sim.schedule, r, v));
             }
@@ -419,10 +443,24 @@ pub fn solve(
         .map(|r| r.output_tokens as usize)
         .max()
         .unwrap_or(1);
-    // Every non-empty batch processes a token: it costs at least this.
-    let t_min_ms = theta_ms(Feature::One)
-        + theta_ms(Feature::Tokens)
-        + theta_ms(Feature::HasPrefill).min(theta_ms(Feature::HasDecode));
+    // Horizon proof for makespan: every batch of the model processes tokens, so it costs
+    // at least the per-batch bias; and whatever the schedule, each request processes at
+    // least I + O - 1 tokens, its first prefill phase has exactly I^2 attention pairs
+    // (chunking does not change the sum of c^2 + 2cm), it has at least one prefill entry,
+    // and each of its other O - 1 tokens comes from a distinct decode or refill entry.
+    // So J batches cost at least J * bias + work_min, and J <= (UB - work_min) / bias.
+    let bias_ms =
+        theta_ms(Feature::One) + theta_ms(Feature::HasPrefill).min(theta_ms(Feature::HasDecode));
+    let work_min_ms: f64 = reqs
+        .iter()
+        .map(|r| {
+            let (i, o) = (f64::from(r.input_tokens), f64::from(r.output_tokens));
+            theta_ms(Feature::Tokens) * (i + o - 1.0)
+                + theta_ms(Feature::PrefillAttn) * i * i
+                + theta_ms(Feature::NPrefill)
+                + (o - 1.0) * theta_ms(Feature::NDecode).min(theta_ms(Feature::NPrefill))
+        })
+        .sum();
     let (horizon, proven) = match (options.horizon, &warm) {
         (Some(j), _) => {
             if j < max_o {
@@ -434,8 +472,8 @@ pub fn solve(
         }
         (None, Some((_, s, r))) => {
             let ub_ms = objective.of(&Summary::from_replay(r)) * 1e3;
-            let proof = if objective == Objective::Makespan && t_min_ms > 0.0 {
-                Some((ub_ms / t_min_ms).floor() as usize)
+            let proof = if objective == Objective::Makespan && bias_ms > 0.0 {
+                Some(((ub_ms - work_min_ms).max(0.0) / bias_ms + 1e-9).floor() as usize)
             } else {
                 None
             };
@@ -691,7 +729,8 @@ pub fn solve(
             m.rows.push(constraint!(dec_kv <= cap as f64 * hd[j].0));
         }
         if let Some(c) = limits.token_budget {
-            m.rows.push(constraint!(dec_n.clone() <= c as f64 * hd[j].0));
+            m.rows
+                .push(constraint!(dec_n.clone() <= c as f64 * hd[j].0));
         }
         if let Some(r) = limits.max_running {
             m.rows.push(constraint!(pre_n <= r as f64 * hp[j].0));
