@@ -473,7 +473,11 @@ pub fn solve(
         (None, Some((_, s, r))) => {
             let ub_ms = objective.of(&Summary::from_replay(r)) * 1e3;
             let proof = if objective == Objective::Makespan && bias_ms > 0.0 {
-                Some(((ub_ms - work_min_ms).max(0.0) / bias_ms + 1e-9).floor() as usize)
+                // Also every batch processes at least one token (the better bound when
+                // the makespan is mostly waiting for arrivals).
+                let by_work = (ub_ms - work_min_ms).max(0.0) / bias_ms;
+                let by_token = ub_ms / (bias_ms + theta_ms(Feature::Tokens));
+                Some((by_work.min(by_token) + 1e-9).floor() as usize)
             } else {
                 None
             };
