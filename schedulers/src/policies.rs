@@ -195,13 +195,9 @@ impl Policy for Vllm {
     }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;
-        check_alone(sim, "vllm", true, |i| {
-            if o.no_preemption {
-                max_kv(sim, i)
-            } else {
-                u64::from(sim.request(i).input_tokens)
-            }
-        })?;
+        // With preemption a refill of up to I + O - 1 tokens is admitted whole above the
+        // watermark; alone on the GPU that must fit in M.
+        check_alone(sim, "vllm", true, |i| max_kv(sim, i))?;
         if !o.no_preemption {
             // A preempted request refills up to I + O - 1 tokens in one batch.
             let c = sim.limits().token_budget.unwrap_or(u64::MAX);
@@ -242,8 +238,17 @@ impl Policy for VllmV1 {
     }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;
+        // Admission allocates the whole first chunk (as much of the prompt or refill as
+        // C and P allow) above the watermark; alone on the GPU that must fit in M, or the
+        // request would wait forever.
+        let c = sim.limits().token_budget.unwrap_or(u64::MAX);
+        let p = sim.limits().effective_prefill_budget().unwrap_or(u64::MAX);
         check_alone(sim, "vllm-v1", false, |i| {
-            if o.no_preemption { max_kv(sim, i) } else { 1 }
+            if o.no_preemption {
+                max_kv(sim, i)
+            } else {
+                max_kv(sim, i).min(c).min(p)
+            }
         })
     }
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {

@@ -167,6 +167,27 @@ fn requests_that_can_never_fit_fail_before_simulating() {
     };
     let e = SchedulerKind::OrcaMax.simulate(&w, &k, &cost).unwrap_err();
     assert!(e.to_string().contains("5000 tokens reserved"), "{e}");
+    // A first chunk (the whole prompt, C unlimited) that fits M only without the
+    // watermark: found by the property test as a stall; now refused up front.
+    let w = workload(&[(21, 1, 0.0)]);
+    let k = Knobs {
+        watermark: Some(0.1),
+        ..knobs(None, 21, 1)
+    };
+    for kind in [SchedulerKind::VllmV1, SchedulerKind::Vllm] {
+        match kind.simulate(&w, &k, &cost) {
+            Err(SimError::Unservable { reason, .. }) => {
+                assert!(reason.contains("watermark"), "{kind:?}: {reason}")
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    // With a token budget the first chunk is small enough, and v1 serves it.
+    let k = Knobs {
+        watermark: Some(0.1),
+        ..knobs(Some(8), 21, 1)
+    };
+    assert!(SchedulerKind::VllmV1.simulate(&w, &k, &cost).is_ok());
 }
 
 #[test]
