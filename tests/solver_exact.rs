@@ -63,6 +63,51 @@ fn class_of(c: PolicyConstraints) -> Class {
     }
 }
 
+/// Solves instance `seed` for makespan in `constraints` and checks the MILP against the
+/// exhaustive search: proven optimal, the same replayed value, a schedule in the class.
+/// Returns the search's optimum and the report; None when the search space is too big.
+fn check_against_search(
+    seed: u64,
+    w: &Workload,
+    limits: &Limits,
+    cost: &infersched::cost_model::LinearCostModel,
+    constraints: PolicyConstraints,
+) -> Option<(f64, infersched::solver::SolveReport)> {
+    let (best, _) = exhaustive::optimum(
+        w,
+        limits,
+        cost,
+        exhaustive::Objective::Makespan,
+        class_of(constraints),
+        500_000,
+    )?;
+    let report = match solve(
+        w,
+        limits,
+        cost,
+        Objective::Makespan,
+        &exact_options(constraints),
+    ) {
+        Ok(r) => r,
+        Err(SolveError::Infeasible(why)) => {
+            panic!("seed {seed}: the search found {best} but the solver says infeasible: {why}")
+        }
+        Err(e) => panic!("seed {seed}: {e}"),
+    };
+    assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+    let rel = (report.replayed_objective - best).abs() / best;
+    assert!(
+        rel < 1e-7,
+        "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
+        report.replayed_objective
+    );
+    assert!(
+        constraints.admits(w, limits, &report.schedule),
+        "seed {seed}"
+    );
+    Some((best, report))
+}
+
 #[test]
 fn fcfs_and_reserve_optima_equal_the_exhaustive_search() {
     let cost = preset("llama2-7b-a100").unwrap();
@@ -80,35 +125,9 @@ fn fcfs_and_reserve_optima_equal_the_exhaustive_search() {
                 ..Default::default()
             }
         };
-        let Some((best, _)) = exhaustive::optimum(
-            &w,
-            &limits,
-            &cost,
-            exhaustive::Objective::Makespan,
-            class_of(constraints),
-            500_000,
-        ) else {
+        let Some((_, report)) = check_against_search(seed, &w, &limits, &cost, constraints) else {
             continue;
         };
-        let report = solve(
-            &w,
-            &limits,
-            &cost,
-            Objective::Makespan,
-            &exact_options(constraints),
-        )
-        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
-        let rel = (report.replayed_objective - best).abs() / best;
-        assert!(
-            rel < 1e-7,
-            "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
-            report.replayed_objective
-        );
-        assert!(
-            constraints.admits(&w, &limits, &report.schedule),
-            "seed {seed}"
-        );
         // No worse than the heuristic of the class: Orca reserves I + O - 1 and never
         // preempts; every heuristic admits in arrival order.
         let kind = if constraints.reserve {
@@ -191,46 +210,19 @@ fn makespan_equals_the_exhaustive_optimum_on_60_random_tiny_instances() {
                 ..Default::default()
             },
         };
-        let Some((best, _)) = exhaustive::optimum(
-            &w,
-            &limits,
-            &cost,
-            exhaustive::Objective::Makespan,
-            class_of(constraints),
-            500_000,
-        ) else {
+        let Some((best, report)) = check_against_search(seed, &w, &limits, &cost, constraints)
+        else {
             continue;
         };
-        let report = match solve(
-            &w,
-            &limits,
-            &cost,
-            Objective::Makespan,
-            &exact_options(constraints),
-        ) {
-            Ok(r) => r,
-            Err(SolveError::Infeasible(why)) => {
-                panic!("seed {seed}: the search found {best} but the solver says infeasible: {why}")
-            }
-            Err(e) => panic!("seed {seed}: {e}"),
-        };
-        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
         assert!(report.horizon_proven_sufficient, "seed {seed}");
-        let rel = (report.replayed_objective - best).abs() / best;
-        assert!(
-            rel < 1e-7,
-            "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
-            report.replayed_objective
-        );
         assert!(report.best_bound <= report.replayed_objective * (1.0 + 1e-9));
         assert!(
             report.best_bound >= best * (1.0 - 1e-6),
             "seed {seed}: bound {} far below {best}",
             report.best_bound
         );
-        // The solver's schedule passes the replay and belongs to the class.
+        // The solver's schedule passes the replay (class membership checked above).
         let r = replay(&w, &limits, &cost, &report.schedule).unwrap();
-        assert!(constraints.admits(&w, &limits, &report.schedule));
         with_evictions += usize::from(Summary::from_replay(&r).evictions > 0);
     }
     eprintln!("{with_evictions} optimal schedules evict");
