@@ -19,6 +19,7 @@
 //! println!("{:?}: {} s (bound {} s)", report.status, report.replayed_objective, report.best_bound);
 //! ```
 
+pub mod dominance;
 pub mod graph;
 pub mod progress;
 
@@ -347,9 +348,13 @@ fn best_heuristic(
                 max_running: Some(cap),
                 ..knobs
             };
-            let Ok(sim) = kind.simulate(w, &k, cost) else {
+            let Ok(mut sim) = kind.simulate(w, &k, cost) else {
                 continue;
             };
+            if class.no_chunk && dominance::chunking_never_helps(w, limits, class) {
+                // The model has no chunk arcs here; the merged schedule is never worse.
+                sim.schedule = dominance::merge_prefill_chunks(w, &sim.schedule);
+            }
             // Replay under the problem's limits (the heuristic's are the same or tighter).
             let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
                 continue;
@@ -432,9 +437,15 @@ pub fn solve(
     let reqs = w.requests();
     let n = reqs.len();
     let class = options.constraints;
+    // The class the model searches: offline, without C and P (and FCFS), chunked prefill
+    // never helps (see `dominance`), so its arcs are left out; the optimum is the same.
+    let model_class = PolicyConstraints {
+        no_chunk: class.no_chunk || dominance::chunking_never_helps(w, limits, &class),
+        ..class
+    };
     let theta_ms = |f: Feature| cost.theta(f) * 1e3;
     let warm = if options.warm_start || options.horizon.is_none() {
-        best_heuristic(w, limits, cost, objective, &class)
+        best_heuristic(w, limits, cost, objective, &model_class)
     } else {
         None
     };
@@ -510,7 +521,7 @@ pub fn solve(
                 r,
                 limits,
                 class.no_evict || class.reserve,
-                class.no_chunk,
+                model_class.no_chunk,
                 class.reserve,
             )
         })
@@ -748,6 +759,41 @@ pub fn solve(
         }
         let kv_cap = limits.kv_capacity.map_or(1e12, |v| v as f64);
         m.rows.push(constraint!(kv <= kv_cap * act[j].0));
+        if let Some(cap) = limits.kv_capacity
+            && std::env::var_os("INFERSCHED_NO_COUNT_CUTS").is_none()
+        {
+            // Chvatal-Gomory rounding of the KV row with multiplier 1/t: every holder
+            // with KV >= t counts floor(kv / t) and at most floor(M / t) fit. For each
+            // value q of floor(M / t), the smallest such t gives the strongest row.
+            let mut kvs: Vec<u64> = graphs
+                .iter()
+                .flat_map(|g| g.arcs.iter().map(|a| a.kv))
+                .filter(|&v| v > 0 && v <= cap)
+                .collect();
+            kvs.sort_unstable();
+            kvs.dedup();
+            let mut last_q = u64::MAX;
+            for &t in &kvs {
+                let q = cap / t;
+                if q == last_q {
+                    continue;
+                }
+                last_q = q;
+                if q > 8 || limits.max_running.is_some_and(|r| r as u64 <= q) {
+                    continue;
+                }
+                let mut lhs = Expression::from(0.0);
+                for (i, g) in graphs.iter().enumerate() {
+                    for (a, v, _) in &x[i][j] {
+                        let w = g.arcs[*a].kv / t;
+                        if w > 0 {
+                            lhs += w as f64 * *v;
+                        }
+                    }
+                }
+                m.rows.push(constraint!(lhs <= q as f64 * act[j].0));
+            }
+        }
         if let Some(r) = limits.max_running {
             m.rows.push(constraint!(holding <= r as f64 * act[j].0));
         }
@@ -919,7 +965,7 @@ pub fn solve(
         .ok()
         .filter(|b| b.is_finite())
         .unwrap_or(0.0);
-    let nodes = solved.int_info_value(c"mip_node_count").ok();
+    let nodes = mip_node_count(&solved);
     let (schedule, milp_objective) = if has_solution {
         let sol = solved.get_solution();
         let cols = sol.columns();
@@ -962,6 +1008,20 @@ pub fn solve(
         warm_start: warm_report,
         schedule,
     })
+}
+
+/// HiGHS's branch-and-bound node count. It is an `int64` info item, which the `highs`
+/// crate's `int_info_value` (HighsInt only) cannot read: asking it that way fails and
+/// prints an error on stderr, so read it through the C API's int64 getter.
+#[allow(unsafe_code)]
+fn mip_node_count(solved: &highs::SolvedModel) -> Option<i64> {
+    let mut value: i64 = -1;
+    // SAFETY: `solved` owns a live Highs instance for the duration of the call; the name
+    // is a NUL-terminated string and `value` a valid i64 the call writes into.
+    let status = unsafe {
+        highs_sys::Highs_getInt64InfoValue(solved.as_ptr(), c"mip_node_count".as_ptr(), &mut value)
+    };
+    (status == highs_sys::kHighsStatusOk && value >= 0).then_some(value)
 }
 
 /// Groups request ids into classes of identical requests (same I, O and arrival), in
