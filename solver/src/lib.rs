@@ -759,41 +759,6 @@ pub fn solve(
         }
         let kv_cap = limits.kv_capacity.map_or(1e12, |v| v as f64);
         m.rows.push(constraint!(kv <= kv_cap * act[j].0));
-        if let Some(cap) = limits.kv_capacity
-            && std::env::var_os("INFERSCHED_NO_COUNT_CUTS").is_none()
-        {
-            // Chvatal-Gomory rounding of the KV row with multiplier 1/t: every holder
-            // with KV >= t counts floor(kv / t) and at most floor(M / t) fit. For each
-            // value q of floor(M / t), the smallest such t gives the strongest row.
-            let mut kvs: Vec<u64> = graphs
-                .iter()
-                .flat_map(|g| g.arcs.iter().map(|a| a.kv))
-                .filter(|&v| v > 0 && v <= cap)
-                .collect();
-            kvs.sort_unstable();
-            kvs.dedup();
-            let mut last_q = u64::MAX;
-            for &t in &kvs {
-                let q = cap / t;
-                if q == last_q {
-                    continue;
-                }
-                last_q = q;
-                if q > 8 || limits.max_running.is_some_and(|r| r as u64 <= q) {
-                    continue;
-                }
-                let mut lhs = Expression::from(0.0);
-                for (i, g) in graphs.iter().enumerate() {
-                    for (a, v, _) in &x[i][j] {
-                        let w = g.arcs[*a].kv / t;
-                        if w > 0 {
-                            lhs += w as f64 * *v;
-                        }
-                    }
-                }
-                m.rows.push(constraint!(lhs <= q as f64 * act[j].0));
-            }
-        }
         if let Some(r) = limits.max_running {
             m.rows.push(constraint!(holding <= r as f64 * act[j].0));
         }
