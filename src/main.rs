@@ -437,11 +437,15 @@ struct ShowArgs {
 #[derive(Args)]
 struct FitArgs {
     /// Samples CSV: feature columns (one, tokens, ...) and measured_ms.
-    #[arg(long)]
-    samples: PathBuf,
+    #[arg(long, required_unless_present = "vidur_attention")]
+    samples: Option<PathBuf>,
     /// Read the samples as Vidur's mlp.csv profile (per-layer non-attention operators).
-    #[arg(long)]
+    #[arg(long, requires = "samples")]
     vidur_mlp: bool,
+    /// Also fit the attention features to Vidur's attention.csv profile (per-layer
+    /// attention kernel); with --samples FILE --vidur-mlp this gives a whole cost model.
+    #[arg(long, value_name = "FILE")]
+    vidur_attention: Option<PathBuf>,
     /// Tensor-parallel degree to select from a Vidur profile.
     #[arg(long, default_value_t = 1)]
     tp: u32,
@@ -992,46 +996,81 @@ fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
 }
 
 fn cmd_fit(a: &FitArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&a.samples)
-        .with_context(|| format!("reading {}", a.samples.display()))?;
-    let name = a.samples.display().to_string();
-    let samples = if a.vidur_mlp {
-        Samples::from_vidur_mlp_csv(&text, &name, a.tp)?
-    } else {
-        Samples::from_csv_str(&text, &name)?
-    };
-    let report = cost_model::fit_nnls(&samples)?;
-    let theta = samples
-        .features
+    // Each input is fitted on its own; their features must not overlap.
+    let mut inputs: Vec<(&Path, bool)> = Vec::new();
+    if let Some(p) = &a.samples {
+        inputs.push((p, false));
+    }
+    if let Some(p) = &a.vidur_attention {
+        inputs.push((p, true));
+    }
+    let mut fits = Vec::new();
+    let mut theta = std::collections::BTreeMap::new();
+    for (path, attention) in inputs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let name = path.display().to_string();
+        let samples = if attention {
+            Samples::from_vidur_attention_csv(&text, &name, a.tp)?
+        } else if a.vidur_mlp {
+            Samples::from_vidur_mlp_csv(&text, &name, a.tp)?
+        } else {
+            Samples::from_csv_str(&text, &name)?
+        };
+        let report = cost_model::fit_nnls(&samples)?;
+        for f in &samples.features {
+            if theta
+                .insert(f.name().to_owned(), report.theta_ms[*f as usize])
+                .is_some()
+            {
+                bail!(
+                    "feature {} is in more than one input ({name} and an earlier one); fit each feature from one file",
+                    f.name()
+                );
+            }
+        }
+        fits.push((name, samples, report));
+    }
+    let source = fits
         .iter()
-        .map(|f| (f.name().to_owned(), report.theta_ms[*f as usize]))
+        .map(|f| f.0.clone())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let unidentified: Vec<&str> = fits
+        .iter()
+        .flat_map(|f| f.2.unidentified.iter().map(|u| u.name()))
+        .filter(|u| !theta.contains_key(*u))
         .collect();
+    let fit_stats = if let [(_, _, report)] = fits.as_slice() {
+        serde_json::to_value(report.stats)?
+    } else {
+        serde_json::Value::Object(
+            fits.iter()
+                .map(|(name, _, report)| Ok((name.clone(), serde_json::to_value(report.stats)?)))
+                .collect::<Result<_>>()?,
+        )
+    };
     let file = cost_model::CoefficientFile {
         format: "infersched-cost-model/1".into(),
         name: a.name.clone(),
-        description: format!("NNLS fit to {name}"),
+        description: format!("NNLS fit to {source}"),
         unit: cost_model::TimeUnit::Ms,
         per_layer: a.layers.is_some(),
         layers: a.layers,
-        theta,
+        theta: theta.into_iter().collect(),
         model: None,
         gpu: None,
         tensor_parallel: a.tp,
         provenance: cost_model::Provenance {
             method: "nnls-fit".into(),
-            source: name.clone(),
-            notes: (!report.unidentified.is_empty()).then(|| {
+            source: source.clone(),
+            notes: (!unidentified.is_empty()).then(|| {
                 format!(
                     "features all-zero in the samples, set to 0: {}",
-                    report
-                        .unidentified
-                        .iter()
-                        .map(|f| f.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    unidentified.join(", ")
                 )
             }),
-            fit: Some(serde_json::to_value(report.stats)?),
+            fit: Some(fit_stats),
         },
     };
     // Check the file we are about to write loads back.
@@ -1039,18 +1078,20 @@ fn cmd_fit(a: &FitArgs) -> Result<()> {
     LinearCostModel::from_json_str(&json, &a.out)?;
     infersched::core::io::write_bytes_atomic(&a.out, json.as_bytes())
         .with_context(|| format!("writing {}", a.out.display()))?;
-    let s = report.stats;
-    outln!("fit of {} samples from {name}:", s.samples);
-    for f in &samples.features {
-        outln!("  {:<14}{:e} ms", f.name(), report.theta_ms[*f as usize]);
+    for (name, samples, report) in &fits {
+        let s = report.stats;
+        outln!("fit of {} samples from {name}:", s.samples);
+        for f in &samples.features {
+            outln!("  {:<14}{:e} ms", f.name(), report.theta_ms[*f as usize]);
+        }
+        outln!(
+            "  R^2 {:.5}; absolute percentage error: median {:.2}%, p95 {:.2}%, max {:.2}%",
+            s.r2,
+            s.ape_median_pct,
+            s.ape_p95_pct,
+            s.ape_max_pct
+        );
     }
-    outln!(
-        "  R^2 {:.5}; absolute percentage error: median {:.2}%, p95 {:.2}%, max {:.2}%",
-        s.r2,
-        s.ape_median_pct,
-        s.ape_p95_pct,
-        s.ape_max_pct
-    );
     outln!("wrote {}", a.out.display());
     Ok(())
 }

@@ -86,7 +86,9 @@ proptest! {
 
 fn tiny(seed: u64) -> (Workload, Limits) {
     // Deterministic small instances: 2-3 requests, I <= 4, O <= 3, M from tight to loose.
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut next = |n: u64| {
         x = x
             .wrapping_mul(6364136223846793005)
@@ -140,5 +142,8 @@ fn without_budgets_forbidding_chunks_does_not_change_the_exhaustive_optimum() {
             }
         }
     }
-    assert!(compared >= 40, "only {compared} instances were small enough");
+    assert!(
+        compared >= 40,
+        "only {compared} instances were small enough"
+    );
 }

@@ -338,6 +338,79 @@ fn fit_writes_a_usable_cost_model() {
     let o = run(&["cost-model", "show", "llama2-7b-a100"]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("KV capacity M = "));
+
+    // mlp.csv with a Vidur-format attention.csv: one file with every feature's theta.
+    let attention = dir.path().join("attention.csv");
+    let mut text = String::from(
+        "batch_size,prefill_chunk_size,kv_cache_size,is_prefill,num_tensor_parallel_workers,\
+         time_stats.attn_prefill.median,time_stats.attn_decode.median\n",
+    );
+    for c in [32u64, 128, 512, 2048] {
+        for m in [0u64, 1024] {
+            let t = 0.015 + 2e-8 * (c * c + 2 * c * m) as f64 + 1e-6 * m as f64;
+            text.push_str(&format!("1,{c},{m},True,1,{t},\n"));
+        }
+    }
+    for b in [1u64, 16, 128] {
+        for m in [256u64, 4096] {
+            let t = 0.008 + 5e-5 * b as f64 + 3e-7 * (b * (m + 1)) as f64;
+            text.push_str(&format!("{b},0,{m},False,1,,{t}\n"));
+        }
+    }
+    std::fs::write(&attention, text).unwrap();
+    let both = dir.path().join("both.json");
+    let o = run(&[
+        "fit",
+        "--samples",
+        "notebooks-data/profiling/a100/llama-2-7b/mlp.csv",
+        "--vidur-mlp",
+        "--vidur-attention",
+        attention.to_str().unwrap(),
+        "--layers",
+        "32",
+        "--out",
+        both.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&both).unwrap()).unwrap();
+    let theta = &file["theta"];
+    assert!(theta["tokens"].as_f64().unwrap() > 0.0);
+    assert!(
+        (theta["decode_kv"].as_f64().unwrap() - 3e-7).abs() < 1e-12,
+        "{theta}"
+    );
+    assert!(
+        (theta["prefill_attn"].as_f64().unwrap() - 2e-8).abs() < 1e-13,
+        "{theta}"
+    );
+    assert!(
+        (theta["has_decode"].as_f64().unwrap() - 0.008).abs() < 1e-9,
+        "{theta}"
+    );
+    let stats = &file["provenance"]["fit"];
+    assert_eq!(stats.as_object().unwrap().len(), 2, "{stats}");
+    let o = run(&["cost-model", "show", both.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A feature fitted from two inputs is refused, naming it.
+    let generic = dir.path().join("generic.csv");
+    std::fs::write(&generic, "decode_kv,measured_ms\n10,1\n20,2\n").unwrap();
+    let o = run(&[
+        "fit",
+        "--samples",
+        generic.to_str().unwrap(),
+        "--vidur-attention",
+        attention.to_str().unwrap(),
+        "--out",
+        dir.path().join("x.json").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("feature decode_kv is in more than one input"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("x.json").exists());
 }
 
 #[test]

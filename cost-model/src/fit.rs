@@ -1,7 +1,8 @@
 //! Fitting theta by non-negative least squares (Lawson-Hanson), with fit statistics.
 //!
 //! Samples come from a samples CSV (columns named by features, plus `measured_ms`) or
-//! from Vidur's `mlp.csv` profiles (see [`Samples::from_vidur_mlp_csv`]).
+//! from Vidur's profiles: `mlp.csv` ([`Samples::from_vidur_mlp_csv`]) and `attention.csv`
+//! ([`Samples::from_vidur_attention_csv`]).
 
 use infersched_core::{FEATURE_NAMES, Feature};
 use ndarray::{Array1, Array2, ArrayView1, Axis};
@@ -211,6 +212,104 @@ impl Samples {
         Ok(Self {
             features: vec![Feature::One, Feature::Tokens],
             x: Array2::from_shape_vec((n, 2), rows).expect("row-major by construction"),
+            measured_ms: Array1::from(y),
+        })
+    }
+}
+
+impl Samples {
+    /// Reads Vidur's `attention.csv` (the attention kernel per layer, one row per profiled
+    /// shape) at tensor-parallel degree `tp`. A prefill row (`is_prefill` true) is
+    /// `batch_size` sequences each processing `prefill_chunk_size` tokens over
+    /// `kv_cache_size` cached ones, timed by `time_stats.attn_prefill.median`; a decode row
+    /// is `batch_size` sequences each decoding one token over `kv_cache_size` cached ones,
+    /// timed by `time_stats.attn_decode.median`. Features, as the replay counts them:
+    /// prefill `has_prefill` = 1, `n_prefill` = b, `prefill_attn` = b (c^2 + 2 c m),
+    /// `prefill_ctx` = b m; decode `has_decode` = 1, `n_decode` = b, `decode_kv` = b (m + 1).
+    /// The other operators Vidur times around the kernel (KV-cache save, reshapes) scale with
+    /// tokens and belong to the `mlp.csv` side of a fit. A feature column identical to an
+    /// earlier one (e.g. `n_prefill` when every prefill row has batch size 1, as Vidur
+    /// profiles them) cannot be told apart from it and is left out.
+    pub fn from_vidur_attention_csv(text: &str, path: &str, tp: u32) -> Result<Self, FitError> {
+        let input = CsvInput { path };
+        let invalid = |location: String, reason: String| input.invalid(location, reason);
+        let (mut rdr, header) = input.open(text)?;
+        let col = |name: &str| {
+            header.iter().position(|h| h.trim() == name).ok_or_else(|| {
+                invalid(
+                    "header".into(),
+                    format!("expected a column \"{name}\" (Vidur attention.csv format)"),
+                )
+            })
+        };
+        let prefill_col = col("is_prefill")?;
+        let batch_col = col("batch_size")?;
+        let chunk_col = col("prefill_chunk_size")?;
+        let kv_col = col("kv_cache_size")?;
+        let tp_col = col("num_tensor_parallel_workers")?;
+        let t_prefill = col("time_stats.attn_prefill.median")?;
+        let t_decode = col("time_stats.attn_decode.median")?;
+        const FEATURES: [Feature; 7] = [
+            Feature::HasPrefill,
+            Feature::NPrefill,
+            Feature::PrefillAttn,
+            Feature::PrefillCtx,
+            Feature::HasDecode,
+            Feature::NDecode,
+            Feature::DecodeKv,
+        ];
+        let mut rows: Vec<[f64; 7]> = Vec::new();
+        let mut y = Vec::new();
+        for (i, rec) in rdr.records().enumerate() {
+            let line = i + 2;
+            let rec = rec.map_err(|e| invalid(format!("line {line}"), e.to_string()))?;
+            let num = |k: usize, name: &str| input.nonneg(&rec, k, name, line);
+            if num(tp_col, "num_tensor_parallel_workers")? != f64::from(tp) {
+                continue;
+            }
+            let flag = rec.get(prefill_col).unwrap_or("").trim();
+            let is_prefill = match flag.to_ascii_lowercase().as_str() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                _ => {
+                    return Err(invalid(
+                        format!("line {line}, column is_prefill"),
+                        format!("expected True or False, got \"{flag}\""),
+                    ));
+                }
+            };
+            let b = num(batch_col, "batch_size")?;
+            let m = num(kv_col, "kv_cache_size")?;
+            if is_prefill {
+                let c = num(chunk_col, "prefill_chunk_size")?;
+                rows.push([1.0, b, b * (c * c + 2.0 * c * m), b * m, 0.0, 0.0, 0.0]);
+                y.push(num(t_prefill, "time_stats.attn_prefill.median")?);
+            } else {
+                rows.push([0.0, 0.0, 0.0, 0.0, 1.0, b, b * (m + 1.0)]);
+                y.push(num(t_decode, "time_stats.attn_decode.median")?);
+            }
+        }
+        if y.is_empty() {
+            return Err(invalid(
+                "num_tensor_parallel_workers".into(),
+                format!("no rows with tensor-parallel degree {tp}"),
+            ));
+        }
+        // Keep a feature only if its column differs from every kept one.
+        let mut keep: Vec<usize> = Vec::new();
+        for f in 0..FEATURES.len() {
+            if !keep.iter().any(|&k| rows.iter().all(|r| r[k] == r[f])) {
+                keep.push(f);
+            }
+        }
+        let n = y.len();
+        let x: Vec<f64> = rows
+            .iter()
+            .flat_map(|r| keep.iter().map(move |&k| r[k]))
+            .collect();
+        Ok(Self {
+            features: keep.iter().map(|&k| FEATURES[k]).collect(),
+            x: Array2::from_shape_vec((n, keep.len()), x).expect("row-major by construction"),
             measured_ms: Array1::from(y),
         })
     }
@@ -488,6 +587,93 @@ mod tests {
         assert!(fit_nnls(&s).is_ok());
         let s = Samples::from_csv_str("one,tokens,measured_ms\n", "s.csv").unwrap();
         assert!(matches!(fit_nnls(&s), Err(FitError::TooFewSamples { .. })));
+    }
+
+    /// A Vidur-format attention profile whose times follow known per-feature costs.
+    fn attention_profile() -> String {
+        let mut text = String::from(
+            "n_embd,n_q_head,n_kv_head,block_size,num_tensor_parallel_workers,max_model_len,\
+             batch_size,prefill_chunk_size,kv_cache_size,is_prefill,attention_backend,\
+             time_stats.attn_prefill.median,time_stats.attn_decode.median\n",
+        );
+        for tp in [1, 2] {
+            let scale = 1.0 / f64::from(tp);
+            for c in [16u64, 64, 256, 1024] {
+                for m in [0u64, 512, 2048] {
+                    let t = 0.02 + scale * (3e-8 * (c * c + 2 * c * m) as f64 + 4e-6 * m as f64);
+                    text.push_str(&format!(
+                        "4096,32,32,16,{tp},4096,1,{c},{m},True,FLASHINFER,{t},\n"
+                    ));
+                }
+            }
+            for b in [1u64, 8, 64] {
+                for m in [128u64, 1024, 4096] {
+                    let t = 0.01 + scale * (1e-4 * b as f64 + 2e-7 * (b * (m + 1)) as f64);
+                    text.push_str(&format!(
+                        "4096,32,32,16,{tp},4096,{b},0,{m},False,FLASHINFER,,{t}\n"
+                    ));
+                }
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn vidur_attention_rows_become_replay_features_and_fit_back() {
+        let text = attention_profile();
+        let s = Samples::from_vidur_attention_csv(&text, "attention.csv", 1).unwrap();
+        assert_eq!(s.measured_ms.len(), 21);
+        // n_prefill equals has_prefill on every row (prefill batch size 1): left out.
+        assert_eq!(
+            s.features,
+            vec![
+                Feature::HasPrefill,
+                Feature::PrefillAttn,
+                Feature::PrefillCtx,
+                Feature::HasDecode,
+                Feature::NDecode,
+                Feature::DecodeKv,
+            ]
+        );
+        let r = fit_nnls(&s).unwrap();
+        let theta = |f: Feature| r.theta_ms[f as usize];
+        assert!((theta(Feature::HasPrefill) - 0.02).abs() < 1e-9);
+        assert!((theta(Feature::PrefillAttn) - 3e-8).abs() < 1e-15);
+        assert!((theta(Feature::PrefillCtx) - 4e-6).abs() < 1e-12);
+        assert!((theta(Feature::HasDecode) - 0.01).abs() < 1e-9);
+        assert!((theta(Feature::NDecode) - 1e-4).abs() < 1e-11);
+        assert!((theta(Feature::DecodeKv) - 2e-7).abs() < 1e-14);
+        let tp2 = Samples::from_vidur_attention_csv(&text, "attention.csv", 2).unwrap();
+        let r2 = fit_nnls(&tp2).unwrap();
+        assert!((r2.theta_ms[Feature::DecodeKv as usize] - 1e-7).abs() < 1e-14);
+    }
+
+    #[test]
+    fn vidur_attention_errors_name_line_and_column() {
+        let text = attention_profile().replacen(",True,", ",maybe,", 1);
+        let e = Samples::from_vidur_attention_csv(&text, "attention.csv", 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "attention.csv: line 2, column is_prefill: expected True or False, got \"maybe\""
+        );
+        // A prefill row without its time.
+        let mut lines: Vec<String> = attention_profile().lines().map(String::from).collect();
+        let mut fields: Vec<&str> = lines[1].split(',').collect();
+        fields[11] = "";
+        lines[1] = fields.join(",");
+        let text = lines.join("\n");
+        let e = Samples::from_vidur_attention_csv(&text, "attention.csv", 1).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("line 2, column time_stats.attn_prefill.median"),
+            "{e}"
+        );
+        let e =
+            Samples::from_vidur_attention_csv("batch_size\n1\n", "attention.csv", 1).unwrap_err();
+        assert!(e.to_string().contains("\"is_prefill\""), "{e}");
+        let e = Samples::from_vidur_attention_csv(&attention_profile(), "attention.csv", 4)
+            .unwrap_err();
+        assert!(e.to_string().contains("tensor-parallel degree 4"), "{e}");
     }
 
     #[test]

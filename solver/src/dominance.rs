@@ -181,7 +181,11 @@ mod tests {
     fn budgets_fcfs_or_arrivals_keep_the_chunk_arcs() {
         let w = workload();
         let free = Limits::unlimited();
-        assert!(chunking_never_helps(&w, &free, &PolicyConstraints::default()));
+        assert!(chunking_never_helps(
+            &w,
+            &free,
+            &PolicyConstraints::default()
+        ));
         let c = Limits {
             token_budget: Some(8),
             ..free
@@ -200,6 +204,10 @@ mod tests {
         let mut reqs = w.requests().to_vec();
         reqs[1].arrival_s = 0.5;
         let online = Workload::new(reqs).unwrap();
-        assert!(!chunking_never_helps(&online, &free, &PolicyConstraints::default()));
+        assert!(!chunking_never_helps(
+            &online,
+            &free,
+            &PolicyConstraints::default()
+        ));
     }
 }
