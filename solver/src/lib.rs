@@ -459,7 +459,9 @@ pub fn solve(
     // least I + O - 1 tokens, its first prefill phase has exactly I^2 attention pairs
     // (chunking does not change the sum of c^2 + 2cm), it has at least one prefill entry,
     // and each of its other O - 1 tokens comes from a distinct decode or refill entry.
-    // So J batches cost at least J * bias + work_min, and J <= (UB - work_min) / bias.
+    // So J batches cost at least J * bias + work_min, and J <= (UB - work_min) / bias;
+    // at least `min_prefill_batches` of them pay the prefill flag instead of the cheaper
+    // decode flag, which takes that difference off the budget too.
     let bias_ms =
         theta_ms(Feature::One) + theta_ms(Feature::HasPrefill).min(theta_ms(Feature::HasDecode));
     let work_min_ms: f64 = reqs
@@ -472,6 +474,20 @@ pub fn solve(
                 + (o - 1.0) * theta_ms(Feature::NDecode).min(theta_ms(Feature::NPrefill))
         })
         .sum();
+    // Batches with a prefill entry: each request's first prefill phase completes in one,
+    // where its entry holds at least I KV tokens, and a batch's prefill entries hold at
+    // most M: at least ceil(sum I / M) such batches. All I prompt tokens of every request
+    // are prefill tokens, at most P per batch: at least ceil(sum I / P) of them.
+    let total_input: u64 = reqs.iter().map(|r| u64::from(r.input_tokens)).sum();
+    let min_prefill_batches = [limits.kv_capacity, limits.effective_prefill_budget()]
+        .into_iter()
+        .flatten()
+        .map(|cap| total_input.div_ceil(cap.max(1)))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let prefill_extra_ms = min_prefill_batches as f64
+        * (theta_ms(Feature::HasPrefill) - theta_ms(Feature::HasDecode)).max(0.0);
     let (horizon, proven) = match (options.horizon, &warm) {
         (Some(j), _) => {
             if j < max_o {
@@ -486,7 +502,7 @@ pub fn solve(
             let proof = if objective == Objective::Makespan && bias_ms > 0.0 {
                 // Also every batch processes at least one token (the better bound when
                 // the makespan is mostly waiting for arrivals).
-                let by_work = (ub_ms - work_min_ms).max(0.0) / bias_ms;
+                let by_work = (ub_ms - work_min_ms - prefill_extra_ms).max(0.0) / bias_ms;
                 let by_token = ub_ms / (bias_ms + theta_ms(Feature::Tokens));
                 Some((by_work.min(by_token) + 1e-9).floor() as usize)
             } else {
@@ -793,6 +809,9 @@ pub fn solve(
         min_batches = min_batches.max(kv_time.div_ceil(cap) as f64);
     }
     m.rows.push(constraint!(active >= min_batches));
+    let prefill_batches: Expression = hp.iter().map(|h| h.0).sum();
+    m.rows
+        .push(constraint!(prefill_batches >= min_prefill_batches as f64));
     let objective_expr: Expression = match objective {
         Objective::Makespan => end[horizon - 1].0.into(),
         Objective::MeanLatency | Objective::MeanTtft => {
