@@ -310,6 +310,9 @@ struct SolveArgs {
     /// Do not start HiGHS from the best heuristic schedule.
     #[arg(long)]
     no_warm_start: bool,
+    /// Heuristics tried for the warm start, comma-separated [default: sarathi,vllm-v1,vllm,orca].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    warm_start_from: Vec<String>,
     /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
     #[arg(long)]
     log: bool,
@@ -632,6 +635,12 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     let options = SolveOptions {
         horizon: a.horizon,
         warm_start: !a.no_warm_start,
+        warm_start_from: a
+            .warm_start_from
+            .iter()
+            .map(|n| n.parse::<SchedulerKind>().map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()
+            .context("--warm-start-from")?,
         constraints: PolicyConstraints {
             no_evict: a.no_evict,
             no_chunk: a.no_chunk,

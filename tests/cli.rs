@@ -663,6 +663,43 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
         "{}",
         stderr(&o)
     );
+    // The warm start comes from the named heuristics only (same optimum).
+    let orca = dir.path().join("orca");
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--kv-capacity",
+        "6",
+        "--token-budget",
+        "5",
+        "--mip-gap",
+        "0",
+        "--warm-start-from",
+        "orca",
+        "--out",
+        orca.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(orca.join("solve.json")).unwrap()).unwrap();
+    assert!(
+        r["warm_start"][0].as_str().unwrap().starts_with("orca"),
+        "{}",
+        r["warm_start"]
+    );
+    assert!((r["replayed_objective"].as_f64().unwrap() - obj).abs() < 1e-12);
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--warm-start-from",
+        "vllm,fastest",
+        "--out",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--warm-start-from"), "{}", stderr(&o));
 }
 
 #[test]

@@ -187,6 +187,10 @@ pub struct SolveOptions {
     pub max_horizon: usize,
     /// Start HiGHS from the best heuristic schedule.
     pub warm_start: bool,
+    /// The heuristics whose schedules (each with and without preemption and with capped
+    /// running sets) are tried as the warm start; empty means sarathi, vllm-v1, vllm and
+    /// orca. The best one in the policy class also sizes the horizon.
+    pub warm_start_from: Vec<SchedulerKind>,
     /// Policy constraints.
     pub constraints: PolicyConstraints,
     /// Let HiGHS log its progress to stdout.
@@ -209,6 +213,7 @@ impl Default for SolveOptions {
             horizon_slack: 1.5,
             max_horizon: 200,
             warm_start: true,
+            warm_start_from: Vec::new(),
             constraints: PolicyConstraints::default(),
             log: false,
             progress: false,
@@ -312,6 +317,7 @@ fn best_heuristic(
     cost: &LinearCostModel,
     objective: Objective,
     class: &PolicyConstraints,
+    from: &[SchedulerKind],
 ) -> Option<(String, Schedule, Replay)> {
     let knobs = Knobs {
         watermark: Some(0.0),
@@ -333,12 +339,17 @@ fn best_heuristic(
         v
     };
     let mut best: Option<(String, Schedule, Replay, f64)> = None;
-    for kind in [
-        SchedulerKind::Sarathi,
-        SchedulerKind::VllmV1,
-        SchedulerKind::Vllm,
-        SchedulerKind::Orca,
-    ] {
+    let kinds: &[SchedulerKind] = if from.is_empty() {
+        &[
+            SchedulerKind::Sarathi,
+            SchedulerKind::VllmV1,
+            SchedulerKind::Vllm,
+            SchedulerKind::Orca,
+        ]
+    } else {
+        from
+    };
+    for &kind in kinds {
         for (no_preemption, cap) in [false, true]
             .into_iter()
             .flat_map(|p| caps.iter().map(move |&c| (p, c)))
@@ -445,7 +456,14 @@ pub fn solve(
     };
     let theta_ms = |f: Feature| cost.theta(f) * 1e3;
     let warm = if options.warm_start || options.horizon.is_none() {
-        best_heuristic(w, limits, cost, objective, &model_class)
+        best_heuristic(
+            w,
+            limits,
+            cost,
+            objective,
+            &model_class,
+            &options.warm_start_from,
+        )
     } else {
         None
     };
