@@ -80,6 +80,21 @@ impl CsvInput<'_> {
         Ok((rdr, header))
     }
 
+    /// The index of column `name` in `header`, or an error naming the expected `format`.
+    fn column(
+        &self,
+        header: &csv::StringRecord,
+        name: &str,
+        format: &str,
+    ) -> Result<usize, FitError> {
+        header.iter().position(|h| h.trim() == name).ok_or_else(|| {
+            self.invalid(
+                "header".into(),
+                format!("expected a column \"{name}\" ({format} format)"),
+            )
+        })
+    }
+
     /// Field `k` (column `name`) of a record on `line`, a finite number >= 0.
     fn nonneg(
         &self,
@@ -168,14 +183,7 @@ impl Samples {
         let input = CsvInput { path };
         let invalid = |location: String, reason: String| input.invalid(location, reason);
         let (mut rdr, header) = input.open(text)?;
-        let col = |name: &str| {
-            header.iter().position(|h| h == name).ok_or_else(|| {
-                invalid(
-                    "header".into(),
-                    format!("expected a column \"{name}\" (Vidur mlp.csv format)"),
-                )
-            })
-        };
+        let col = |name: &str| input.column(&header, name, "Vidur mlp.csv");
         let op_cols: Vec<(usize, String)> = OPS
             .iter()
             .map(|op| {
@@ -234,14 +242,7 @@ impl Samples {
         let input = CsvInput { path };
         let invalid = |location: String, reason: String| input.invalid(location, reason);
         let (mut rdr, header) = input.open(text)?;
-        let col = |name: &str| {
-            header.iter().position(|h| h.trim() == name).ok_or_else(|| {
-                invalid(
-                    "header".into(),
-                    format!("expected a column \"{name}\" (Vidur attention.csv format)"),
-                )
-            })
-        };
+        let col = |name: &str| input.column(&header, name, "Vidur attention.csv");
         let prefill_col = col("is_prefill")?;
         let batch_col = col("batch_size")?;
         let chunk_col = col("prefill_chunk_size")?;

@@ -105,6 +105,10 @@ mod tests {
     use super::*;
     use infersched_core::{Request, replay};
 
+    fn entries(s: &Schedule) -> Vec<Vec<Entry>> {
+        s.batches.iter().map(|b| b.entries.clone()).collect()
+    }
+
     fn workload() -> Workload {
         Workload::new(vec![
             Request {
@@ -134,9 +138,8 @@ mod tests {
             meta: None,
         };
         let merged = merge_prefill_chunks(&w, &s);
-        let entries: Vec<Vec<Entry>> = merged.batches.iter().map(|b| b.entries.clone()).collect();
         assert_eq!(
-            entries,
+            entries(&merged),
             vec![
                 vec![Entry::process(1, 4)],
                 vec![Entry::process(0, 6), Entry::process(1, 1)],
@@ -166,9 +169,8 @@ mod tests {
             meta: None,
         };
         let merged = merge_prefill_chunks(&w, &s);
-        let entries: Vec<Vec<Entry>> = merged.batches.iter().map(|b| b.entries.clone()).collect();
         assert_eq!(
-            entries,
+            entries(&merged),
             vec![
                 vec![Entry::process(1, 4)],
                 vec![Entry::process(0, 6), Entry::process(1, 1)],
