@@ -131,6 +131,10 @@ struct MilpArgs {
     /// Relative MIP gap at which HiGHS stops.
     #[arg(long, default_value_t = 1e-6)]
     mip_gap: f64,
+    /// Always solve the MILP, even where the exact counting search applies (offline
+    /// workload without C, P or FCFS).
+    #[arg(long)]
+    milp_only: bool,
 }
 
 impl MilpArgs {
@@ -147,6 +151,11 @@ impl MilpArgs {
             threads: self.threads,
             mip_rel_gap: self.mip_gap,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            max_search_states: if self.milp_only {
+                0
+            } else {
+                SolveOptions::default().max_search_states
+            },
             ..SolveOptions::default()
         })
     }
@@ -700,23 +709,32 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             (v / report.replayed_objective - 1.0) * 100.0
         );
     }
-    outln!(
-        "  horizon J             {} batches{}",
-        report.horizon,
-        if report.horizon_proven_sufficient {
-            " (proven sufficient)"
-        } else {
-            ""
+    match report.method {
+        infersched::solver::SolveMethod::CountingSearch => outln!(
+            "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
+            report.nodes.unwrap_or(0),
+            report.solve_s
+        ),
+        infersched::solver::SolveMethod::Milp => {
+            outln!(
+                "  horizon J             {} batches{}",
+                report.horizon,
+                if report.horizon_proven_sufficient {
+                    " (proven sufficient)"
+                } else {
+                    ""
+                }
+            );
+            outln!(
+                "  model                 {} rows, {} columns, {} integers; build {:.2} s, solve {:.2} s",
+                report.model.rows,
+                report.model.columns,
+                report.model.integers,
+                report.build_s,
+                report.solve_s
+            );
         }
-    );
-    outln!(
-        "  model                 {} rows, {} columns, {} integers; build {:.2} s, solve {:.2} s",
-        report.model.rows,
-        report.model.columns,
-        report.model.integers,
-        report.build_s,
-        report.solve_s
-    );
+    }
     out!("{}", infersched::output::summary_text(&summary));
     outln!("wrote {}", path_list(&paths));
     Ok(())

@@ -8,6 +8,7 @@
 //! cost_model = "llama2-7b-a100"   # preset or coefficient file
 //! time_limit = 20                 # MILP seconds per run
 //! threads = 1                     # HiGHS threads per run
+//! milp_only = false               # true: never the exact counting search, always the MILP
 //! block_size = 1
 //!
 //! [workload]                      # synthetic: n, I, O (a length distribution or an integer)
@@ -69,6 +70,9 @@ pub struct SweepSpec {
     /// Relative MIP gap [default 1e-6].
     #[serde(default)]
     pub mip_gap: Option<f64>,
+    /// Always solve the MILP, even where the exact counting search applies [default false].
+    #[serde(default)]
+    pub milp_only: Option<bool>,
     /// KV block size [default 1].
     #[serde(default)]
     pub block_size: Option<u32>,
@@ -306,6 +310,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "milp_rows",
     "milp_columns",
     "milp_integers",
+    "solve_method",
     "error",
 ];
 
@@ -640,6 +645,10 @@ impl Sweep {
                     o2s(&solve.map(|x| x.model.rows)),
                     o2s(&solve.map(|x| x.model.columns)),
                     o2s(&solve.map(|x| x.model.integers)),
+                    o2s(&solve.map(|x| match x.method {
+                        crate::solver::SolveMethod::Milp => "milp",
+                        crate::solver::SolveMethod::CountingSearch => "counting-search",
+                    })),
                     String::new(),
                 ]);
             }
@@ -672,6 +681,11 @@ impl Sweep {
                     threads: self.spec.threads.unwrap_or(1),
                     mip_rel_gap: self.spec.mip_gap.unwrap_or(1e-6),
                     constraints,
+                    max_search_states: if self.spec.milp_only.unwrap_or(false) {
+                        0
+                    } else {
+                        SolveOptions::default().max_search_states
+                    },
                     ..SolveOptions::default()
                 };
                 let r = crate::solver::solve(&w, &limits, &self.cost, objective, &options)?;
@@ -684,6 +698,7 @@ impl Sweep {
                     r.schedule.clone(),
                     status.to_string(),
                     Some(SolveFacts {
+                        method: r.method,
                         best_bound: r.best_bound,
                         certified_gap: r.certified_gap,
                         solve_s: r.solve_s,
@@ -702,6 +717,7 @@ impl Sweep {
 /// What a sweep row records of a MILP solve.
 #[derive(Debug, Clone, Copy)]
 struct SolveFacts {
+    method: crate::solver::SolveMethod,
     best_bound: f64,
     certified_gap: f64,
     solve_s: f64,

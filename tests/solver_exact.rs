@@ -6,7 +6,7 @@ use infersched::core::{Limits, Request, Summary, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind};
 use infersched::solver::{
-    Objective, PolicyConstraints, SolveError, SolveOptions, SolveStatus, solve,
+    Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveStatus, solve,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -81,31 +81,39 @@ fn check_against_search(
         class_of(constraints),
         500_000,
     )?;
-    let report = match solve(
-        w,
-        limits,
-        cost,
-        Objective::Makespan,
-        &exact_options(constraints),
-    ) {
-        Ok(r) => r,
-        Err(SolveError::Infeasible(why)) => {
-            panic!("seed {seed}: the search found {best} but the solver says infeasible: {why}")
+    // Both exact methods: the default (the counting search where it applies) and the
+    // MILP alone.
+    let mut reports = Vec::new();
+    for max_search_states in [SolveOptions::default().max_search_states, 0] {
+        let options = SolveOptions {
+            max_search_states,
+            ..exact_options(constraints)
+        };
+        let report = match solve(w, limits, cost, Objective::Makespan, &options) {
+            Ok(r) => r,
+            Err(SolveError::Infeasible(why)) => {
+                panic!("seed {seed}: the search found {best} but the solver says infeasible: {why}")
+            }
+            Err(e) => panic!("seed {seed}: {e}"),
+        };
+        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+        let rel = (report.replayed_objective - best).abs() / best;
+        assert!(
+            rel < 1e-7,
+            "seed {seed} {constraints:?} {:?}: {} vs exhaustive {best}",
+            report.method,
+            report.replayed_objective
+        );
+        assert!(
+            constraints.admits(w, limits, &report.schedule),
+            "seed {seed}"
+        );
+        if max_search_states == 0 {
+            assert_eq!(report.method, SolveMethod::Milp);
         }
-        Err(e) => panic!("seed {seed}: {e}"),
-    };
-    assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
-    let rel = (report.replayed_objective - best).abs() / best;
-    assert!(
-        rel < 1e-7,
-        "seed {seed} {constraints:?}: MILP {} vs exhaustive {best}",
-        report.replayed_objective
-    );
-    assert!(
-        constraints.admits(w, limits, &report.schedule),
-        "seed {seed}"
-    );
-    Some((best, report))
+        reports.push(report);
+    }
+    Some((best, reports.swap_remove(1)))
 }
 
 #[test]
@@ -243,20 +251,37 @@ fn mean_latency_equals_the_exhaustive_optimum() {
         ) else {
             continue;
         };
-        // Mean latency has no horizon proof: give J enough for the search's schedule.
-        let options = SolveOptions {
-            horizon: Some(s.batches.len() + 2),
+        // Both exact methods: the counting search (which applies when C is unlimited) and
+        // the MILP; mean latency has no horizon proof, so give the MILP J enough for the
+        // exhaustive search's schedule.
+        let counting = SolveOptions {
+            horizon: None,
             ..exact_options(PolicyConstraints::default())
         };
-        let report = solve(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
-        assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
-        let rel = (report.replayed_objective - best).abs() / best;
-        assert!(
-            rel < 1e-7,
-            "seed {seed}: MILP {} vs exhaustive {best}",
-            report.replayed_objective
-        );
-        assert!(report.best_bound <= report.replayed_objective * (1.0 + 1e-9));
+        let milp = SolveOptions {
+            horizon: Some(s.batches.len() + 2),
+            max_search_states: 0,
+            ..exact_options(PolicyConstraints::default())
+        };
+        for options in [counting, milp] {
+            if options.max_search_states > 0 && limits.token_budget.is_some() {
+                continue;
+            }
+            let report = solve(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
+            assert_eq!(report.status, SolveStatus::Optimal, "seed {seed}");
+            let rel = (report.replayed_objective - best).abs() / best;
+            assert!(
+                rel < 1e-7,
+                "seed {seed} {:?}: {} vs exhaustive {best}",
+                report.method,
+                report.replayed_objective
+            );
+            assert!(report.best_bound <= report.replayed_objective * (1.0 + 1e-9));
+            assert_eq!(
+                report.method == SolveMethod::CountingSearch,
+                options.max_search_states > 0
+            );
+        }
     }
 }
 
@@ -357,12 +382,14 @@ fn infeasible_input_fails_fast_with_the_reason() {
     // A model over the size limit is refused before it is built; just under, it solves.
     let small = SolveOptions {
         max_arc_columns: 5,
+        max_search_states: 0,
         ..SolveOptions::default()
     };
     let e = solve(&w, &limits, &cost, Objective::Makespan, &small).unwrap_err();
     assert!(e.to_string().contains("more than 5 arc variables"), "{e}");
     let roomy = SolveOptions {
         max_arc_columns: 100_000,
+        max_search_states: 0,
         ..SolveOptions::default()
     };
     assert!(solve(&w, &limits, &cost, Objective::Makespan, &roomy).is_ok());
@@ -459,6 +486,72 @@ fn identical_requests_are_aggregated_and_still_exact() {
                 .requests
                 .len(),
             3
+        );
+    }
+}
+
+#[test]
+fn counting_search_equals_the_milp_on_identical_requests() {
+    // Identical offline requests without C: the counting search proves the optimum; the
+    // MILP alone (with J from the search's schedule for the latency objectives) agrees.
+    let cost = preset("llama2-7b-a100").unwrap();
+    let cases = [
+        (6, 8, 4, 33, Objective::Makespan),
+        (4, 4, 3, 12, Objective::MeanLatency),
+        (4, 4, 3, 12, Objective::MeanTtft),
+    ];
+    for (n, i, o, m, objective) in cases {
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: i,
+                output_tokens: o,
+                arrival_s: 0.0,
+            };
+            n
+        ])
+        .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(m),
+            ..Limits::unlimited()
+        };
+        let counted = solve(
+            &w,
+            &limits,
+            &cost,
+            objective,
+            &exact_options(PolicyConstraints::default()),
+        )
+        .unwrap();
+        assert_eq!(counted.method, SolveMethod::CountingSearch, "{objective:?}");
+        assert_eq!(counted.status, SolveStatus::Optimal);
+        assert_eq!(counted.certified_gap, 0.0);
+        let milp = solve(
+            &w,
+            &limits,
+            &cost,
+            objective,
+            &SolveOptions {
+                max_search_states: 0,
+                horizon: (objective != Objective::Makespan)
+                    .then_some(counted.schedule.batches.len() + 2),
+                ..exact_options(PolicyConstraints::default())
+            },
+        )
+        .unwrap();
+        assert_eq!(milp.method, SolveMethod::Milp);
+        assert_eq!(milp.status, SolveStatus::Optimal, "{objective:?}");
+        let rel = (milp.replayed_objective - counted.replayed_objective).abs()
+            / counted.replayed_objective;
+        assert!(
+            rel < 1e-7,
+            "{objective:?}: MILP {} vs counting search {}",
+            milp.replayed_objective,
+            counted.replayed_objective
+        );
+        // The counting search's schedule replays to the value it reports.
+        let r = replay(&w, &limits, &cost, &counted.schedule).unwrap();
+        assert!(
+            (objective.of(&Summary::from_replay(&r)) - counted.replayed_objective).abs() < 1e-15
         );
     }
 }

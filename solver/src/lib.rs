@@ -19,6 +19,7 @@
 //! println!("{:?}: {} s (bound {} s)", report.status, report.replayed_objective, report.best_bound);
 //! ```
 
+mod counting;
 pub mod dominance;
 pub mod graph;
 pub mod progress;
@@ -201,6 +202,10 @@ pub struct SolveOptions {
     /// Refuse models with more arc variables than this (memory and build time grow with
     /// them; a model this large would not solve in useful time on one machine anyway).
     pub max_arc_columns: usize,
+    /// Before the MILP, try the exact counting search (module `counting`) when it applies
+    /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
+    /// many count vectors; 0 goes straight to the MILP.
+    pub max_search_states: usize,
 }
 
 impl Default for SolveOptions {
@@ -218,6 +223,7 @@ impl Default for SolveOptions {
             log: false,
             progress: false,
             max_arc_columns: 2_000_000,
+            max_search_states: 1_000_000,
         }
     }
 }
@@ -274,11 +280,24 @@ pub struct ModelSize {
     pub integers: usize,
 }
 
+/// Which exact method produced a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolveMethod {
+    /// The arc-flow MILP on HiGHS.
+    Milp,
+    /// The shortest-path search over counts of identical requests per state (module
+    /// `counting`); its result is a proven optimum over all schedules.
+    CountingSearch,
+}
+
 /// The result of a solve (milp.md, "Reading the result").
 #[derive(Debug, Clone, Serialize)]
 pub struct SolveReport {
     /// How it ended.
     pub status: SolveStatus,
+    /// What found the schedule and its bound.
+    pub method: SolveMethod,
     /// Objective.
     pub objective: Objective,
     /// Policy constraints in force.
@@ -467,6 +486,18 @@ pub fn solve(
     } else {
         None
     };
+    // The counting search is optimal over all schedules; an explicit horizon asks for the
+    // best of at most J batches, which is the MILP's question.
+    if options.max_search_states > 0
+        && options.horizon.is_none()
+        && dominance::chunking_never_helps(w, limits, &class)
+        && let Some(report) = counting_search(w, limits, cost, objective, options, t_build)?
+    {
+        return Ok(report);
+    }
+    // Whatever the counting search used comes off the MILP's time limit.
+    let time_limit_s = (options.time_limit_s - t_build.elapsed().as_secs_f64()).max(1.0);
+    let t_build = Instant::now();
     let max_o = reqs
         .iter()
         .map(|r| r.output_tokens as usize)
@@ -912,7 +943,7 @@ pub fn solve(
             watcher = Some(progress::ProgressWatcher::start(&path));
         }
     }
-    hmodel.set_option("time_limit", options.time_limit_s);
+    hmodel.set_option("time_limit", time_limit_s);
     hmodel.set_option("threads", options.threads.max(1) as i32);
     hmodel.set_option("mip_rel_gap", options.mip_rel_gap);
     hmodel.set_option("mip_abs_gap", 1e-9);
@@ -991,6 +1022,7 @@ pub fn solve(
     let best_bound = (bound_ms / 1e3 - offset_s).min(replayed).max(0.0);
     Ok(SolveReport {
         status,
+        method: SolveMethod::Milp,
         objective,
         constraints: class,
         milp_objective: milp_objective.map(|v| v - offset_s),
@@ -1010,6 +1042,93 @@ pub fn solve(
         warm_start: warm_report,
         schedule,
     })
+}
+
+/// The counting search (module `counting`) for an offline workload without C, P or FCFS:
+/// a report with the proven optimum, or None when it gave up (too many states).
+fn counting_search(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    started: Instant,
+) -> Result<Option<SolveReport>, SolveError> {
+    let class = options.constraints;
+    let members = request_classes(w, true);
+    let reqs = w.requests();
+    let Ok(sizes) = members
+        .iter()
+        .map(|m| u16::try_from(m.len()))
+        .collect::<Result<Vec<u16>, _>>()
+    else {
+        return Ok(None);
+    };
+    let graphs: Vec<StateGraph> = members
+        .iter()
+        .map(|m| {
+            StateGraph::new(
+                &reqs[m[0]],
+                limits,
+                class.no_evict || class.reserve,
+                true,
+                class.reserve,
+            )
+        })
+        .collect();
+    let t_solve = Instant::now();
+    // Half the time limit at most; the MILP gets what is left.
+    let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
+    let Some(found) = counting::search(
+        &graphs,
+        &sizes,
+        &members,
+        limits,
+        cost,
+        objective,
+        class.no_mix,
+        options.max_search_states,
+        deadline,
+    ) else {
+        return Ok(None);
+    };
+    let solve_s = t_solve.elapsed().as_secs_f64();
+    let r = replay(w, limits, cost, &found.schedule)?;
+    let replayed = objective.of(&Summary::from_replay(&r));
+    // The search counts time from the common arrival; makespan is from 0.
+    let offset_s = if objective == Objective::Makespan {
+        reqs.first().map_or(0.0, |q| q.arrival_s)
+    } else {
+        0.0
+    };
+    let searched = found.objective_ms / 1e3 + offset_s;
+    if (searched - replayed).abs() > 1e-9 * replayed.max(1e-3) {
+        return Err(SolveError::Highs(format!(
+            "internal error: the counting search's optimum {searched} s does not replay ({replayed} s)"
+        )));
+    }
+    Ok(Some(SolveReport {
+        status: SolveStatus::Optimal,
+        method: SolveMethod::CountingSearch,
+        objective,
+        constraints: class,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound: replayed,
+        certified_gap: 0.0,
+        horizon: found.schedule.batches.len(),
+        horizon_proven_sufficient: true,
+        model: ModelSize {
+            rows: 0,
+            columns: 0,
+            integers: 0,
+        },
+        build_s: t_solve.duration_since(started).as_secs_f64(),
+        solve_s,
+        nodes: Some(found.expanded as i64),
+        warm_start: None,
+        schedule: found.schedule,
+    }))
 }
 
 /// HiGHS's branch-and-bound node count. It is an `int64` info item, which the `highs`
