@@ -39,6 +39,10 @@ struct Slot {
     state: usize,
 }
 
+/// The most batches enumerated from one count vector before the search gives up (many
+/// distinct requests, each with its own choices, multiply them).
+const MAX_MOVES: usize = 50_000;
+
 /// What a batch does: how many requests of `(class, arc)` take it.
 type Move = Vec<(usize, usize, u16)>;
 
@@ -139,6 +143,8 @@ pub(crate) fn search(
         .iter()
         .map(|g| g.arcs.iter().map(|a| arc_ms(&theta, &a.features)).collect())
         .collect();
+    // Each state stores its count vector twice (list and index): keep that under ~256 MB.
+    let max_states = max_states.min((1usize << 28) / (4 * slots.len().max(1)));
     let search = Search {
         graphs,
         limits,
@@ -353,7 +359,9 @@ impl Search<'_> {
                         / n
                 }
             };
-            for (next, duration, mv) in self.moves(&counts) {
+            // Many distinct requests make the batches from one state explode: give up.
+            let moves = self.moves(&counts)?;
+            for (next, duration, mv) in moves {
                 let g2 = g + duration * weight;
                 match ids.get(&next) {
                     Some(&j) if nodes[j].1 <= g2 + 1e-12 => {}
@@ -381,17 +389,22 @@ impl Search<'_> {
 
     /// Every batch from `counts`: the next count vector, the batch's duration (ms) and the
     /// move. A batch processes at least one token.
-    fn moves(&self, counts: &[u16]) -> Vec<(Vec<u16>, f64, Move)> {
+    fn moves(&self, counts: &[u16]) -> Option<Vec<(Vec<u16>, f64, Move)>> {
         struct Walk<'b> {
             search: &'b Search<'b>,
             occupied: Vec<usize>,
             out: Vec<(Vec<u16>, f64, Move)>,
             mv: Move,
+            /// Set when there are more than `MAX_MOVES` batches from one state.
+            overflow: bool,
         }
         impl Walk<'_> {
             /// Distributes the requests of occupied slot `o` and after.
             fn go(&mut self, o: usize, counts: &[u16], kv: u64, holders: u64) {
                 let s = self.search;
+                if self.overflow {
+                    return;
+                }
                 if o == self.occupied.len() {
                     self.finish(counts);
                     return;
@@ -485,6 +498,9 @@ impl Search<'_> {
                         0.0
                     };
                 self.out.push((next, duration, self.mv.clone()));
+                if self.out.len() > MAX_MOVES {
+                    self.overflow = true;
+                }
             }
         }
         let occupied: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] > 0).collect();
@@ -493,20 +509,16 @@ impl Search<'_> {
             occupied,
             out: Vec::new(),
             mv: Vec::new(),
+            overflow: false,
         };
         walk.go(0, counts, 0, 0);
-        walk.out
+        (!walk.overflow).then_some(walk.out)
     }
 
     /// The schedule along the path to `goal`: members of a class take the move's arcs in
     /// id order among those in the arc's state; an evict-first arc adds a zero-time
     /// eviction batch before its batch.
-    fn schedule(
-        &self,
-        nodes: &[Node],
-        goal: usize,
-        members: &[Vec<usize>],
-    ) -> Schedule {
+    fn schedule(&self, nodes: &[Node], goal: usize, members: &[Vec<usize>]) -> Schedule {
         let mut path = Vec::new();
         let mut at = goal;
         while let Some((parent, mv)) = &nodes[at].2 {
