@@ -9,14 +9,24 @@
 //! milliseconds for numerics. The schedule HiGHS returns is replayed independently; the
 //! report gives the replayed objective, HiGHS's dual bound and the certified gap.
 //!
-//! ```no_run
+//! With a token budget the MILP answers; offline without one, the exact counting search
+//! does (see [`SolveMethod`]):
+//!
+//! ```
 //! use infersched_core::{Limits, Request, Workload};
-//! use infersched_solver::{Objective, SolveOptions, solve};
+//! use infersched_solver::{Objective, SolveMethod, SolveOptions, SolveStatus, solve};
 //! let w = Workload::new(vec![Request { input_tokens: 4, output_tokens: 3, arrival_s: 0.0 }; 3]).unwrap();
-//! let limits = Limits { kv_capacity: Some(12), token_budget: Some(8), ..Limits::unlimited() };
 //! let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+//! let limits = Limits { kv_capacity: Some(12), token_budget: Some(8), ..Limits::unlimited() };
 //! let report = solve(&w, &limits, &cost, Objective::Makespan, &SolveOptions::default()).unwrap();
 //! println!("{:?}: {} s (bound {} s)", report.status, report.replayed_objective, report.best_bound);
+//! assert_eq!((report.status, report.method), (SolveStatus::Optimal, SolveMethod::Milp));
+//! assert!(report.best_bound <= report.replayed_objective);
+//!
+//! let offline = Limits { token_budget: None, ..limits };
+//! let exact = solve(&w, &offline, &cost, Objective::MeanLatency, &SolveOptions::default()).unwrap();
+//! assert_eq!(exact.method, SolveMethod::CountingSearch);
+//! assert_eq!(exact.certified_gap, 0.0);
 //! ```
 
 mod counting;
