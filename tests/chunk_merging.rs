@@ -28,12 +28,7 @@ fn arb_chunked_case() -> impl Strategy<Value = (Workload, Knobs, bool)> {
     )
         .prop_map(|(rs, c, m_slack, r_max, block, v1)| {
             let w = support::workload(&rs);
-            let need = w
-                .requests()
-                .iter()
-                .map(|r| r.max_kv_tokens())
-                .max()
-                .unwrap();
+            let need = support::largest_kv_need(&w);
             let b = u64::from(block);
             let knobs = Knobs {
                 token_budget: Some(c),
@@ -100,12 +95,7 @@ fn tiny(seed: u64) -> (Workload, Limits) {
         .map(|_| (1 + next(4) as u32, 1 + next(3) as u32, 0.0))
         .collect();
     let w = support::workload(&reqs);
-    let need = w
-        .requests()
-        .iter()
-        .map(|r| r.max_kv_tokens())
-        .max()
-        .unwrap();
+    let need = support::largest_kv_need(&w);
     let limits = Limits {
         kv_capacity: Some(need + next(3)),
         max_running: if next(3) == 0 { Some(2) } else { None },

@@ -55,12 +55,7 @@ fn arb_tiny() -> impl Strategy<Value = (Workload, Limits)> {
     )
         .prop_map(|(rs, c, slack)| {
             let w = workload(&rs);
-            let need = w
-                .requests()
-                .iter()
-                .map(|r| r.max_kv_tokens())
-                .max()
-                .unwrap();
+            let need = support::largest_kv_need(&w);
             let limits = Limits {
                 token_budget: c,
                 kv_capacity: Some(need + slack),

@@ -127,12 +127,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Limits, u64)> {
     )
         .prop_map(|(rs, c, p_frac, r_max, block, seed)| {
             let w = support::workload(&rs);
-            let need = w
-                .requests()
-                .iter()
-                .map(|r| r.max_kv_tokens())
-                .max()
-                .unwrap();
+            let need = support::largest_kv_need(&w);
             let l0 = Limits {
                 block_size: block,
                 ..Limits::unlimited()

@@ -30,12 +30,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
         .prop_map(
             |(rs, c, p_div, m_slack, r_max, block, watermark, no_preemption, victim)| {
                 let w = support::workload(&rs);
-                let need = w
-                    .requests()
-                    .iter()
-                    .map(|r| r.max_kv_tokens())
-                    .max()
-                    .unwrap();
+                let need = support::largest_kv_need(&w);
                 let b = u64::from(block);
                 let m = need.div_ceil(b) * b + m_slack;
                 let knobs = Knobs {

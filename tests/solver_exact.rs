@@ -25,12 +25,7 @@ fn tiny(seed: u64) -> (Workload, Limits) {
             .collect(),
     )
     .unwrap();
-    let need = w
-        .requests()
-        .iter()
-        .map(|r| r.max_kv_tokens())
-        .max()
-        .unwrap();
+    let need = support::largest_kv_need(&w);
     // M from just enough for the largest request (forcing evictions) to a little more.
     let limits = Limits {
         token_budget: if rng.random_bool(0.5) {

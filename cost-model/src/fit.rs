@@ -95,6 +95,31 @@ impl CsvInput<'_> {
         })
     }
 
+    /// The records (with their line numbers) whose tensor-parallel degree, in column
+    /// `tp_col` (`num_tensor_parallel_workers`), is `tp`; an error if there are none.
+    fn records_at_tp(
+        &self,
+        rdr: &mut csv::Reader<&[u8]>,
+        tp_col: usize,
+        tp: u32,
+    ) -> Result<Vec<(usize, csv::StringRecord)>, FitError> {
+        let mut out = Vec::new();
+        for (i, rec) in rdr.records().enumerate() {
+            let line = i + 2;
+            let rec = rec.map_err(|e| self.invalid(format!("line {line}"), e.to_string()))?;
+            if self.nonneg(&rec, tp_col, "num_tensor_parallel_workers", line)? == f64::from(tp) {
+                out.push((line, rec));
+            }
+        }
+        if out.is_empty() {
+            return Err(self.invalid(
+                "num_tensor_parallel_workers".into(),
+                format!("no rows with tensor-parallel degree {tp}"),
+            ));
+        }
+        Ok(out)
+    }
+
     /// Field `k` (column `name`) of a record on `line`, a finite number >= 0.
     fn nonneg(
         &self,
@@ -181,7 +206,6 @@ impl Samples {
             "add",
         ];
         let input = CsvInput { path };
-        let invalid = |location: String, reason: String| input.invalid(location, reason);
         let (mut rdr, header) = input.open(text)?;
         let col = |name: &str| input.column(&header, name, "Vidur mlp.csv");
         let op_cols: Vec<(usize, String)> = OPS
@@ -195,13 +219,8 @@ impl Samples {
         let tp_col = col("num_tensor_parallel_workers")?;
         let mut rows = Vec::new();
         let mut y = Vec::new();
-        for (i, rec) in rdr.records().enumerate() {
-            let line = i + 2;
-            let rec = rec.map_err(|e| invalid(format!("line {line}"), e.to_string()))?;
+        for (line, rec) in input.records_at_tp(&mut rdr, tp_col, tp)? {
             let num = |k: usize, name: &str| input.nonneg(&rec, k, name, line);
-            if num(tp_col, "num_tensor_parallel_workers")? != f64::from(tp) {
-                continue;
-            }
             let mut t = 0.0;
             for (k, name) in &op_cols {
                 t += num(*k, name)?;
@@ -209,12 +228,6 @@ impl Samples {
             rows.push(1.0);
             rows.push(num(tokens_col, "num_tokens")?);
             y.push(t);
-        }
-        if y.is_empty() {
-            return Err(invalid(
-                "num_tensor_parallel_workers".into(),
-                format!("no rows with tensor-parallel degree {tp}"),
-            ));
         }
         let n = y.len();
         Ok(Self {
@@ -261,13 +274,8 @@ impl Samples {
         ];
         let mut rows: Vec<[f64; 7]> = Vec::new();
         let mut y = Vec::new();
-        for (i, rec) in rdr.records().enumerate() {
-            let line = i + 2;
-            let rec = rec.map_err(|e| invalid(format!("line {line}"), e.to_string()))?;
+        for (line, rec) in input.records_at_tp(&mut rdr, tp_col, tp)? {
             let num = |k: usize, name: &str| input.nonneg(&rec, k, name, line);
-            if num(tp_col, "num_tensor_parallel_workers")? != f64::from(tp) {
-                continue;
-            }
             let flag = rec.get(prefill_col).unwrap_or("").trim();
             let is_prefill = match flag.to_ascii_lowercase().as_str() {
                 "true" | "1" => true,
@@ -289,12 +297,6 @@ impl Samples {
                 rows.push([0.0, 0.0, 0.0, 0.0, 1.0, b, b * (m + 1.0)]);
                 y.push(num(t_decode, "time_stats.attn_decode.median")?);
             }
-        }
-        if y.is_empty() {
-            return Err(invalid(
-                "num_tensor_parallel_workers".into(),
-                format!("no rows with tensor-parallel degree {tp}"),
-            ));
         }
         // Keep a feature only if its column differs from every kept one.
         let mut keep: Vec<usize> = Vec::new();

@@ -17,7 +17,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
-use infersched_core::{Batch, BatchFeatures, Entry, Feature, Limits, Schedule};
+use infersched_core::{Batch, Entry, Feature, Limits, Schedule};
 use infersched_cost_model::LinearCostModel;
 
 use crate::Objective;
@@ -88,15 +88,6 @@ impl PartialOrd for Open {
     }
 }
 
-/// Each arc's cost (ms) beyond the per-batch terms.
-fn arc_ms(theta: &[f64; 9], f: &BatchFeatures) -> f64 {
-    Feature::ALL
-        .iter()
-        .filter(|k| !matches!(k, Feature::One | Feature::HasPrefill | Feature::HasDecode))
-        .map(|&k| theta[k as usize] * f.get(k))
-        .sum()
-}
-
 /// Runs the search for classes of identical requests (`graphs[k]` built without chunk
 /// arcs, `sizes[k]` members, `members[k]` their ids), giving up after `max_states` count
 /// vectors or at `deadline`. None when it gives up.
@@ -141,7 +132,12 @@ pub(crate) fn search(
     }
     let arc_costs: Vec<Vec<f64>> = graphs
         .iter()
-        .map(|g| g.arcs.iter().map(|a| arc_ms(&theta, &a.features)).collect())
+        .map(|g| {
+            g.arcs
+                .iter()
+                .map(|a| crate::entry_cost_ms(cost, &a.features))
+                .collect()
+        })
         .collect();
     // Each state stores its count vector twice (list and index): keep that under ~256 MB.
     let max_states = max_states.min((1usize << 28) / (4 * slots.len().max(1)));

@@ -591,15 +591,7 @@ pub fn solve(
     let counts: Vec<f64> = members.iter().map(|c| c.len() as f64).collect();
     let graphs: Vec<StateGraph> = class_req
         .iter()
-        .map(|r| {
-            StateGraph::new(
-                r,
-                limits,
-                class.no_evict || class.reserve,
-                model_class.no_chunk,
-                class.reserve,
-            )
-        })
+        .map(|r| class_graph(r, limits, &model_class))
         .collect();
     let mut m = Model {
         vars: ProblemVariables::new(),
@@ -666,13 +658,7 @@ pub fn solve(
         .collect();
 
     let max_arrival = reqs.iter().map(|r| r.arrival_s * 1e3).fold(0.0, f64::max);
-    let arc_cost = |f: &BatchFeatures| -> f64 {
-        Feature::ALL
-            .iter()
-            .filter(|f| !matches!(f, Feature::One | Feature::HasPrefill | Feature::HasDecode))
-            .map(|&k| theta_ms(k) * f.get(k))
-            .sum()
-    };
+    let arc_cost = |f: &BatchFeatures| entry_cost_ms(cost, f);
     let t_max = theta_ms(Feature::One)
         + theta_ms(Feature::HasPrefill)
         + theta_ms(Feature::HasDecode)
@@ -1074,17 +1060,13 @@ fn counting_search(
     else {
         return Ok(None);
     };
+    let unchunked = PolicyConstraints {
+        no_chunk: true,
+        ..class
+    };
     let graphs: Vec<StateGraph> = members
         .iter()
-        .map(|m| {
-            StateGraph::new(
-                &reqs[m[0]],
-                limits,
-                class.no_evict || class.reserve,
-                true,
-                class.reserve,
-            )
-        })
+        .map(|m| class_graph(&reqs[m[0]], limits, &unchunked))
         .collect();
     let t_solve = Instant::now();
     // Half the time limit at most; the MILP gets what is left.
@@ -1139,6 +1121,31 @@ fn counting_search(
         warm_start: None,
         schedule: found.schedule,
     }))
+}
+
+/// The state graph of request `r` in policy class `class` (reservations forbid evictions).
+fn class_graph(
+    r: &infersched_core::Request,
+    limits: &Limits,
+    class: &PolicyConstraints,
+) -> StateGraph {
+    StateGraph::new(
+        r,
+        limits,
+        class.no_evict || class.reserve,
+        class.no_chunk,
+        class.reserve,
+    )
+}
+
+/// An entry's (arc's) own cost in milliseconds: every feature but the per-batch ones
+/// (`one`, `has_prefill`, `has_decode`), which the batch pays once.
+pub(crate) fn entry_cost_ms(cost: &LinearCostModel, f: &BatchFeatures) -> f64 {
+    Feature::ALL
+        .iter()
+        .filter(|k| !matches!(k, Feature::One | Feature::HasPrefill | Feature::HasDecode))
+        .map(|&k| cost.theta(k) * 1e3 * f.get(k))
+        .sum()
 }
 
 /// HiGHS's branch-and-bound node count. It is an `int64` info item, which the `highs`

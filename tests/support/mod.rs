@@ -18,3 +18,13 @@ pub fn workload(reqs: &[(u32, u32, f64)]) -> Workload {
     )
     .unwrap()
 }
+
+/// The most KV any single request of `w` needs (`max(I + O - 1)`): the smallest M that
+/// can serve it.
+pub fn largest_kv_need(w: &Workload) -> u64 {
+    w.requests()
+        .iter()
+        .map(|r| r.max_kv_tokens())
+        .max()
+        .unwrap()
+}
