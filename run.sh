@@ -1,26 +1,58 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: installs what is missing, then runs a job.
-#   bash run.sh demo   the main job (replay and workload summary on bundled data)
+#   bash run.sh demo   the main job (a demo comparison on bundled data)
 #   bash run.sh test   the whole test suite, formatting and lints (what CI runs)
+#
+# A new machine needs: the Rust toolchain (cargo, rustfmt, clippy) and Debian's apt.
+# run.sh installs, when missing: cmake and a C++ compiler (HiGHS is built from source by
+# highs-sys) and libclang (bindgen, which generates highs-sys's bindings, loads it).
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The shared library bindgen (clang-sys) loads: libclang.so, libclang-<N>.so[.*] or
+# libclang.so.<N>. Not libclang-cpp*, the C++ interface, which Debian images ship alone.
+find_libclang() {
+  local d f
+  for d in ${LIBCLANG_PATH:+"$LIBCLANG_PATH"} /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu \
+    /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+    [ -d "$d" ] || continue
+    for f in "$d"/libclang*.so*; do
+      [ -e "$f" ] || continue
+      if [[ "$(basename "$f")" =~ ^libclang(-[0-9][0-9.]*)?\.so(\.[0-9][0-9.]*)?$ ]]; then
+        echo "$d"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+
 need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
-# highs-sys generates its bindings with bindgen, which loads libclang at build time.
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
-  need_apt+=(libclang1-14 libclang-14-dev)
-fi
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+find_libclang >/dev/null || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      SUDO=(sudo -n)
+    else
+      echo "run.sh: missing system packages: ${need_apt[*]}" >&2
+      echo "run.sh: cannot install them (not root, no password-less sudo). Run:" >&2
+      echo "    sudo apt-get update && sudo apt-get install -y ${need_apt[*]}" >&2
+      exit 1
+    fi
+  fi
   echo "run.sh: installing system packages: ${need_apt[*]}" >&2
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  "${SUDO[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-if [ -z "${LIBCLANG_PATH:-}" ]; then
-  for d in /usr/lib/llvm-*/lib; do [ -e "$d/libclang.so" ] || [ -e "$d/libclang.so.1" ] && export LIBCLANG_PATH="$d"; done
+if ! LIBCLANG_DIR="$(find_libclang)"; then
+  echo "run.sh: libclang (libclang.so or libclang-<N>.so) is still missing after installing" >&2
+  echo "run.sh: libclang-dev; install it and set LIBCLANG_PATH to its directory." >&2
+  exit 1
 fi
+export LIBCLANG_PATH="$LIBCLANG_DIR"
 
 case "${1:-}" in
   demo)
