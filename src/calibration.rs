@@ -30,10 +30,42 @@ pub struct RunInfo {
     pub driver_cuda_version: i32,
     /// NVRTC version, e.g. "13.0".
     pub nvrtc_version: String,
+    /// Streaming multiprocessors, peak SM and memory clocks in MHz (absent in runs
+    /// recorded before they were read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_clocks: Option<GpuClocks>,
     /// Timed repeats per measurement (median kept) and warm-up runs.
     pub repeats: usize,
     /// Warm-up runs per measurement.
     pub warmup: usize,
+    /// Largest difference between the attention kernels and a CPU reference before the
+    /// run (`kernels_calibration::gpu::LayerRunner::check_attention`); absent in runs
+    /// recorded before the check existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_check_max_abs_error: Option<f64>,
+    /// Where the attention terms come from when not from this run's kernels
+    /// (`calibrate --attention-times`); the preset's name then ends in `-fa2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_source: Option<String>,
+}
+
+/// [`RunInfo::attention_source`] of a refit whose attention times come from `file`
+/// (`calibrate --attention-times`).
+pub fn attention_source(file: &str) -> String {
+    format!(
+        "attention terms fitted from {file} (PyTorch scaled_dot_product_attention, flash backend, on the same shapes); linear terms and the rest from the recorded run"
+    )
+}
+
+/// What the driver reports of the GPU's size and peak clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuClocks {
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// Peak SM clock (MHz).
+    pub sm_clock_mhz: u32,
+    /// Peak memory clock (MHz).
+    pub memory_clock_mhz: u32,
 }
 
 /// A short GPU name for preset names: `h200`, `a100`, ... or the driver's name.
@@ -48,7 +80,8 @@ pub fn short_gpu_name(name: &str) -> String {
 }
 
 /// Writes `samples.csv` (fit groups), `validation.csv` (composite batches), `run.json`,
-/// `coefficients.json` and `validation.svg|png` into `dir`; returns the fit and the paths.
+/// `coefficients.json` and `validation.svg|png` into `dir` (no validation files without
+/// composite batches); returns the fit and the paths.
 pub fn write_calibration(
     dir: &Path,
     run: &RunInfo,
@@ -65,6 +98,9 @@ pub fn write_calibration(
         ("samples.csv", &fit_rows),
         ("validation.csv", &validation_rows),
     ] {
+        if rows.is_empty() {
+            continue;
+        }
         let p = dir.join(name);
         crate::core::io::write_atomic(&p, |w| samples::write_csv(rows, w))?;
         paths.push(p);
@@ -76,12 +112,17 @@ pub fn write_calibration(
 
     let gpu = short_gpu_name(&run.gpu_name);
     let name = format!(
-        "{}-{gpu}{}",
+        "{}-{gpu}{}{}",
         run.model.name,
         if run.tensor_parallel > 1 {
             format!("-tp{}", run.tensor_parallel)
         } else {
             String::new()
+        },
+        if run.attention_source.is_some() {
+            "-fa2"
+        } else {
+            ""
         }
     );
     let theta = crate::core::Feature::ALL
@@ -92,10 +133,16 @@ pub fn write_calibration(
     let file = CoefficientFile {
         format: crate::cost_model::linear::COST_MODEL_FORMAT.to_string(),
         name: name.clone(),
-        description: format!(
-            "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs, NVRTC kernels, CUDA events)",
-            run.model.name, run.gpu_name, run.tensor_parallel
-        ),
+        description: match &run.attention_source {
+            None => format!(
+                "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs; NVRTC kernels: FlashAttention-2-style tensor-core prefill and split-KV paged decode attention over a paged KV cache, RMSNorm, RoPE, SiLU; CUDA events)",
+                run.model.name, run.gpu_name, run.tensor_parallel
+            ),
+            Some(source) => format!(
+                "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs, NVRTC element-wise kernels; CUDA events), {source}",
+                run.model.name, run.gpu_name, run.tensor_parallel
+            ),
+        },
         unit: TimeUnit::Ms,
         per_layer: true,
         layers: Some(run.model.layers),
@@ -109,15 +156,29 @@ pub fn write_calibration(
         provenance: Provenance {
             method: "calibration".into(),
             source: format!(
-                "infersched calibrate on {} (compute capability {}, driver CUDA {}, NVRTC {})",
-                run.gpu_name, run.compute_capability, run.driver_cuda_version, run.nvrtc_version
+                "infersched calibrate on {} (compute capability {}{}, driver CUDA {}, NVRTC {})",
+                run.gpu_name,
+                run.compute_capability,
+                run.gpu_clocks
+                    .map(|c| format!(
+                        ", {} SMs, peak clocks SM {} MHz / memory {} MHz",
+                        c.multiprocessors, c.sm_clock_mhz, c.memory_clock_mhz
+                    ))
+                    .unwrap_or_default(),
+                run.driver_cuda_version,
+                run.nvrtc_version
             ),
             notes: Some(format!(
-                "median of {} timed runs after {} warm-up runs per measurement; {} fit samples, {} held-out composite batches",
+                "median of {} timed runs after {} warm-up runs per measurement; {} fit samples, {} held-out composite batches{}",
                 run.repeats,
                 run.warmup,
                 fit_rows.len(),
-                validation_rows.len()
+                validation_rows.len(),
+                if run.attention_source.is_some() {
+                    " (none: composites run this crate's attention kernels, so they validate the preset without the -fa2 suffix, not this one)"
+                } else {
+                    ""
+                }
             )),
             fit: Some(serde_json::json!({
                 "fit": c.fit.stats,
@@ -131,7 +192,9 @@ pub fn write_calibration(
     LinearCostModel::from_json_str(&json, &coeff_path).map_err(io::Error::other)?;
     write_bytes_atomic(&coeff_path, json.as_bytes())?;
     paths.push(coeff_path);
-    paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
+    if c.validation.is_some() {
+        paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
+    }
     Ok((c, paths))
 }
 
@@ -187,6 +250,61 @@ pub fn validation_plot(name: &str, c: &Calibration) -> Plot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calibrated presets regenerate byte for byte from their recorded samples, and the
+    /// recorded runs meet the validation targets (median < 5%, p95 < 15%).
+    #[test]
+    fn committed_h100_presets_regenerate_from_their_samples() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks-data/calibration/h100");
+        let read = |p: &Path| {
+            samples::read_csv(
+                &std::fs::read_to_string(p).unwrap(),
+                &p.display().to_string(),
+            )
+            .unwrap()
+        };
+        for model in ["llama2-7b", "llama3-8b"] {
+            let dir = root.join(model);
+            let run: RunInfo =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap())
+                    .unwrap();
+            assert!(run.attention_check_max_abs_error.unwrap() < 2e-2);
+            let mut all = read(&dir.join("samples.csv"));
+            all.extend(read(&dir.join("validation.csv")));
+            let out = tempfile::tempdir().unwrap();
+            let (c, _) = write_calibration(out.path(), &run, &all).unwrap();
+            let v = c.validation.unwrap();
+            assert!(
+                v.ape_median_pct < 5.0 && v.ape_p95_pct < 15.0,
+                "{model}: {v:?}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(out.path().join("coefficients.json")).unwrap(),
+                std::fs::read_to_string(dir.join("coefficients.json")).unwrap(),
+                "{model}"
+            );
+            // The -fa2 preset: the same run with PyTorch's attention times.
+            let times = dir.join("attention-vs-pytorch.csv");
+            let hybrid = samples::with_attention_times(
+                &all,
+                &std::fs::read_to_string(&times).unwrap(),
+                "attention-vs-pytorch.csv",
+            )
+            .unwrap();
+            let mut fa2_run = run.clone();
+            fa2_run.attention_source = Some(attention_source("attention-vs-pytorch.csv"));
+            let out = tempfile::tempdir().unwrap();
+            let (c, _) = write_calibration(out.path(), &fa2_run, &hybrid).unwrap();
+            assert!(c.validation.is_none());
+            assert!(!out.path().join("validation.csv").exists());
+            assert_eq!(
+                std::fs::read_to_string(out.path().join("coefficients.json")).unwrap(),
+                std::fs::read_to_string(root.join(format!("{model}-fa2/coefficients.json")))
+                    .unwrap(),
+                "{model}-fa2"
+            );
+        }
+    }
 
     #[test]
     fn gpu_names_shorten() {

@@ -90,9 +90,18 @@ struct CalibrateArgs {
     /// validation.csv, run.json) instead of measuring.
     #[arg(long)]
     from_samples: Option<PathBuf>,
+    /// With --from-samples: take the attention terms from another implementation's times
+    /// on the same shapes (attention-vs-pytorch.csv, written by
+    /// kernels-calibration/scripts/attention_vs_pytorch.py) and the linear terms from the
+    /// recorded run; the preset is named with a -fa2 suffix.
+    #[arg(long, requires = "from_samples")]
+    attention_times: Option<PathBuf>,
+    /// Only check the attention kernels against the CPU reference on this GPU, then stop.
+    #[arg(long, conflicts_with = "from_samples")]
+    check_kernels: bool,
     /// Output directory.
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required_unless_present = "check_kernels")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -836,12 +845,23 @@ fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
             Ok(samples::read_csv(&text, &p.display().to_string())?)
         };
         let mut all = read("samples.csv")?;
-        all.extend(read("validation.csv")?);
+        // A run without composite batches (a -fa2 refit) has no validation.csv.
+        if dir.join("validation.csv").exists() {
+            all.extend(read("validation.csv")?);
+        }
         let p = dir.join("run.json");
-        let run: RunInfo = serde_json::from_str(
+        let mut run: RunInfo = serde_json::from_str(
             &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
         )
         .with_context(|| format!("{}: not a calibration run.json", p.display()))?;
+        if let Some(t) = &a.attention_times {
+            let text =
+                std::fs::read_to_string(t).with_context(|| format!("reading {}", t.display()))?;
+            all = samples::with_attention_times(&all, &text, &t.display().to_string())?;
+            run.attention_source = Some(infersched::calibration::attention_source(
+                &t.file_name().unwrap_or_default().to_string_lossy(),
+            ));
+        }
         (run, all)
     } else {
         let model = calibration_model(a.model.as_deref().unwrap_or_default())?;
@@ -860,6 +880,32 @@ fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
             plan.len()
         );
         let mut runner = kc::LayerRunner::new(&ctx, &model, a.tp, &limits)?;
+        // The attention kernels must compute attention before their times mean anything.
+        let checks = runner.check_attention()?;
+        let mut check_max = 0.0f64;
+        for c in &checks {
+            eprintln!(
+                "attention check: {}: max |error| {:.2e} against the CPU reference, KV append {}",
+                c.case,
+                c.max_abs_error,
+                if c.kv_append_ok { "ok" } else { "WRONG" }
+            );
+            check_max = check_max.max(c.max_abs_error);
+        }
+        if !checks.iter().all(kc::gpu::AttentionCheck::passed) {
+            bail!(
+                "the attention kernels disagree with the CPU reference (tolerance {:e}); nothing was measured",
+                kc::gpu::ATTENTION_CHECK_TOLERANCE
+            );
+        }
+        if a.check_kernels {
+            outln!(
+                "attention kernels agree with the CPU reference on {}: max |error| {check_max:.2e} (tolerance {:e})",
+                info.name,
+                kc::gpu::ATTENTION_CHECK_TOLERANCE
+            );
+            return Ok(());
+        }
         let bar = indicatif::ProgressBar::new(plan.len() as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -873,6 +919,9 @@ fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
             let ms = runner.time(m, a.warmup, a.repeats)?;
             all.push(samples::Sample::of(m, ms));
             bar.inc(1);
+            if bar.is_hidden() && all.len() % 50 == 0 {
+                eprintln!("measured {} of {}", all.len(), plan.len());
+            }
         }
         bar.finish_and_clear();
         let run = RunInfo {
@@ -886,13 +935,24 @@ fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
             ),
             driver_cuda_version: info.driver_cuda_version,
             nvrtc_version: format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
+            gpu_clocks: Some(infersched::calibration::GpuClocks {
+                multiprocessors: info.multiprocessors,
+                sm_clock_mhz: info.sm_clock_mhz,
+                memory_clock_mhz: info.memory_clock_mhz,
+            }),
             repeats: a.repeats,
             warmup: a.warmup,
+            attention_check_max_abs_error: Some(check_max),
+            attention_source: None,
         };
         (run, all)
     };
-    let (c, paths) = write_calibration(&a.out, &run, &all)
-        .with_context(|| format!("writing the calibration to {}", a.out.display()))?;
+    let out = a
+        .out
+        .as_deref()
+        .context("--out is required unless --check-kernels is given")?;
+    let (c, paths) = write_calibration(out, &run, &all)
+        .with_context(|| format!("writing the calibration to {}", out.display()))?;
     let s = c.fit.stats;
     outln!(
         "fit on {} samples: R^2 {:.5}, APE median {:.2}%, p95 {:.2}%",
@@ -1000,6 +1060,48 @@ fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
             model.kv_bytes_per_token(f.tensor_parallel),
             model.weight_bytes_per_gpu(f.tensor_parallel) as f64 / (1u64 << 30) as f64
         );
+    }
+    match cost_model::check_against_roofline(m) {
+        Some(checks) => {
+            outln!("  against the roofline of its model and GPU (the physical floor):");
+            outln!(
+                "    {:<44}{:>12}{:>12}{:>8}",
+                "batch",
+                "this (ms)",
+                "floor (ms)",
+                "ratio"
+            );
+            for c in &checks {
+                outln!(
+                    "    {:<44}{:>12.3}{:>12.3}{:>8.2}{}",
+                    c.batch,
+                    c.model_s * 1e3,
+                    c.roofline_s * 1e3,
+                    c.model_s / c.roofline_s,
+                    if c.faster_than_physics() {
+                        "  FASTER THAN PHYSICS"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let bad: Vec<&str> = checks
+                .iter()
+                .filter(|c| c.faster_than_physics())
+                .map(|c| c.batch)
+                .collect();
+            if !bad.is_empty() {
+                eprintln!(
+                    "warning: {} predicts less time than its GPU's datasheet allows for: {}. Its times are not physically attainable on that GPU; use it to reproduce the results it was published with, and a calibrated preset for predictions.",
+                    m.name,
+                    bad.join("; ")
+                );
+            }
+        }
+        None => outln!(
+            "  no roofline check: the file names no model, or a GPU without a known datasheet ({})",
+            cost_model::roofline::ROOFLINE_GPUS.join(", ")
+        ),
     }
     Ok(())
 }

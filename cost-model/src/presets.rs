@@ -3,12 +3,25 @@
 use crate::linear::{CostModelError, LinearCostModel};
 use std::path::Path;
 
-/// Names of the built-in presets.
-pub const PRESET_NAMES: [&str; 2] = ["llama2-7b-a100", "llama3-70b-tp4-a100"];
+/// Names of the built-in presets: the InferMax authors' published A100 coefficients (to
+/// reproduce InferMax's findings) and H100 calibrations measured with `infersched
+/// calibrate` (for predictions; `-fa2`: attention terms from FlashAttention-2 timings).
+pub const PRESET_NAMES: [&str; 6] = [
+    "llama2-7b-a100",
+    "llama3-70b-tp4-a100",
+    "llama2-7b-h100",
+    "llama3-8b-h100",
+    "llama2-7b-h100-fa2",
+    "llama3-8b-h100-fa2",
+];
 
-const PRESET_FILES: [&str; 2] = [
+const PRESET_FILES: [&str; 6] = [
     include_str!("../../notebooks-data/cost-models/llama2-7b-a100.json"),
     include_str!("../../notebooks-data/cost-models/llama3-70b-tp4-a100.json"),
+    include_str!("../../notebooks-data/calibration/h100/llama2-7b/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h100/llama3-8b/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h100/llama2-7b-fa2/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h100/llama3-8b-fa2/coefficients.json"),
 ];
 
 /// The preset called `name`, if there is one.

@@ -142,6 +142,71 @@ pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostMode
         .expect("roofline coefficients are finite and non-negative")
 }
 
+/// One reference batch timed by a cost model and by the roofline of its model and GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RooflineCheck {
+    /// The batch, for people.
+    pub batch: &'static str,
+    /// The cost model's time (s).
+    pub model_s: f64,
+    /// The roofline's time (s): no real kernel can be faster.
+    pub roofline_s: f64,
+}
+
+impl RooflineCheck {
+    /// Whether the cost model predicts a time below the physical floor.
+    pub fn faster_than_physics(&self) -> bool {
+        self.model_s < self.roofline_s
+    }
+}
+
+/// The reference batches of [`check_against_roofline`]: a decode step of 1 and of 64
+/// requests at 1,024 tokens of context, and a 512-token prefill.
+pub fn reference_batches() -> Vec<(&'static str, infersched_core::BatchFeatures)> {
+    use infersched_core::BatchFeatures;
+    let mut one = BatchFeatures::default();
+    one.add_decode(1024);
+    let mut many = BatchFeatures::default();
+    for _ in 0..64 {
+        many.add_decode(1024);
+    }
+    let mut prefill = BatchFeatures::default();
+    prefill.add_prefill(512, 0);
+    vec![
+        ("decode step of 1 request (context 1,024)", one),
+        ("decode step of 64 requests (context 1,024)", many),
+        ("prefill of 512 tokens", prefill),
+    ]
+}
+
+/// The datasheet of the GPU a cost model names (`a100`, `a100-80gb`, `h100`, ...).
+pub fn datasheet_of(gpu: &GpuSpec) -> Option<Datasheet> {
+    let lower = gpu.name.to_lowercase();
+    ROOFLINE_GPUS
+        .iter()
+        .find(|g| lower.starts_with(*g))
+        .and_then(|g| Datasheet::named(g))
+}
+
+/// Times [`reference_batches`] with `m` and with the roofline of its model, GPU and tensor
+/// parallelism; `None` when the file names no model or no GPU with a known datasheet.
+pub fn check_against_roofline(m: &LinearCostModel) -> Option<Vec<RooflineCheck>> {
+    use infersched_core::CostModel;
+    let model = m.file.model.as_ref()?;
+    let sheet = datasheet_of(m.file.gpu.as_ref()?)?;
+    let floor = roofline(model, &sheet, m.file.tensor_parallel);
+    Some(
+        reference_batches()
+            .into_iter()
+            .map(|(batch, f)| RooflineCheck {
+                batch,
+                model_s: m.batch_time_s(&f),
+                roofline_s: floor.batch_time_s(&f),
+            })
+            .collect(),
+    )
+}
+
 /// Parses `roofline:GPU:MODEL[:tpN]`; `Ok(None)` if `spec` is not a roofline spec.
 pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let Some(rest) = spec.strip_prefix("roofline:") else {
@@ -175,6 +240,35 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
 mod tests {
     use super::*;
     use infersched_core::{BatchFeatures, CostModel};
+
+    #[test]
+    fn the_published_a100_preset_is_faster_than_physics_and_calibrations_are_not() {
+        // InferMax's llama2-7b-a100 decodes one request in ~3 ms; reading 13.5 GB of weights
+        // at 2.039 TB/s takes ~6.6 ms.
+        let checks = check_against_roofline(&crate::preset("llama2-7b-a100").unwrap()).unwrap();
+        assert_eq!(checks.len(), 3);
+        assert!(checks[0].faster_than_physics(), "{checks:?}");
+        assert!((checks[0].roofline_s * 1e3 - 6.6).abs() < 0.3, "{checks:?}");
+        // Measured H100 presets respect the H100's floor on every reference batch.
+        for name in [
+            "llama2-7b-h100",
+            "llama3-8b-h100",
+            "llama2-7b-h100-fa2",
+            "llama3-8b-h100-fa2",
+        ] {
+            let checks = check_against_roofline(&crate::preset(name).unwrap()).unwrap();
+            for c in &checks {
+                assert!(!c.faster_than_physics(), "{name}: {c:?}");
+                // ... and within 4x of it (kernels reach a fair share of the datasheet).
+                assert!(c.model_s < 4.0 * c.roofline_s, "{name}: {c:?}");
+            }
+        }
+        // A roofline is exactly its own floor; a file without a GPU has no check.
+        let r = parse_roofline("roofline:h100:llama3-8b").unwrap().unwrap();
+        for c in check_against_roofline(&r).unwrap() {
+            assert!((c.model_s - c.roofline_s).abs() <= 1e-15 && !c.faster_than_physics());
+        }
+    }
 
     #[test]
     fn decode_of_one_request_is_the_weight_read() {

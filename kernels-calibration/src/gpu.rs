@@ -23,6 +23,9 @@ use cudarc::driver::{
 };
 use half::bf16;
 use infersched_cost_model::ModelSpec;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
@@ -65,6 +68,12 @@ pub struct GpuInfo {
     pub driver_cuda_version: i32,
     /// NVRTC version (major, minor).
     pub nvrtc_version: (i32, i32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// Peak SM clock in MHz, as the driver reports it.
+    pub sm_clock_mhz: u32,
+    /// Peak memory clock in MHz, as the driver reports it.
+    pub memory_clock_mhz: u32,
 }
 
 /// Checks that the CUDA driver, cuBLAS and NVRTC load, without creating a context when
@@ -95,7 +104,14 @@ pub fn probe(ordinal: usize) -> Result<(Arc<CudaContext>, GpuInfo), GpuError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints through valid pointers.
     let _ = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    let attr = |a: sys::CUdevice_attribute| -> Result<u32, GpuError> {
+        Ok(ctx.attribute(a).map_err(cuda)?.max(0) as u32)
+    };
+    use sys::CUdevice_attribute as A;
     let info = GpuInfo {
+        multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        sm_clock_mhz: attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? / 1000,
+        memory_clock_mhz: attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)? / 1000,
         name: ctx.name().map_err(cuda)?,
         compute_capability: ctx.compute_capability().map_err(cuda)?,
         memory_bytes: ctx.total_mem().map_err(cuda)? as u64,
@@ -160,6 +176,8 @@ pub struct LayerRunner {
     shape: LayerShape,
     max_tokens: usize,
     max_context: usize,
+    cache_blocks: usize,
+    max_parts: usize,
     w_qkv: CudaSlice<bf16>,
     w_o: CudaSlice<bf16>,
     w_gu: CudaSlice<bf16>,
@@ -174,9 +192,11 @@ pub struct LayerRunner {
     act: CudaSlice<bf16>,
     k_cache: CudaSlice<bf16>,
     v_cache: CudaSlice<bf16>,
+    partial: CudaSlice<f32>,
 }
 
-/// Row metadata of an attention step, on the host.
+/// Row metadata of an attention step, on the host: which sequence and position each query
+/// row is, the paged cache's block table, the prefill tiles and the decode partitions.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AttentionRows {
     /// Sequence of each query row.
@@ -185,12 +205,37 @@ pub struct AttentionRows {
     pub pos: Vec<i32>,
     /// Keys each row sees (causal).
     pub visible: Vec<i32>,
-    /// First cache slot of each sequence.
-    pub kv_start: Vec<i64>,
+    /// Tokens in each sequence's cache after the step.
+    pub seq_len: Vec<i32>,
+    /// First row of each sequence (a decode sequence has one row).
+    pub seq_row: Vec<i32>,
+    /// First block-table entry of each sequence.
+    pub bt_start: Vec<i32>,
+    /// Physical block of each logical block, all sequences back to back.
+    pub block_table: Vec<i32>,
+    /// Prefill tiles: `[sequence, first row, rows, first position]`, at most
+    /// [`kernels::PREFILL_TILE_ROWS`] rows each.
+    pub tiles: Vec<[i32; 4]>,
+    /// Index of the first decode sequence (prefill sequences come first).
+    pub first_decode_seq: usize,
+    /// Decode partitions: `[sequence, first key, end key]`, at most
+    /// [`kernels::DECODE_PARTITION`] keys each.
+    pub parts: Vec<[i32; 3]>,
+    /// Per decode sequence, its first partition and how many it has.
+    pub seq_parts: Vec<[i32; 2]>,
+}
+
+impl AttentionRows {
+    /// Logical blocks the cache holds for this step.
+    pub fn blocks(&self) -> usize {
+        self.block_table.len()
+    }
 }
 
 /// The attention rows of a measurement: prefill chunks first (token `m + i` of a chunk
-/// sees `m + i + 1` keys), then decodes (the new token sees the whole context).
+/// sees `m + i + 1` keys), then decodes (the new token sees the whole context). Physical
+/// blocks are a seeded shuffle of `0..blocks`, so a sequence's blocks are scattered over the
+/// cache as a paged allocator leaves them.
 pub fn attention_rows(m: &Measurement) -> AttentionRows {
     let (chunks, decodes): (Vec<(u32, u32)>, Vec<u32>) = match m {
         Measurement::Linear { .. } => (vec![], vec![]),
@@ -198,24 +243,55 @@ pub fn attention_rows(m: &Measurement) -> AttentionRows {
         Measurement::PrefillAttention { chunks } => (chunks.clone(), vec![]),
         Measurement::Composite { prefills, decodes } => (prefills.clone(), decodes.clone()),
     };
+    let bs = kernels::BLOCK_SIZE as i32;
     let mut r = AttentionRows::default();
-    let mut start = 0i64;
+    let mut blocks = 0i32;
+    let mut new_seq = |r: &mut AttentionRows, len: i32, row: i32| {
+        r.seq_len.push(len);
+        r.seq_row.push(row);
+        r.bt_start.push(blocks);
+        blocks += (len + bs - 1) / bs;
+    };
     for (s, &(c, before)) in chunks.iter().enumerate() {
-        r.kv_start.push(start);
+        let row0 = r.seq_of.len() as i32;
+        new_seq(&mut r, (before + c) as i32, row0);
         for i in 0..c {
             r.seq_of.push(s as i32);
             r.pos.push((before + i) as i32);
             r.visible.push((before + i + 1) as i32);
         }
-        start += i64::from(before + c);
+        let tile = kernels::PREFILL_TILE_ROWS as u32;
+        for t0 in (0..c).step_by(tile as usize) {
+            r.tiles.push([
+                s as i32,
+                row0 + t0 as i32,
+                (c - t0).min(tile) as i32,
+                (before + t0) as i32,
+            ]);
+        }
     }
+    // Longest causal tiles first (they see the most keys), so none is left running alone.
+    r.tiles
+        .sort_by_key(|t| std::cmp::Reverse((t[3] + t[2], t[0], t[1])));
+    r.first_decode_seq = chunks.len();
     for (k, &l) in decodes.iter().enumerate() {
-        r.kv_start.push(start);
-        r.seq_of.push((chunks.len() + k) as i32);
+        let s = chunks.len() + k;
+        let row = r.seq_of.len() as i32;
+        new_seq(&mut r, l as i32, row);
+        r.seq_of.push(s as i32);
         r.pos.push(l as i32 - 1);
         r.visible.push(l as i32);
-        start += i64::from(l);
+        let first = r.parts.len() as i32;
+        let part = kernels::DECODE_PARTITION as u32;
+        for k0 in (0..l).step_by(part as usize) {
+            r.parts
+                .push([s as i32, k0 as i32, (k0 + part).min(l) as i32]);
+        }
+        r.seq_parts.push([first, r.parts.len() as i32 - first]);
     }
+    let mut physical: Vec<i32> = (0..blocks).collect();
+    physical.shuffle(&mut ChaCha8Rng::seed_from_u64(0));
+    r.block_table = physical;
     r
 }
 
@@ -235,14 +311,39 @@ impl LayerRunner {
         let shape = LayerShape::of(model, tp)?;
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(cuda)?;
-        let ptx = cudarc::nvrtc::compile_ptx(kernels::SOURCE).map_err(cuda)?;
+        if shape.d != kernels::HEAD_DIM || !kernels::DECODE_GROUPS.contains(&(shape.nh / shape.nkv))
+        {
+            return Err(GpuError::Shape(format!(
+                "the attention kernels take a head dimension of {} and {:?} query heads per KV head; {} has {} and {}",
+                kernels::HEAD_DIM,
+                kernels::DECODE_GROUPS,
+                model.name,
+                shape.d,
+                shape.nh / shape.nkv
+            )));
+        }
+        let cc = ctx.compute_capability().map_err(cuda)?;
+        if cc.0 < 8 {
+            return Err(GpuError::Shape(format!(
+                "the attention kernels use bf16 tensor-core instructions (compute capability 8.0 or newer); this GPU is {}.{}",
+                cc.0, cc.1
+            )));
+        }
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some("compute_80"),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(kernels::SOURCE, opts).map_err(cuda)?;
         let module = ctx.load_module(ptx).map_err(cuda)?;
         let mut funcs = HashMap::new();
         for name in kernels::ENTRY_POINTS {
             funcs.insert(*name, module.load_function(name).map_err(cuda)?);
         }
         let n = limits.max_tokens as usize;
-        let kv = limits.max_kv_tokens as usize * shape.nkv * shape.d;
+        // Every sequence wastes less than one block; a measurement has at most n sequences.
+        let cache_blocks = (limits.max_kv_tokens as usize).div_ceil(kernels::BLOCK_SIZE) + n;
+        let kv = cache_blocks * kernels::BLOCK_SIZE * shape.nkv * shape.d;
+        let max_parts = n + (limits.max_kv_tokens as usize).div_ceil(kernels::DECODE_PARTITION);
         let LayerShape { h, nh, d, f, .. } = shape;
         let alloc = |len: usize| stream.alloc_zeros::<bf16>(len).map_err(cuda);
         // Weights: small constant values (timing does not depend on them).
@@ -266,12 +367,17 @@ impl LayerRunner {
             act: alloc(n * f)?,
             k_cache: alloc(kv.max(1))?,
             v_cache: alloc(kv.max(1))?,
+            partial: stream
+                .alloc_zeros::<f32>(max_parts * shape.nh * (kernels::HEAD_DIM + 2))
+                .map_err(cuda)?,
             stream,
             blas,
             funcs,
             shape,
             max_tokens: n,
             max_context: limits.max_context as usize,
+            cache_blocks,
+            max_parts,
         })
     }
 
@@ -423,33 +529,85 @@ impl LayerRunner {
             .arg(&mut self.v_cache)
             .arg(&meta.seq_of)
             .arg(&meta.pos)
-            .arg(&meta.kv_start)
+            .arg(&meta.block_table)
+            .arg(&meta.bt_start)
             .arg(&r)
             .arg(&nh)
             .arg(&nkv)
             .arg(&d);
-        // SAFETY: every (kv_start + pos) slot is inside the cache (checked when the rows
-        // were built), qkv holds rows x (nh + 2 nkv) d values.
+        // SAFETY: every block-table entry is below the cache's block capacity and every
+        // position below its sequence's blocks (checked in `time`); qkv holds rows x
+        // (nh + 2 nkv) d values.
         unsafe { b.launch(cfg) }.map_err(cuda)?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, s.nh as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: (meta.max_visible * 4) as u32,
-        };
-        let mut b = self.stream.launch_builder(&self.funcs["attention"]);
-        b.arg(&self.qkv)
-            .arg(&self.k_cache)
-            .arg(&self.v_cache)
-            .arg(&meta.seq_of)
-            .arg(&meta.visible)
-            .arg(&meta.kv_start)
-            .arg(&mut self.attn)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&d);
-        // SAFETY: shared memory holds max_visible scores; reads stay inside each
-        // sequence's cache slots and the qkv rows.
-        unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda)
+        if meta.tiles > 0 {
+            let cfg = LaunchConfig {
+                grid_dim: (meta.tiles as u32, s.nh as u32, 1),
+                block_dim: (2 * kernels::PREFILL_TILE_ROWS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.funcs["prefill_attention"]);
+            b.arg(&self.qkv)
+                .arg(&self.k_cache)
+                .arg(&self.v_cache)
+                .arg(&meta.block_table)
+                .arg(&meta.bt_start)
+                .arg(&meta.tile_seq)
+                .arg(&meta.tile_row)
+                .arg(&meta.tile_rows)
+                .arg(&meta.tile_pos)
+                .arg(&mut self.attn)
+                .arg(&nh)
+                .arg(&nkv);
+            // SAFETY: each tile's rows lie inside qkv and attn, its keys inside its
+            // sequence's blocks; head dimension HEAD_DIM (checked in `new`).
+            unsafe { b.launch(cfg) }.map_err(cuda)?;
+        }
+        if meta.parts > 0 {
+            let cfg = LaunchConfig {
+                grid_dim: (meta.parts as u32, s.nkv as u32, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let entry = match s.nh / s.nkv {
+                1 => "decode_attention_g1",
+                2 => "decode_attention_g2",
+                4 => "decode_attention_g4",
+                _ => "decode_attention_g8",
+            };
+            let mut b = self.stream.launch_builder(&self.funcs[entry]);
+            b.arg(&self.qkv)
+                .arg(&self.k_cache)
+                .arg(&self.v_cache)
+                .arg(&meta.block_table)
+                .arg(&meta.bt_start)
+                .arg(&meta.seq_row)
+                .arg(&meta.part_seq)
+                .arg(&meta.part_start)
+                .arg(&meta.part_end)
+                .arg(&mut self.partial)
+                .arg(&nh)
+                .arg(&nkv);
+            // SAFETY: the workspace holds `parts` x nh x (HEAD_DIM + 2) floats (checked in
+            // `time`); keys lie inside each sequence's blocks.
+            unsafe { b.launch(cfg) }.map_err(cuda)?;
+            let first = meta.first_decode_seq as i32;
+            let cfg = LaunchConfig {
+                grid_dim: (meta.decodes as u32, s.nh as u32, 1),
+                block_dim: (kernels::HEAD_DIM as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.funcs["decode_reduce"]);
+            b.arg(&self.partial)
+                .arg(&meta.seq_row)
+                .arg(&meta.seq_part_first)
+                .arg(&meta.seq_part_count)
+                .arg(&first)
+                .arg(&mut self.attn)
+                .arg(&nh);
+            // SAFETY: one block per decode sequence and head, partitions as written above.
+            unsafe { b.launch(cfg) }.map_err(cuda)?;
+        }
+        Ok(())
     }
 
     fn upload(&self, rows: &AttentionRows, tokens: usize) -> Result<DeviceRows, GpuError> {
@@ -459,24 +617,59 @@ impl LayerRunner {
         } else {
             rows.pos.clone()
         };
-        let nonempty_i32 = |v: &[i32]| if v.is_empty() { vec![0] } else { v.to_vec() };
-        let nonempty_i64 = |v: &[i64]| if v.is_empty() { vec![0] } else { v.to_vec() };
+        let up = |v: Vec<i32>| {
+            let v = if v.is_empty() { vec![0] } else { v };
+            self.stream.clone_htod(&v).map_err(cuda)
+        };
+        let col4 = |k: usize| rows.tiles.iter().map(|t| t[k]).collect::<Vec<_>>();
+        let col3 = |k: usize| rows.parts.iter().map(|t| t[k]).collect::<Vec<_>>();
         Ok(DeviceRows {
-            seq_of: self
-                .stream
-                .clone_htod(&nonempty_i32(&rows.seq_of))
-                .map_err(cuda)?,
-            pos: self.stream.clone_htod(&pos).map_err(cuda)?,
-            visible: self
-                .stream
-                .clone_htod(&nonempty_i32(&rows.visible))
-                .map_err(cuda)?,
-            kv_start: self
-                .stream
-                .clone_htod(&nonempty_i64(&rows.kv_start))
-                .map_err(cuda)?,
-            max_visible: rows.visible.iter().copied().max().unwrap_or(0).max(0) as usize,
+            seq_of: up(rows.seq_of.clone())?,
+            pos: up(pos)?,
+            seq_row: up(rows.seq_row.clone())?,
+            bt_start: up(rows.bt_start.clone())?,
+            block_table: up(rows.block_table.clone())?,
+            tile_seq: up(col4(0))?,
+            tile_row: up(col4(1))?,
+            tile_rows: up(col4(2))?,
+            tile_pos: up(col4(3))?,
+            part_seq: up(col3(0))?,
+            part_start: up(col3(1))?,
+            part_end: up(col3(2))?,
+            seq_part_first: up(rows.seq_parts.iter().map(|p| p[0]).collect())?,
+            seq_part_count: up(rows.seq_parts.iter().map(|p| p[1]).collect())?,
+            tiles: rows.tiles.len(),
+            parts: rows.parts.len(),
+            decodes: rows.seq_parts.len(),
+            first_decode_seq: rows.first_decode_seq,
         })
+    }
+
+    /// Checks that `m` fits the buffers and builds its rows.
+    fn rows_of(&self, m: &Measurement) -> Result<AttentionRows, GpuError> {
+        let rows = m.tokens() as usize;
+        if rows == 0 || rows > self.max_tokens {
+            return Err(GpuError::Shape(format!(
+                "{rows} tokens, outside 1..={}",
+                self.max_tokens
+            )));
+        }
+        let attn = attention_rows(m);
+        if attn.blocks() > self.cache_blocks
+            || attn.parts.len() > self.max_parts
+            || attn.visible.iter().any(|&v| v as usize > self.max_context)
+        {
+            return Err(GpuError::Shape(format!(
+                "the measurement needs {} KV blocks of {} (cache: {}), {} decode partitions (workspace: {}) or a context over {}",
+                attn.blocks(),
+                kernels::BLOCK_SIZE,
+                self.cache_blocks,
+                attn.parts.len(),
+                self.max_parts,
+                self.max_context
+            )));
+        }
+        Ok(attn)
     }
 
     /// Runs `m` once (enqueued on the stream).
@@ -503,23 +696,7 @@ impl LayerRunner {
         repeats: usize,
     ) -> Result<f64, GpuError> {
         let rows = m.tokens() as usize;
-        if rows == 0 || rows > self.max_tokens {
-            return Err(GpuError::Shape(format!(
-                "{rows} tokens, outside 1..={}",
-                self.max_tokens
-            )));
-        }
-        let attn = attention_rows(m);
-        let kv_end = attn.kv_start.last().copied().unwrap_or(0)
-            + attn.visible.last().copied().unwrap_or(0) as i64;
-        if kv_end as u64 > (self.k_cache.len() / (self.shape.nkv * self.shape.d)) as u64
-            || attn.visible.iter().any(|&v| v as usize > self.max_context)
-        {
-            return Err(GpuError::Shape(format!(
-                "the measurement needs {kv_end} KV tokens or a context over {}",
-                self.max_context
-            )));
-        }
+        let attn = self.rows_of(m)?;
         let meta = self.upload(&attn, rows)?;
         for _ in 0..warmup {
             self.run_once(m, &meta)?;
@@ -543,13 +720,169 @@ impl LayerRunner {
     }
 }
 
-/// Row metadata on the device.
+/// The attention kernels against a CPU reference on one measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionCheck {
+    /// The measurement, for people.
+    pub case: String,
+    /// Largest absolute difference between the kernels' output and the reference
+    /// (inputs uniform in [-1, 1], so outputs are at most 1 in magnitude).
+    pub max_abs_error: f64,
+    /// Whether every row's K and V landed in its paged cache slot.
+    pub kv_append_ok: bool,
+}
+
+impl AttentionCheck {
+    /// Every K and V in its slot and every output within [`ATTENTION_CHECK_TOLERANCE`] of
+    /// the reference (a NaN output fails).
+    pub fn passed(&self) -> bool {
+        self.kv_append_ok && self.max_abs_error <= ATTENTION_CHECK_TOLERANCE
+    }
+}
+
+/// Largest error [`LayerRunner::check_attention`] accepts: bf16 rounding of the softmax
+/// weights and of the output (2^-8 relative each) on outputs of magnitude <= 1.
+pub const ATTENTION_CHECK_TOLERANCE: f64 = 2e-2;
+
+/// The shapes [`LayerRunner::check_attention`] runs: causal chunks over cached context
+/// (partial tiles, a one-token chunk), decodes over one and several partitions, and a mix.
+pub fn attention_check_cases() -> Vec<Measurement> {
+    vec![
+        Measurement::PrefillAttention {
+            chunks: vec![(130, 70), (64, 0), (1, 40)],
+        },
+        Measurement::DecodeAttention {
+            contexts: vec![1, 17, 600, 1100],
+        },
+        Measurement::Composite {
+            prefills: vec![(77, 300)],
+            decodes: vec![5, 530],
+        },
+    ]
+}
+
+fn to_f64(v: bf16) -> f64 {
+    f64::from(v.to_f32())
+}
+
+impl LayerRunner {
+    /// Runs the attention kernels on [`attention_check_cases`] with random inputs and
+    /// compares every output with a CPU reference (f64 softmax attention over the keys each
+    /// row sees, read through the block table). Overwrites the activations and cache.
+    pub fn check_attention(&mut self) -> Result<Vec<AttentionCheck>, GpuError> {
+        let s = self.shape;
+        let width = s.qkv_width();
+        let group = s.nh / s.nkv;
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut random = |len: usize| -> Vec<bf16> {
+            (0..len)
+                .map(|_| bf16::from_f32(rand::Rng::random_range(&mut rng, -1.0f32..1.0)))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for m in attention_check_cases() {
+            let rows = m.tokens() as usize;
+            let attn = self.rows_of(&m)?;
+            let cache_len = attn.blocks() * kernels::BLOCK_SIZE * s.nkv * s.d;
+            let qkv_host = random(rows * width);
+            let k_host = random(cache_len);
+            let v_host = random(cache_len);
+            self.stream
+                .memcpy_htod(&qkv_host, &mut self.qkv.slice_mut(0..rows * width))
+                .map_err(cuda)?;
+            self.stream
+                .memcpy_htod(&k_host, &mut self.k_cache.slice_mut(0..cache_len))
+                .map_err(cuda)?;
+            self.stream
+                .memcpy_htod(&v_host, &mut self.v_cache.slice_mut(0..cache_len))
+                .map_err(cuda)?;
+            let meta = self.upload(&attn, rows)?;
+            self.attention(rows, &meta)?;
+            let got = self
+                .stream
+                .clone_dtoh(&self.attn.slice(0..rows * s.nh * s.d))
+                .map_err(cuda)?;
+            let kc = self
+                .stream
+                .clone_dtoh(&self.k_cache.slice(0..cache_len))
+                .map_err(cuda)?;
+            let vc = self
+                .stream
+                .clone_dtoh(&self.v_cache.slice(0..cache_len))
+                .map_err(cuda)?;
+            let slot = |seq: usize, pos: usize| {
+                let b = attn.block_table[attn.bt_start[seq] as usize + pos / kernels::BLOCK_SIZE];
+                b as usize * kernels::BLOCK_SIZE + pos % kernels::BLOCK_SIZE
+            };
+            let mut kv_append_ok = true;
+            let mut max_err = 0.0f64;
+            for r in 0..rows {
+                let seq = attn.seq_of[r] as usize;
+                let at = slot(seq, attn.pos[r] as usize) * s.nkv * s.d;
+                let q_row = &qkv_host[r * width..(r + 1) * width];
+                kv_append_ok &= kc[at..at + s.nkv * s.d] == q_row[s.nh * s.d..(s.nh + s.nkv) * s.d]
+                    && vc[at..at + s.nkv * s.d] == q_row[(s.nh + s.nkv) * s.d..];
+                let visible = attn.visible[r] as usize;
+                for h in 0..s.nh {
+                    let kvh = h / group;
+                    let q = &q_row[h * s.d..(h + 1) * s.d];
+                    let scores: Vec<f64> = (0..visible)
+                        .map(|j| {
+                            let k = slot(seq, j) * s.nkv * s.d + kvh * s.d;
+                            q.iter()
+                                .zip(&kc[k..k + s.d])
+                                .map(|(&a, &b)| to_f64(a) * to_f64(b))
+                                .sum::<f64>()
+                                / (s.d as f64).sqrt()
+                        })
+                        .collect();
+                    let mx = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = scores.iter().map(|x| (x - mx).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for i in 0..s.d {
+                        let reference: f64 = (0..visible)
+                            .map(|j| w[j] * to_f64(vc[slot(seq, j) * s.nkv * s.d + kvh * s.d + i]))
+                            .sum::<f64>()
+                            / total;
+                        let g = to_f64(got[r * s.nh * s.d + h * s.d + i]);
+                        max_err = max_err.max((g - reference).abs());
+                    }
+                }
+            }
+            out.push(AttentionCheck {
+                case: crate::samples::describe(&m),
+                max_abs_error: if max_err.is_nan() {
+                    f64::INFINITY
+                } else {
+                    max_err
+                },
+                kv_append_ok,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Row metadata on the device (see [`AttentionRows`]).
 struct DeviceRows {
     seq_of: CudaSlice<i32>,
     pos: CudaSlice<i32>,
-    visible: CudaSlice<i32>,
-    kv_start: CudaSlice<i64>,
-    max_visible: usize,
+    seq_row: CudaSlice<i32>,
+    bt_start: CudaSlice<i32>,
+    block_table: CudaSlice<i32>,
+    tile_seq: CudaSlice<i32>,
+    tile_row: CudaSlice<i32>,
+    tile_rows: CudaSlice<i32>,
+    tile_pos: CudaSlice<i32>,
+    part_seq: CudaSlice<i32>,
+    part_start: CudaSlice<i32>,
+    part_end: CudaSlice<i32>,
+    seq_part_first: CudaSlice<i32>,
+    seq_part_count: CudaSlice<i32>,
+    tiles: usize,
+    parts: usize,
+    decodes: usize,
+    first_decode_seq: usize,
 }
 
 #[cfg(test)]
@@ -566,10 +899,65 @@ mod tests {
         assert_eq!(r.seq_of, vec![0, 0, 0, 1, 1, 2, 3]);
         assert_eq!(r.pos, vec![2, 3, 4, 0, 1, 3, 0]);
         assert_eq!(r.visible, vec![3, 4, 5, 1, 2, 4, 1]);
-        assert_eq!(r.kv_start, vec![0, 5, 7, 11]);
+        assert_eq!(r.seq_len, vec![5, 2, 4, 1]);
+        assert_eq!(r.seq_row, vec![0, 3, 5, 6]);
         assert_eq!(r.seq_of.len() as u32, m.tokens());
-        // The last slot used is inside the KV the measurement declares.
-        assert_eq!(11 + 1, m.kv_tokens() as i64);
+        // One block of 16 slots per sequence here, a shuffle of 0..4.
+        assert_eq!(r.bt_start, vec![0, 1, 2, 3]);
+        let mut physical = r.block_table.clone();
+        physical.sort_unstable();
+        assert_eq!(physical, vec![0, 1, 2, 3]);
+        // Prefill tiles: one per chunk; decode partitions: one per sequence.
+        assert_eq!(r.tiles, vec![[0, 0, 3, 2], [1, 3, 2, 0]]);
+        // (longest first: the first chunk's tile ends at position 5, the second's at 2)
+        assert_eq!(r.first_decode_seq, 2);
+        assert_eq!(r.parts, vec![[2, 0, 4], [3, 0, 1]]);
+        assert_eq!(r.seq_parts, vec![[0, 1], [1, 1]]);
+    }
+
+    #[test]
+    fn long_chunks_split_into_tiles_and_long_contexts_into_partitions() {
+        let m = Measurement::Composite {
+            prefills: vec![(130, 40)],
+            decodes: vec![1100],
+        };
+        let r = attention_rows(&m);
+        // 130 rows: tiles of 128 and 2, positions continuing after the 40 cached tokens,
+        // the tile that sees the most keys first.
+        assert_eq!(kernels::PREFILL_TILE_ROWS, 128);
+        assert_eq!(r.tiles, vec![[0, 128, 2, 168], [0, 0, 128, 40]]);
+        // 1,100 keys: four partitions of 256 and one of 76; the decode row follows the chunk.
+        assert_eq!(
+            r.parts,
+            vec![
+                [1, 0, 256],
+                [1, 256, 512],
+                [1, 512, 768],
+                [1, 768, 1024],
+                [1, 1024, 1100]
+            ]
+        );
+        assert_eq!(r.seq_row, vec![0, 130]);
+        // ceil(170 / 16) + ceil(1100 / 16) blocks, each used once.
+        assert_eq!(r.blocks(), 11 + 69);
+        assert_eq!(r.bt_start, vec![0, 11]);
+        let mut physical = r.block_table.clone();
+        physical.sort_unstable();
+        assert_eq!(physical, (0..80).collect::<Vec<_>>());
+        // Slots of different (sequence, position) pairs never collide.
+        let mut slots: Vec<i64> = (0..2usize)
+            .flat_map(|seq| {
+                let r = &r;
+                (0..r.seq_len[seq] as usize).map(move |p| {
+                    i64::from(r.block_table[r.bt_start[seq] as usize + p / 16]) * 16
+                        + (p % 16) as i64
+                })
+            })
+            .collect();
+        let n = slots.len();
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), n);
     }
 
     #[test]

@@ -140,6 +140,83 @@ pub fn read_csv(text: &str, path: &str) -> Result<Vec<Sample>, SamplesError> {
     Ok(out)
 }
 
+/// Replaces the measured time of every attention sample (decode and prefill attention)
+/// with the time of the same shape in `attention-vs-pytorch.csv` (columns `group`,
+/// `config`, `pytorch_ms`; written by `kernels-calibration/scripts/attention_vs_pytorch.py`),
+/// so a fit takes its attention terms from another attention implementation and its linear
+/// terms from these measurements. Composite batches are dropped: they were measured with
+/// this crate's kernels and cannot validate the result. `path` names the file in errors;
+/// every attention sample must have a row.
+pub fn with_attention_times(
+    samples: &[Sample],
+    text: &str,
+    path: &str,
+) -> Result<Vec<Sample>, SamplesError> {
+    let err = |location: String, reason: String| SamplesError {
+        path: path.to_string(),
+        location,
+        reason,
+    };
+    let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let header: Vec<String> = rdr
+        .headers()
+        .map_err(|e| err("header".into(), e.to_string()))?
+        .iter()
+        .map(String::from)
+        .collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| err("header".into(), format!("expected a column \"{name}\"")))
+    };
+    let (g, c, t) = (col("group")?, col("config")?, col("pytorch_ms")?);
+    let mut times = std::collections::HashMap::new();
+    for (i, rec) in rdr.records().enumerate() {
+        let line = i + 2;
+        let rec = rec.map_err(|e| err(format!("line {line}"), e.to_string()))?;
+        let v = rec.get(t).unwrap_or("").trim();
+        let ms = v
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| {
+                err(
+                    format!("line {line}, column pytorch_ms"),
+                    format!("expected a time > 0, got \"{v}\""),
+                )
+            })?;
+        let key = (
+            rec.get(g).unwrap_or("").to_string(),
+            rec.get(c).unwrap_or("").to_string(),
+        );
+        if times.insert(key.clone(), ms).is_some() {
+            return Err(err(
+                format!("line {line}"),
+                format!("a second row for {} \"{}\"", key.0, key.1),
+            ));
+        }
+    }
+    let mut out = Vec::with_capacity(samples.len());
+    for s in samples {
+        match s.group {
+            Group::Composite => continue,
+            Group::Linear => out.push(s.clone()),
+            Group::DecodeAttention | Group::PrefillAttention => {
+                let key = (s.group.name().to_string(), s.config.clone());
+                let ms = times.get(&key).ok_or_else(|| {
+                    err("data".into(), format!("no row for {} \"{}\"", key.0, key.1))
+                })?;
+                out.push(Sample {
+                    measured_ms: *ms,
+                    ..s.clone()
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A short description of a measurement.
 pub fn describe(m: &Measurement) -> String {
     match m {
@@ -243,6 +320,61 @@ mod tests {
     const THETA: [f64; 9] = [
         0.05, 0.0019, 8.5e-6, 1.7e-7, 9.2e-6, 0.0015, 0.00074, 0.09, 0.019,
     ];
+
+    #[test]
+    fn attention_times_replace_attention_samples_and_drop_composites() {
+        let samples = recorded(&THETA, 0.0);
+        let attention: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| matches!(s.group, Group::DecodeAttention | Group::PrefillAttention))
+            .collect();
+        // Another implementation, exactly half as fast on every attention shape.
+        let mut text = String::from("group,config,ours_ms,pytorch_ms,ratio\n");
+        for s in &attention {
+            text += &format!(
+                "{},\"{}\",{},{},0.5\n",
+                s.group.name(),
+                s.config,
+                s.measured_ms,
+                2.0 * s.measured_ms
+            );
+        }
+        let hybrid = with_attention_times(&samples, &text, "a.csv").unwrap();
+        assert!(hybrid.iter().all(|s| s.group != Group::Composite));
+        assert_eq!(hybrid.len(), samples.len() - 40);
+        let c = calibrate(&hybrid).unwrap();
+        // Attention terms doubled, linear terms unchanged.
+        let feature = |f: Feature| Feature::ALL.iter().position(|&x| x == f).unwrap();
+        for (f, factor) in [
+            (Feature::Tokens, 1.0),
+            (Feature::DecodeKv, 2.0),
+            (Feature::PrefillAttn, 2.0),
+        ] {
+            let k = feature(f);
+            let want = THETA[k] * factor;
+            assert!(
+                (c.fit.theta_ms[k] - want).abs() <= 1e-3 * want,
+                "{}: {} vs {want}",
+                f.name(),
+                c.fit.theta_ms[k]
+            );
+        }
+        assert!(c.validation.is_none());
+        // A shape without a row, a bad time and a repeated row are errors naming the file.
+        let missing: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
+        let e = with_attention_times(&samples, &missing, "a.csv").unwrap_err();
+        assert!(e.to_string().starts_with("a.csv: data: no row for"), "{e}");
+        let bad = format!(
+            "group,config,pytorch_ms\n{},\"{}\",-1\n",
+            attention[0].group.name(),
+            attention[0].config
+        );
+        let e = with_attention_times(&samples, &bad, "a.csv").unwrap_err();
+        assert!(e.to_string().contains("line 2, column pytorch_ms"), "{e}");
+        let twice = format!("{text}{}\n", text.lines().nth(1).unwrap());
+        let e = with_attention_times(&samples, &twice, "a.csv").unwrap_err();
+        assert!(e.to_string().contains("a second row"), "{e}");
+    }
 
     #[test]
     fn the_fit_recovers_known_coefficients_and_validates_on_composites() {
