@@ -210,11 +210,7 @@ pub struct ComparisonRow {
 }
 
 fn status_name(s: SolveStatus) -> &'static str {
-    match s {
-        SolveStatus::Optimal => "optimal",
-        SolveStatus::TimeLimit => "time-limit",
-        SolveStatus::NoSolution => "no-solution",
-    }
+    s.name()
 }
 
 impl Comparison {

@@ -694,8 +694,8 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         cost.name
     );
     outln!(
-        "  status                {:?}{}",
-        report.status,
+        "  status                {}{}",
+        report.status.name(),
         if report.horizon_proven_sufficient {
             ""
         } else {
@@ -706,7 +706,11 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         "  objective (replayed)  {:.6} ms",
         report.replayed_objective * 1e3
     );
-    outln!("  best bound            {:.6} ms", report.best_bound * 1e3);
+    outln!(
+        "  best bound            {:.6} ms ({})",
+        report.best_bound * 1e3,
+        report.bound_method.name()
+    );
     outln!(
         "  certified gap         {:.4}%",
         report.certified_gap * 100.0
@@ -718,7 +722,13 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             (v / report.replayed_objective - 1.0) * 100.0
         );
     }
+    if let Some(note) = &report.note {
+        outln!("  note                  {note}");
+    }
     match report.method {
+        infersched::solver::SolveMethod::BestHeuristic => outln!(
+            "  method                best heuristic schedule with a combinatorial bound (no exact model was solved)"
+        ),
         infersched::solver::SolveMethod::CountingSearch => outln!(
             "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
             report.nodes.unwrap_or(0),

@@ -37,7 +37,7 @@ use crate::core::{Limits, Summary, Workload, replay};
 use crate::cost_model::{self, LinearCostModel};
 use crate::report::{Plot, svg};
 use crate::schedulers::{Knobs, SchedulerKind};
-use crate::solver::{Objective, PolicyConstraints, SolveOptions, SolveStatus};
+use crate::solver::{Objective, PolicyConstraints, SolveOptions};
 use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
@@ -645,10 +645,7 @@ impl Sweep {
                     o2s(&solve.map(|x| x.model.rows)),
                     o2s(&solve.map(|x| x.model.columns)),
                     o2s(&solve.map(|x| x.model.integers)),
-                    o2s(&solve.map(|x| match x.method {
-                        crate::solver::SolveMethod::Milp => "milp",
-                        crate::solver::SolveMethod::CountingSearch => "counting-search",
-                    })),
+                    o2s(&solve.map(|x| x.method.name())),
                     String::new(),
                 ]);
             }
@@ -689,11 +686,7 @@ impl Sweep {
                     ..SolveOptions::default()
                 };
                 let r = crate::solver::solve(&w, &limits, &self.cost, objective, &options)?;
-                let status = match r.status {
-                    SolveStatus::Optimal => "optimal",
-                    SolveStatus::TimeLimit => "time-limit",
-                    SolveStatus::NoSolution => "no-solution",
-                };
+                let status = r.status.name();
                 (
                     r.schedule.clone(),
                     status.to_string(),

@@ -597,7 +597,7 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stdout.contains("Optimal") && stdout.contains("proven sufficient"),
+        stdout.contains("status                optimal") && stdout.contains("proven sufficient"),
         "{stdout}"
     );
     let report: serde_json::Value =

@@ -6,7 +6,8 @@ use infersched::core::{Limits, Request, Summary, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind};
 use infersched::solver::{
-    Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveStatus, solve,
+    BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveStatus,
+    solve,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -76,6 +77,14 @@ fn check_against_search(
         class_of(constraints),
         500_000,
     )?;
+    // The combinatorial bound holds for every schedule, so it is at most the optimum (of
+    // the unconstrained class too, which is at most this class's).
+    let bound = infersched::solver::bounds::lower_bound(w, limits, cost, Objective::Makespan);
+    assert!(
+        bound.value_s > 0.0 && bound.value_s <= best * (1.0 + 1e-9),
+        "seed {seed}: combinatorial bound {:?} above the optimum {best}",
+        bound
+    );
     // Both exact methods: the default (the counting search where it applies) and the
     // MILP alone.
     let mut reports = Vec::new();
@@ -246,6 +255,12 @@ fn mean_latency_equals_the_exhaustive_optimum() {
         ) else {
             continue;
         };
+        let bound =
+            infersched::solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency);
+        assert!(
+            bound.value_s > 0.0 && bound.value_s <= best * (1.0 + 1e-9),
+            "seed {seed}: mean-latency bound {bound:?} above the optimum {best}"
+        );
         // Both exact methods: the counting search (which applies when C is unlimited) and
         // the MILP; mean latency has no horizon proof, so give the MILP J enough for the
         // exhaustive search's schedule.
@@ -374,14 +389,41 @@ fn infeasible_input_fails_fast_with_the_reason() {
         e.to_string().contains("shorter than the longest output"),
         "{e}"
     );
-    // A model over the size limit is refused before it is built; just under, it solves.
+    // A model over the size limit is not built: the best heuristic schedule comes back with
+    // a combinatorial bound, and the report says why; just under, the MILP solves.
     let small = SolveOptions {
         max_arc_columns: 5,
         max_search_states: 0,
         ..SolveOptions::default()
     };
-    let e = solve(&w, &limits, &cost, Objective::Makespan, &small).unwrap_err();
-    assert!(e.to_string().contains("more than 5 arc variables"), "{e}");
+    let r = solve(&w, &limits, &cost, Objective::Makespan, &small).unwrap();
+    assert_eq!(r.method, SolveMethod::BestHeuristic);
+    assert_eq!(r.status, SolveStatus::NotProven);
+    assert!(
+        r.note
+            .as_deref()
+            .unwrap()
+            .contains("more than 5 arc variables"),
+        "{:?}",
+        r.note
+    );
+    assert!(matches!(r.bound_method, BoundMethod::Combinatorial(_)));
+    assert!(r.best_bound > 0.0 && r.best_bound <= r.replayed_objective);
+    assert!((r.certified_gap - (1.0 - r.best_bound / r.replayed_objective)).abs() < 1e-12);
+    replay(&w, &limits, &cost, &r.schedule).unwrap();
+    // Likewise past the memory limit, estimated before any state graph is built.
+    let tight = SolveOptions {
+        memory_limit_bytes: 1000,
+        ..SolveOptions::default()
+    };
+    let r = solve(&w, &limits, &cost, Objective::MeanLatency, &tight).unwrap();
+    assert_eq!(r.method, SolveMethod::BestHeuristic);
+    assert!(
+        r.note.as_deref().unwrap().contains("over the memory limit"),
+        "{:?}",
+        r.note
+    );
+    assert!(r.best_bound > 0.0 && r.best_bound <= r.replayed_objective);
     let roomy = SolveOptions {
         max_arc_columns: 100_000,
         max_search_states: 0,

@@ -49,6 +49,26 @@ pub struct Arc {
     pub g_after: u32,
 }
 
+/// How big a request's state graph is ([`StateGraph::size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphSize {
+    /// States.
+    pub states: u64,
+    /// Arcs.
+    pub arcs: u64,
+}
+
+impl GraphSize {
+    /// Bytes the built graph takes, about (its vectors and the state index).
+    pub fn bytes(&self) -> u64 {
+        let per_state = 8 + 24 + 48; // (m, G), its out-list header, its index entry
+        let per_arc = std::mem::size_of::<Arc>() as u64 + 8; // the arc and its out-list slot
+        self.states
+            .saturating_mul(per_state)
+            .saturating_add(self.arcs.saturating_mul(per_arc))
+    }
+}
+
 /// A request's state graph.
 #[derive(Debug, Clone)]
 pub struct StateGraph {
@@ -69,9 +89,63 @@ impl StateGraph {
         self.states.len() - 1
     }
 
+    /// The largest prefill chunk any batch can hold: `min(C, P)` (unbounded without them).
+    pub fn max_prefill_chunk(limits: &Limits) -> u32 {
+        [limits.token_budget, limits.effective_prefill_budget()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(u32::MAX, |c| u32::try_from(c).unwrap_or(u32::MAX))
+    }
+
+    /// The number of states and arcs [`StateGraph::new`] builds for `r`, computed in
+    /// `O(O)` without building anything (one closed form per generation count).
+    pub fn size(r: &Request, limits: &Limits, no_evict: bool, no_chunk: bool) -> GraphSize {
+        // u128: hostile lengths (I, O near u32::MAX) must not overflow.
+        let cap = u128::from(Self::max_prefill_chunk(limits));
+        // Arcs processing from `m` with `rest = known - m` tokens to go (prefill).
+        let chunks = |rest: u128| -> u128 {
+            if no_chunk {
+                u128::from(rest <= cap)
+            } else {
+                rest.min(cap)
+            }
+        };
+        // The sum of `chunks(rest)` for rest = 1 ..= k.
+        let chunk_sum = |k: u128| -> u128 {
+            if no_chunk {
+                k.min(cap)
+            } else if k <= cap {
+                k * (k + 1) / 2
+            } else {
+                cap * (cap + 1) / 2 + (k - cap) * cap
+            }
+        };
+        let (i, o) = (u128::from(r.input_tokens), u128::from(r.output_tokens));
+        let mut states = 1u128;
+        let mut arcs = 1u128; // the finished state's idle arc
+        for g in 0..o {
+            let k = i + g; // known tokens; states m = 0 .. k - 1
+            states += k;
+            arcs += k; // idle
+            // From (m, g): rest = k - m runs over 1 ..= k; the one decode state (m = k - 1,
+            // g >= 1) has one arc, as chunks(1) counts.
+            arcs += chunk_sum(k);
+            if !no_evict {
+                // Evict from every m > 0, and process from (0, g) after it: a prefill of k.
+                arcs += (k - 1) * (1 + chunks(k));
+            }
+        }
+        let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        let (states, arcs) = (clamp(states), clamp(arcs));
+        GraphSize { states, arcs }
+    }
+
     /// Builds the graph of `r` under `limits`; `no_evict` drops evict arcs, `no_chunk`
     /// drops prefill arcs that do not complete their phase, `reserve` counts `I + O - 1`
     /// KV tokens for every step from the first one to the last (Orca's reservation).
+    /// Prefill chunks longer than [`StateGraph::max_prefill_chunk`] fit no batch and are
+    /// left out.
     pub fn new(
         r: &Request,
         limits: &Limits,
@@ -80,6 +154,7 @@ impl StateGraph {
         reserve: bool,
     ) -> Self {
         let (i_tok, o_tok) = (r.input_tokens, r.output_tokens);
+        let max_chunk = Self::max_prefill_chunk(limits);
         let reserved = limits.occupied(r.max_kv_tokens());
         let kv_of = |m: u32| {
             if reserve && m > 0 {
@@ -153,6 +228,9 @@ impl StateGraph {
             for &(m0, evict_first) in froms {
                 let decode = g >= 1 && m0 + 1 == known;
                 for c in 1..=known - m0 {
+                    if !decode && c > max_chunk {
+                        break;
+                    }
                     let after = m0 + c;
                     let generates = after == known;
                     if no_chunk && !decode && !generates {
@@ -243,5 +321,60 @@ impl StateGraph {
             n <= cap
         });
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn size_counts_exactly_what_new_builds() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..300 {
+            let r = Request {
+                input_tokens: rng.random_range(1..40),
+                output_tokens: rng.random_range(1..8),
+                arrival_s: 0.0,
+            };
+            let limits = Limits {
+                token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..30)),
+                prefill_budget: rng.random_bool(0.3).then(|| rng.random_range(1..30)),
+                ..Limits::unlimited()
+            };
+            for (no_evict, no_chunk) in [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let g = StateGraph::new(&r, &limits, no_evict, no_chunk, false);
+                let size = StateGraph::size(&r, &limits, no_evict, no_chunk);
+                assert_eq!(
+                    (size.states, size.arcs),
+                    (g.states.len() as u64, g.arcs.len() as u64),
+                    "{r:?} {limits:?} no_evict {no_evict} no_chunk {no_chunk}"
+                );
+                // No prefill arc is longer than a batch can hold.
+                let cap = StateGraph::max_prefill_chunk(&limits);
+                assert!(g.arcs.iter().all(|a| match a.kind {
+                    ArcKind::Process { c, decode, .. } => decode || c <= cap,
+                    _ => true,
+                }));
+            }
+        }
+        // A real prompt: 7,433 tokens under C = 2,048 is sized without building it.
+        let long = Request {
+            input_tokens: 7433,
+            output_tokens: 300,
+            arrival_s: 0.0,
+        };
+        let c = Limits {
+            token_budget: Some(2048),
+            ..Limits::unlimited()
+        };
+        let size = StateGraph::size(&long, &c, false, false);
+        assert!(
+            size.arcs > 1_000_000_000 && size.bytes() > 100 << 30,
+            "{size:?}"
+        );
     }
 }

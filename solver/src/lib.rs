@@ -29,6 +29,7 @@
 //! assert_eq!(exact.certified_gap, 0.0);
 //! ```
 
+pub mod bounds;
 mod counting;
 pub mod dominance;
 pub mod graph;
@@ -209,9 +210,13 @@ pub struct SolveOptions {
     /// Show a one-line progress display (best schedule, bound, gap, elapsed) on stderr
     /// while HiGHS works (ignored with `log`).
     pub progress: bool,
-    /// Refuse models with more arc variables than this (memory and build time grow with
-    /// them; a model this large would not solve in useful time on one machine anyway).
+    /// Build no arc-flow model with more arc variables than this (memory and build time grow
+    /// with them; a model this large would not solve in useful time on one machine anyway):
+    /// the best heuristic schedule with a combinatorial bound is returned instead.
     pub max_arc_columns: usize,
+    /// Memory the request state graphs may take (bytes), estimated before any is built;
+    /// past it the best heuristic schedule with a combinatorial bound is returned instead.
+    pub memory_limit_bytes: u64,
     /// Before the MILP, try the exact counting search (module `counting`) when it applies
     /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
     /// many count vectors; 0 goes straight to the MILP.
@@ -233,6 +238,7 @@ impl Default for SolveOptions {
             log: false,
             progress: false,
             max_arc_columns: 2_000_000,
+            memory_limit_bytes: 4 << 30,
             max_search_states: 1_000_000,
         }
     }
@@ -246,8 +252,23 @@ pub enum SolveStatus {
     Optimal,
     /// Stopped at the time limit with an incumbent.
     TimeLimit,
-    /// Stopped without any schedule.
+    /// Stopped without any schedule of its own (the report holds the best heuristic's).
     NoSolution,
+    /// No exact model was solved (too large for the limits): a schedule and a bound, no
+    /// proof of optimality.
+    NotProven,
+}
+
+impl SolveStatus {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Optimal => "optimal",
+            Self::TimeLimit => "time-limit",
+            Self::NoSolution => "no-solution",
+            Self::NotProven => "not-proven",
+        }
+    }
 }
 
 /// Why a problem cannot be solved.
@@ -299,6 +320,43 @@ pub enum SolveMethod {
     /// The shortest-path search over counts of identical requests per state (module
     /// `counting`); its result is a proven optimum over all schedules.
     CountingSearch,
+    /// No exact model was solved (too large for the limits, see the report's note): the
+    /// best schedule of the heuristic portfolio, with a combinatorial bound.
+    BestHeuristic,
+}
+
+impl SolveMethod {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Milp => "milp",
+            Self::CountingSearch => "counting-search",
+            Self::BestHeuristic => "best-heuristic",
+        }
+    }
+}
+
+/// What proved a report's lower bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoundMethod {
+    /// The schedule is proven optimal by an exact method (the bound is its value).
+    Exact,
+    /// HiGHS's dual bound on the arc-flow MILP.
+    MilpDualBound,
+    /// A combinatorial argument ([`bounds`]), better than any other bound found.
+    Combinatorial(bounds::BoundArgument),
+}
+
+impl BoundMethod {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::MilpDualBound => "milp-dual-bound",
+            Self::Combinatorial(a) => a.name(),
+        }
+    }
 }
 
 /// The result of a solve (milp.md, "Reading the result").
@@ -320,6 +378,10 @@ pub struct SolveReport {
     pub best_bound: f64,
     /// `(replayed - bound) / replayed`.
     pub certified_gap: f64,
+    /// What proved `best_bound`.
+    pub bound_method: BoundMethod,
+    /// Why an exact method did not answer, when it did not.
+    pub note: Option<String>,
     /// Batch slots.
     pub horizon: usize,
     /// Whether no schedule with more than J batches can be better (makespan only).
@@ -461,7 +523,88 @@ impl Model {
     }
 }
 
-/// Solves the problem (see the crate documentation).
+/// A solve, set up step by step: the library's entry point.
+///
+/// ```
+/// use infersched_core::{Limits, Request, Workload};
+/// use infersched_solver::{Objective, SolveMethod, Solver};
+/// let w = Workload::new(vec![Request { input_tokens: 4, output_tokens: 3, arrival_s: 0.0 }; 3]).unwrap();
+/// let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+/// let limits = Limits { kv_capacity: Some(12), token_budget: Some(8), ..Limits::unlimited() };
+/// let report = Solver::new(&w, &limits, &cost)
+///     .objective(Objective::MeanLatency)
+///     .time_limit(10.0)
+///     .solve()
+///     .unwrap();
+/// assert_eq!(report.method, SolveMethod::Milp);
+/// assert!(report.best_bound <= report.replayed_objective);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Solver<'a> {
+    workload: &'a Workload,
+    limits: &'a Limits,
+    cost: &'a LinearCostModel,
+    objective: Objective,
+    options: SolveOptions,
+}
+
+impl<'a> Solver<'a> {
+    /// A makespan solve of `workload` under `limits` and `cost` with default options.
+    pub fn new(workload: &'a Workload, limits: &'a Limits, cost: &'a LinearCostModel) -> Self {
+        Self {
+            workload,
+            limits,
+            cost,
+            objective: Objective::Makespan,
+            options: SolveOptions::default(),
+        }
+    }
+
+    /// What to minimize.
+    pub fn objective(mut self, objective: Objective) -> Self {
+        self.objective = objective;
+        self
+    }
+
+    /// The policy class searched (the best schedule such a policy can reach).
+    pub fn class(mut self, constraints: PolicyConstraints) -> Self {
+        self.options.constraints = constraints;
+        self
+    }
+
+    /// Wall-clock limit (seconds) for the exact methods.
+    pub fn time_limit(mut self, seconds: f64) -> Self {
+        self.options.time_limit_s = seconds;
+        self
+    }
+
+    /// Memory the exact models' state graphs may take (bytes); see
+    /// [`SolveOptions::memory_limit_bytes`].
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.options.memory_limit_bytes = bytes;
+        self
+    }
+
+    /// Every other option at once (keeps the objective).
+    pub fn options(mut self, options: SolveOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Runs it: the exact methods where they fit the limits, else the best heuristic
+    /// schedule with a combinatorial bound; the report says which.
+    pub fn solve(&self) -> Result<SolveReport, SolveError> {
+        solve(
+            self.workload,
+            self.limits,
+            self.cost,
+            self.objective,
+            &self.options,
+        )
+    }
+}
+
+/// Solves the problem (see the crate documentation and [`Solver`]).
 pub fn solve(
     w: &Workload,
     limits: &Limits,
@@ -484,7 +627,24 @@ pub fn solve(
         ..class
     };
     let theta_ms = |f: Feature| cost.theta(f) * 1e3;
-    let warm = if options.warm_start || options.horizon.is_none() {
+    let combinatorial = bounds::lower_bound(w, limits, cost, objective);
+    // Exact models need every request's state graph: estimate them before building any.
+    let graph_bytes: u64 = reqs
+        .iter()
+        .map(|r| {
+            StateGraph::size(
+                r,
+                limits,
+                model_class.no_evict || model_class.reserve,
+                model_class.no_chunk,
+            )
+            .bytes()
+        })
+        .fold(0, u64::saturating_add);
+    let warm = if options.warm_start
+        || options.horizon.is_none()
+        || graph_bytes > options.memory_limit_bytes
+    {
         best_heuristic(
             w,
             limits,
@@ -496,6 +656,24 @@ pub fn solve(
     } else {
         None
     };
+    if graph_bytes > options.memory_limit_bytes {
+        let note = format!(
+            "no exact model: the requests' state graphs alone would take about {} MiB, over the memory limit of {} MiB",
+            graph_bytes / (1 << 20),
+            options.memory_limit_bytes / (1 << 20)
+        );
+        return heuristic_with_bound(
+            w,
+            limits,
+            cost,
+            objective,
+            class,
+            warm,
+            combinatorial,
+            note,
+            t_build,
+        );
+    }
     // The counting search is optimal over all schedules; an explicit horizon asks for the
     // best of at most J batches, which is the MILP's question.
     if options.max_search_states > 0
@@ -514,37 +692,14 @@ pub fn solve(
         .max()
         .unwrap_or(1);
     // Horizon proof for makespan: every batch of the model processes tokens, so it costs
-    // at least the per-batch bias; and whatever the schedule, each request processes at
-    // least I + O - 1 tokens, its first prefill phase has exactly I^2 attention pairs
-    // (chunking does not change the sum of c^2 + 2cm), it has at least one prefill entry,
-    // and each of its other O - 1 tokens comes from a distinct decode or refill entry.
-    // So J batches cost at least J * bias + work_min, and J <= (UB - work_min) / bias;
-    // at least `min_prefill_batches` of them pay the prefill flag instead of the cheaper
-    // decode flag, which takes that difference off the budget too.
+    // at least the per-batch bias, and the requests' entries cost at least their minimum
+    // work (module `bounds`); at least `min_prefill_batches` batches pay the prefill flag
+    // instead of the cheaper decode flag. So J batches cost at least J * bias + work_min
+    // (+ that surplus), and J <= (UB - work_min - surplus) / bias.
     let bias_ms =
         theta_ms(Feature::One) + theta_ms(Feature::HasPrefill).min(theta_ms(Feature::HasDecode));
-    let work_min_ms: f64 = reqs
-        .iter()
-        .map(|r| {
-            let (i, o) = (f64::from(r.input_tokens), f64::from(r.output_tokens));
-            theta_ms(Feature::Tokens) * (i + o - 1.0)
-                + theta_ms(Feature::PrefillAttn) * i * i
-                + theta_ms(Feature::NPrefill)
-                + (o - 1.0) * theta_ms(Feature::NDecode).min(theta_ms(Feature::NPrefill))
-        })
-        .sum();
-    // Batches with a prefill entry: each request's first prefill phase completes in one,
-    // where its entry holds at least I KV tokens, and a batch's prefill entries hold at
-    // most M: at least ceil(sum I / M) such batches. All I prompt tokens of every request
-    // are prefill tokens, at most P per batch: at least ceil(sum I / P) of them.
-    let total_input: u64 = reqs.iter().map(|r| u64::from(r.input_tokens)).sum();
-    let min_prefill_batches = [limits.kv_capacity, limits.effective_prefill_budget()]
-        .into_iter()
-        .flatten()
-        .map(|cap| total_input.div_ceil(cap.max(1)))
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    let work_min_ms = bounds::min_total_work_s(w, cost) * 1e3;
+    let (min_batches, min_prefill_batches) = bounds::min_batches(w, limits);
     let prefill_extra_ms = min_prefill_batches as f64
         * (theta_ms(Feature::HasPrefill) - theta_ms(Feature::HasDecode)).max(0.0);
     let (horizon, proven) = match (options.horizon, &warm) {
@@ -609,11 +764,22 @@ pub fn solve(
         }
     }
     if arc_columns > options.max_arc_columns {
-        return Err(SolveError::TooLarge {
-            requests: reqs.len(),
-            horizon,
-            limit: options.max_arc_columns,
-        });
+        let note = format!(
+            "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
+            options.max_arc_columns,
+            reqs.len()
+        );
+        return heuristic_with_bound(
+            w,
+            limits,
+            cost,
+            objective,
+            class,
+            warm,
+            combinatorial,
+            note,
+            t_build,
+        );
     }
     let mut x: Vec<SlotArcs> = Vec::with_capacity(members.len());
     for (k, g) in graphs.iter().enumerate() {
@@ -834,26 +1000,10 @@ pub fn solve(
         }
         m.rows.push(constraint!(end[j].0 == start[j].0 + time));
     }
-    // Batch-count lower bounds: a request generates at most one token per batch; all
-    // tokens pass through batches of at most C; and a request's k-th token is generated
-    // in a batch where it holds I + k - 1 KV tokens, while a batch holds at most M.
+    // Batch-count lower bounds (module `bounds`): one token per request and batch, C, the
+    // KV-time area over M, R_max; and the batches that must pay the prefill flag.
     let active: Expression = act.iter().map(|a| a.0).sum();
-    let mut min_batches = max_o as f64;
-    if let Some(c) = limits.token_budget {
-        let total: u64 = reqs.iter().map(|r| r.max_kv_tokens()).sum();
-        min_batches = min_batches.max(total.div_ceil(c) as f64);
-    }
-    if let Some(cap) = limits.kv_capacity {
-        let kv_time: u64 = reqs
-            .iter()
-            .map(|r| {
-                let (i, o) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
-                o * i + o * (o - 1) / 2
-            })
-            .sum();
-        min_batches = min_batches.max(kv_time.div_ceil(cap) as f64);
-    }
-    m.rows.push(constraint!(active >= min_batches));
+    m.rows.push(constraint!(active >= min_batches as f64));
     let prefill_batches: Expression = hp.iter().map(|h| h.0).sum();
     m.rows
         .push(constraint!(prefill_batches >= min_prefill_batches as f64));
@@ -1015,7 +1165,25 @@ pub fn solve(
     } else {
         reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64
     };
-    let best_bound = (bound_ms / 1e3 - offset_s).min(replayed).max(0.0);
+    // HiGHS's bound holds for schedules of at most J batches; it is a bound on the optimum
+    // when the horizon is proven sufficient (or asked for). The combinatorial bound always is.
+    let milp_bound = bound_ms / 1e3 - offset_s;
+    let (bound, bound_method) = if milp_bound >= combinatorial.value_s {
+        (
+            milp_bound,
+            if status == SolveStatus::Optimal {
+                BoundMethod::Exact
+            } else {
+                BoundMethod::MilpDualBound
+            },
+        )
+    } else {
+        (
+            combinatorial.value_s,
+            BoundMethod::Combinatorial(combinatorial.argument),
+        )
+    };
+    let best_bound = bound.min(replayed).max(0.0);
     Ok(SolveReport {
         status,
         method: SolveMethod::Milp,
@@ -1024,11 +1192,10 @@ pub fn solve(
         milp_objective: milp_objective.map(|v| v - offset_s),
         replayed_objective: replayed,
         best_bound,
-        certified_gap: if replayed > 0.0 {
-            (replayed - best_bound) / replayed
-        } else {
-            0.0
-        },
+        certified_gap: gap(replayed, best_bound),
+        bound_method,
+        note: (status == SolveStatus::NoSolution)
+            .then(|| format!("HiGHS found no schedule within {time_limit_s:.0} s: the best heuristic schedule is returned")),
         horizon,
         horizon_proven_sufficient: proven,
         model: model_size,
@@ -1036,6 +1203,65 @@ pub fn solve(
         solve_s,
         nodes,
         warm_start: warm_report,
+        schedule,
+    })
+}
+
+/// `(replayed - bound) / replayed`, 0 for a zero objective.
+fn gap(replayed: f64, bound: f64) -> f64 {
+    if replayed > 0.0 {
+        (replayed - bound) / replayed
+    } else {
+        0.0
+    }
+}
+
+/// The answer when no exact model can be solved: the best heuristic schedule of the
+/// portfolio (in the policy class), replayed, with the combinatorial bound; `note` says why.
+#[allow(clippy::too_many_arguments)]
+fn heuristic_with_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: PolicyConstraints,
+    warm: Option<(String, Schedule, Replay)>,
+    bound: bounds::CombinatorialBound,
+    note: String,
+    started: Instant,
+) -> Result<SolveReport, SolveError> {
+    let Some((name, schedule, _)) = warm else {
+        return Err(SolveError::Infeasible(format!(
+            "{note}, and no heuristic schedule exists in this policy class"
+        )));
+    };
+    let r = replay(w, limits, cost, &schedule)?;
+    let replayed = objective.of(&Summary::from_replay(&r));
+    let best_bound = bound.value_s.min(replayed).max(0.0);
+    Ok(SolveReport {
+        status: SolveStatus::NotProven,
+        method: SolveMethod::BestHeuristic,
+        objective,
+        constraints: class,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: gap(replayed, best_bound),
+        bound_method: BoundMethod::Combinatorial(bound.argument),
+        note: Some(format!(
+            "{note}; the best heuristic schedule ({name}) is returned with a combinatorial bound"
+        )),
+        horizon: schedule.batches.len(),
+        horizon_proven_sufficient: false,
+        model: ModelSize {
+            rows: 0,
+            columns: 0,
+            integers: 0,
+        },
+        build_s: started.elapsed().as_secs_f64(),
+        solve_s: 0.0,
+        nodes: None,
+        warm_start: Some((name, replayed)),
         schedule,
     })
 }
@@ -1108,6 +1334,8 @@ fn counting_search(
         replayed_objective: replayed,
         best_bound: replayed,
         certified_gap: 0.0,
+        bound_method: BoundMethod::Exact,
+        note: None,
         horizon: found.schedule.batches.len(),
         horizon_proven_sufficient: true,
         model: ModelSize {

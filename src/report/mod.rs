@@ -180,7 +180,7 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
     {
         let _ = writeln!(
             h,
-            "<p><b>The best heuristic, {}, is {:.2}% above the best schedule found by the MILP</b> \
+            "<p><b>The best heuristic, {}, is {:.2}% above the best schedule the solver found</b> \
 ({}; lower bound {}, certified gap {:.2}%): its {} is {} versus {}.</p>",
             html_escape(&best_h.scheduler),
             (ratio - 1.0) * 100.0,
