@@ -144,6 +144,10 @@ struct MilpArgs {
     /// workload without C, P or FCFS).
     #[arg(long)]
     milp_only: bool,
+    /// Memory (GiB) the exact models' state graphs may take, estimated before any is built;
+    /// past it the best heuristic schedule is returned with a combinatorial bound.
+    #[arg(long, default_value_t = 4.0)]
+    memory_limit: f64,
 }
 
 impl MilpArgs {
@@ -155,7 +159,11 @@ impl MilpArgs {
         if !(0.0..1.0).contains(&self.mip_gap) {
             bail!("--mip-gap must be in [0, 1)");
         }
+        if !self.memory_limit.is_finite() || self.memory_limit <= 0.0 || self.memory_limit > 1e6 {
+            bail!("--memory-limit must be > 0 and at most 1e6 GiB");
+        }
         Ok(SolveOptions {
+            memory_limit_bytes: (self.memory_limit * (1u64 << 30) as f64) as u64,
             time_limit_s: self.time_limit,
             threads: self.threads,
             mip_rel_gap: self.mip_gap,
@@ -696,7 +704,9 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     outln!(
         "  status                {}{}",
         report.status.name(),
-        if report.horizon_proven_sufficient {
+        if report.horizon_proven_sufficient
+            || report.method != infersched::solver::SolveMethod::Milp
+        {
             ""
         } else {
             " (within J batches)"
