@@ -67,6 +67,32 @@ pub fn write_csv(samples: &[Sample], w: &mut dyn Write) -> io::Result<()> {
     cw.flush()
 }
 
+/// The header of a CSV file; `path` names the file in errors.
+fn header_of(rdr: &mut csv::Reader<&[u8]>, path: &str) -> Result<Vec<String>, SamplesError> {
+    Ok(rdr
+        .headers()
+        .map_err(|e| SamplesError {
+            path: path.to_string(),
+            location: "header".into(),
+            reason: e.to_string(),
+        })?
+        .iter()
+        .map(String::from)
+        .collect())
+}
+
+/// The index of column `name` in `header`, or an error naming the file and the column.
+fn column(header: &[String], name: &str, path: &str) -> Result<usize, SamplesError> {
+    header
+        .iter()
+        .position(|h| h == name)
+        .ok_or_else(|| SamplesError {
+            path: path.to_string(),
+            location: "header".into(),
+            reason: format!("expected a column \"{name}\""),
+        })
+}
+
 /// Reads what [`write_csv`] wrote; `path` names the file in errors.
 pub fn read_csv(text: &str, path: &str) -> Result<Vec<Sample>, SamplesError> {
     let err = |location: String, reason: String| SamplesError {
@@ -76,18 +102,8 @@ pub fn read_csv(text: &str, path: &str) -> Result<Vec<Sample>, SamplesError> {
     };
     let mut rdr =
         csv::ReaderBuilder::new().from_reader(text.trim_start_matches('\u{feff}').as_bytes());
-    let header: Vec<String> = rdr
-        .headers()
-        .map_err(|e| err("header".into(), e.to_string()))?
-        .iter()
-        .map(String::from)
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| err("header".into(), format!("expected a column \"{name}\"")))
-    };
+    let header = header_of(&mut rdr, path)?;
+    let col = |name: &str| column(&header, name, path);
     let group_col = col("group")?;
     let measured_col = col("measured_ms")?;
     let feature_cols: Vec<usize> = FEATURE_NAMES
@@ -158,18 +174,8 @@ pub fn with_attention_times(
         reason,
     };
     let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
-    let header: Vec<String> = rdr
-        .headers()
-        .map_err(|e| err("header".into(), e.to_string()))?
-        .iter()
-        .map(String::from)
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| err("header".into(), format!("expected a column \"{name}\"")))
-    };
+    let header = header_of(&mut rdr, path)?;
+    let col = |name: &str| column(&header, name, path);
     let (g, c, t) = (col("group")?, col("config")?, col("pytorch_ms")?);
     let mut times = std::collections::HashMap::new();
     for (i, rec) in rdr.records().enumerate() {

@@ -99,7 +99,8 @@ impl StateGraph {
     }
 
     /// The number of states and arcs [`StateGraph::new`] builds for `r`, computed in
-    /// `O(O)` without building anything (one closed form per generation count).
+    /// `O(O)` without building anything (one closed form per generation count); exact up
+    /// to 2^50 arcs, and at least that beyond (counting stops there).
     pub fn size(r: &Request, limits: &Limits, no_evict: bool, no_chunk: bool) -> GraphSize {
         // u128: hostile lengths (I, O near u32::MAX) must not overflow.
         let cap = u128::from(Self::max_prefill_chunk(limits));
@@ -124,7 +125,13 @@ impl StateGraph {
         let (i, o) = (u128::from(r.input_tokens), u128::from(r.output_tokens));
         let mut states = 1u128;
         let mut arcs = 1u128; // the finished state's idle arc
+        // Past this many arcs the graph is far beyond any memory limit: stop counting, so
+        // a hostile O (up to u32::MAX) costs no more than a few million steps.
+        const ENOUGH: u128 = 1 << 50;
         for g in 0..o {
+            if arcs > ENOUGH {
+                break;
+            }
             let k = i + g; // known tokens; states m = 0 .. k - 1
             states += k;
             arcs += k; // idle
@@ -376,5 +383,13 @@ mod tests {
             size.arcs > 1_000_000_000 && size.bytes() > 100 << 30,
             "{size:?}"
         );
+        // A hostile output length is sized quickly and far over any limit.
+        let hostile = Request {
+            input_tokens: 1,
+            output_tokens: u32::MAX,
+            arrival_s: 0.0,
+        };
+        let size = StateGraph::size(&hostile, &Limits::unlimited(), false, false);
+        assert!(size.arcs >= 1 << 50 && size.bytes() > 1 << 50, "{size:?}");
     }
 }
