@@ -1,0 +1,328 @@
+//! The single-machine relaxation (milp.md, "The machine relaxation").
+//!
+//! Split every batch's time among its entries: a batch lasts at least its bias `b` plus
+//! its entries' costs, and its entries together hold at most `M` KV tokens, number at
+//! most `R_max` and process at most `C` tokens. So for any weights `λ_M + λ_R + λ_C = 1`,
+//! `b >= b (λ_M kv_e / M + λ_R / R_max + λ_C c_e / C)` summed over the entries `e`, and the
+//! batch's time covers each entry's *share* `cost_e + b (λ_M kv_e / M + λ_R / R_max +
+//! λ_C c_e / C)` (plus, for batches completing prompts, the prefill flag's surplus over
+//! `b` split by the prompts' KV over `M`). Laying each batch's shares one after the other
+//! inside the batch gives a preemptive schedule of one machine where request `i` is a job
+//! released at its arrival `T_i` whose processing is at least `p_i`, the least total
+//! share of its entries, and which completes no later than the request does.
+//!
+//! On one machine with release dates, shortest remaining processing first (SRPT) has, at
+//! every instant, completed at least as many jobs as any other schedule (Schrage 1968), so
+//! its k-th smallest completion time bounds every schedule's k-th smallest completion;
+//! each request's own minimum time bounds its completion too, so the k-th smallest
+//! completion is at least the larger of SRPT's k-th and the k-th smallest of
+//! `T_i + own_i`. Summing gives the mean bounds; the last SRPT completion (all work done
+//! after the release dates, in any order) gives the makespan bound.
+
+use super::Theta;
+use infersched_core::{Feature, Limits, Request};
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+/// Which token's completion a job ends at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JobEnd {
+    /// The request's last token (latency, makespan).
+    LastToken,
+    /// Its first token (TTFT).
+    FirstToken,
+}
+
+/// Weights `(λ_M, λ_R, λ_C)` on the limits that are set, on a grid of quarters.
+fn weight_grid(limits: &Limits) -> Vec<[f64; 3]> {
+    let present = [
+        limits.kv_capacity.is_some(),
+        limits.max_running.is_some(),
+        limits.token_budget.is_some(),
+    ];
+    let mut grid = Vec::new();
+    for a in 0..=4u32 {
+        for r in 0..=4 - a {
+            let c = 4 - a - r;
+            let w = [f64::from(a) / 4.0, f64::from(r) / 4.0, f64::from(c) / 4.0];
+            if w.iter().zip(present).all(|(&x, p)| p || x == 0.0) {
+                grid.push(w);
+            }
+        }
+    }
+    if grid.is_empty() {
+        // No limit is set: the shares are the entries' costs alone.
+        grid.push([0.0; 3]);
+    }
+    grid
+}
+
+/// KV tokens a request holding `tokens` occupies (whole blocks).
+fn in_blocks(tokens: u64, limits: &Limits) -> u64 {
+    let b = u64::from(limits.block_size.max(1));
+    tokens.div_ceil(b) * b
+}
+
+/// `sum_{m=1}^{n} b * ceil(m / b)` in closed form (no loop over a hostile length).
+fn block_area_prefix(n: u64, block: u64) -> u128 {
+    let (b, q, r) = (
+        u128::from(block),
+        u128::from(n / block),
+        u128::from(n % block),
+    );
+    b * b * q * (q + 1) / 2 + r * (q + 1) * b
+}
+
+/// What a request's job needs at least, before the weights apply.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct JobNeeds {
+    /// Its entries' least total cost (seconds).
+    pub(super) work: f64,
+    /// Entries (at least one per generated token).
+    entries: f64,
+    /// Tokens processed.
+    tokens: f64,
+    /// KV tokens held after its entries, summed (the KV-time area).
+    area: f64,
+    /// KV tokens held by the entry completing its prompt.
+    prompt_kv: f64,
+}
+
+impl JobNeeds {
+    /// The least `r` needs up to its last (or first) token.
+    pub(super) fn of(t: &Theta<'_>, r: &Request, limits: &Limits, end: JobEnd) -> Self {
+        let (i, o) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
+        let block = u64::from(limits.block_size.max(1));
+        let prompt_kv = in_blocks(i, limits) as f64;
+        match end {
+            // The entry completing the prompt holds I tokens.
+            JobEnd::FirstToken => Self {
+                work: t.first_token_work(r),
+                entries: 1.0,
+                tokens: i as f64,
+                area: prompt_kv,
+                prompt_kv,
+            },
+            // The entry generating token k (0-based) holds I + k.
+            JobEnd::LastToken => Self {
+                work: t.request_work(r),
+                entries: o as f64,
+                tokens: r.max_kv_tokens() as f64,
+                area: (block_area_prefix((i + o).saturating_sub(1), block)
+                    - block_area_prefix(i.saturating_sub(1), block)) as f64,
+                prompt_kv,
+            },
+        }
+    }
+
+    /// The job's least processing under weights `lambda = (λ_M, λ_R, λ_C)`.
+    fn processing(&self, t: &Theta<'_>, limits: &Limits, lambda: [f64; 3]) -> f64 {
+        let share = |cap: Option<u64>, used: f64| cap.map_or(0.0, |c| used / c.max(1) as f64);
+        let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
+        self.work
+            + t.batch_bias()
+                * (lambda[0] * share(limits.kv_capacity, self.area)
+                    + lambda[1] * share(limits.max_running, self.entries)
+                    + lambda[2] * share(limits.token_budget, self.tokens))
+            + surplus * share(limits.kv_capacity, self.prompt_kv)
+    }
+}
+
+/// A job's remaining processing, ordered for a min-heap (ties by index, for determinism).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Remaining(f64, usize);
+
+impl Eq for Remaining {}
+
+impl PartialOrd for Remaining {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Remaining {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// Completion times (sorted) of shortest-remaining-processing-first on one machine for
+/// jobs `(release, processing)`.
+pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[a].0.total_cmp(&jobs[b].0).then(a.cmp(&b)));
+    let mut heap: BinaryHeap<Reverse<Remaining>> = BinaryHeap::new();
+    let mut done = Vec::with_capacity(jobs.len());
+    let mut now = f64::NEG_INFINITY;
+    let mut next = 0;
+    while done.len() < jobs.len() {
+        if heap.is_empty() {
+            now = now.max(jobs[order[next]].0);
+        }
+        while next < order.len() && jobs[order[next]].0 <= now {
+            let j = order[next];
+            heap.push(Reverse(Remaining(jobs[j].1.max(0.0), j)));
+            next += 1;
+        }
+        let Some(Reverse(Remaining(left, j))) = heap.pop() else {
+            continue;
+        };
+        let release = order.get(next).map_or(f64::INFINITY, |&k| jobs[k].0);
+        if now + left <= release {
+            now += left;
+            done.push(now);
+        } else {
+            heap.push(Reverse(Remaining(left - (release - now), j)));
+            now = release;
+        }
+    }
+    done.sort_by(f64::total_cmp);
+    done
+}
+
+/// The best machine bound on the sum of completion times (of the last or first token),
+/// over the weight grid: `sum_k max(srpt_k, own_k)`, with `own[i] = T_i + own time`.
+/// Also returns the last completion (a makespan bound for `JobEnd::LastToken`).
+pub(super) fn completion_bounds(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    own: &[f64],
+    end: JobEnd,
+) -> (f64, f64) {
+    let mut own_sorted = own.to_vec();
+    own_sorted.sort_by(f64::total_cmp);
+    let needs: Vec<JobNeeds> = reqs
+        .iter()
+        .map(|r| JobNeeds::of(t, r, limits, end))
+        .collect();
+    let (mut best_sum, mut best_last) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for lambda in weight_grid(limits) {
+        let jobs: Vec<(f64, f64)> = reqs
+            .iter()
+            .zip(&needs)
+            .map(|(r, need)| (r.arrival_s, need.processing(t, limits, lambda)))
+            .collect();
+        let srpt = srpt_completions(&jobs);
+        let sum: f64 = srpt.iter().zip(&own_sorted).map(|(s, o)| s.max(*o)).sum();
+        best_sum = best_sum.max(sum);
+        best_last = best_last.max(srpt.last().copied().unwrap_or(0.0));
+    }
+    (best_sum, best_last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Every schedule of one machine with the jobs in a fixed priority order (preemptive,
+    /// highest priority available first): their sorted completions.
+    fn priority_completions(jobs: &[(f64, f64)], priority: &[usize]) -> Vec<f64> {
+        let mut left: Vec<f64> = jobs.iter().map(|j| j.1).collect();
+        let mut done = vec![f64::NAN; jobs.len()];
+        let mut now = jobs.iter().map(|j| j.0).fold(f64::INFINITY, f64::min);
+        while done.iter().any(|d| d.is_nan()) {
+            let avail = priority
+                .iter()
+                .copied()
+                .find(|&j| done[j].is_nan() && jobs[j].0 <= now);
+            let next_release = jobs
+                .iter()
+                .filter(|j| j.0 > now)
+                .map(|j| j.0)
+                .fold(f64::INFINITY, f64::min);
+            match avail {
+                None => now = next_release,
+                Some(j) => {
+                    let run = left[j].min(next_release - now);
+                    now += run;
+                    left[j] -= run;
+                    if left[j] <= 1e-12 {
+                        done[j] = now;
+                    }
+                }
+            }
+        }
+        done.sort_by(f64::total_cmp);
+        done
+    }
+
+    #[test]
+    fn srpt_by_hand() {
+        // A (0, 10) runs until B (1, 1) arrives with less left, B ends at 2, A at 11.
+        assert_eq!(
+            srpt_completions(&[(0.0, 10.0), (1.0, 1.0)]),
+            vec![2.0, 11.0]
+        );
+        // Idle until the first release; ties are broken by index.
+        assert_eq!(srpt_completions(&[(5.0, 1.0), (5.0, 1.0)]), vec![6.0, 7.0]);
+        assert!(srpt_completions(&[]).is_empty());
+    }
+
+    #[test]
+    fn srpt_completes_the_kth_job_no_later_than_any_priority_order() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for _ in 0..200 {
+            let n = rng.random_range(1..6);
+            let jobs: Vec<(f64, f64)> = (0..n)
+                .map(|_| {
+                    (
+                        f64::from(rng.random_range(0..6u32)),
+                        f64::from(rng.random_range(1..6u32)),
+                    )
+                })
+                .collect();
+            let srpt = srpt_completions(&jobs);
+            let mut perm: Vec<usize> = (0..n).collect();
+            // Every priority order of up to 5 jobs (Heap's algorithm would do; shuffles
+            // cover them with high probability).
+            for _ in 0..60 {
+                for k in (1..n).rev() {
+                    perm.swap(k, rng.random_range(0..=k));
+                }
+                let other = priority_completions(&jobs, &perm);
+                for (s, o) in srpt.iter().zip(&other) {
+                    assert!(s <= &(o + 1e-9), "{jobs:?} {perm:?}: {srpt:?} vs {other:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block_area_in_closed_form_matches_the_sum() {
+        for block in [1u64, 2, 3, 16] {
+            for n in 0..100u64 {
+                let direct: u64 = (1..=n).map(|m| m.div_ceil(block) * block).sum();
+                assert_eq!(
+                    block_area_prefix(n, block),
+                    u128::from(direct),
+                    "n {n} b {block}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weights_only_on_limits_that_are_set() {
+        assert_eq!(weight_grid(&Limits::unlimited()), vec![[0.0; 3]]);
+        let m = Limits {
+            kv_capacity: Some(100),
+            ..Limits::unlimited()
+        };
+        assert_eq!(weight_grid(&m), vec![[1.0, 0.0, 0.0]]);
+        let all = Limits {
+            kv_capacity: Some(100),
+            max_running: Some(4),
+            token_budget: Some(64),
+            ..Limits::unlimited()
+        };
+        let g = weight_grid(&all);
+        assert_eq!(g.len(), 15);
+        assert!(
+            g.iter()
+                .all(|w| (w.iter().sum::<f64>() - 1.0).abs() < 1e-12)
+        );
+    }
+}
