@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use infersched::core::{Limits, Schedule, Summary, replay};
 use infersched::cost_model::{self, LinearCostModel, Samples};
-use infersched::schedulers::{Knobs, SchedulerKind, Victim};
+use infersched::schedulers::{Knobs, McsfOrder, SchedulerKind, Victim};
 use infersched::solver::{self, Objective, PolicyConstraints, SolveOptions};
 use infersched::workload::{
     self, ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec, WorkloadStats,
@@ -109,8 +109,8 @@ struct CompareArgs {
     /// Workload trace CSV (keep it small when optimal is included).
     #[arg(long)]
     workload: PathBuf,
-    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static.
-    #[arg(long, default_value = "optimal,vllm,vllm-v1,sarathi,orca")]
+    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static, mcsf.
+    #[arg(long, default_value = "optimal,vllm,vllm-v1,sarathi,orca,mcsf")]
     schedulers: String,
     /// Objective the ratios refer to and the MILP minimizes: makespan, mean-latency, mean-ttft.
     #[arg(long, default_value = "makespan")]
@@ -253,7 +253,7 @@ impl LimitArgs {
 /// Knobs of the heuristic schedulers; unset ones take each policy's default.
 #[derive(Args, Clone)]
 struct KnobArgs {
-    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static unlimited].
+    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited].
     #[arg(long)]
     token_budget: Option<u64>,
     /// P: prefill tokens per batch, P <= C [default: C].
@@ -265,7 +265,7 @@ struct KnobArgs {
     /// R_max: requests holding KV [default: per policy; 256, sarathi 128].
     #[arg(long)]
     max_running: Option<u64>,
-    /// KV block size [default: per policy; 16, orca/static 1].
+    /// KV block size [default: per policy; 16, orca/static 1 (mcsf 16)].
     #[arg(long)]
     block_size: Option<u32>,
     /// Fraction of M kept free at admission [default: per policy; vllm and sarathi 0.01].
@@ -280,6 +280,9 @@ struct KnobArgs {
     /// Context length reserved by orca-max and used in vllm's default budget [default: the workload's largest I + O].
     #[arg(long)]
     max_model_len: Option<u64>,
+    /// MC-SF's admission order, shortest first by: output (O, the paper's rule), tokens (I + O) or kv-area (O I + O (O - 1) / 2).
+    #[arg(long, default_value = "output")]
+    mcsf_order: String,
 }
 
 #[derive(Args)]
@@ -287,7 +290,7 @@ struct SimulateArgs {
     /// Workload trace CSV.
     #[arg(long)]
     workload: PathBuf,
-    /// Scheduler, or a comma-separated list run in parallel: vllm, vllm-v1, sarathi, orca, orca-max, static.
+    /// Scheduler, or a comma-separated list run in parallel: vllm, vllm-v1, sarathi, orca, orca-max, static, mcsf.
     #[arg(long)]
     scheduler: String,
     /// Cost-model preset name or coefficient JSON file.
@@ -336,7 +339,7 @@ struct SolveArgs {
     /// Do not start HiGHS from the best heuristic schedule.
     #[arg(long)]
     no_warm_start: bool,
-    /// Heuristics tried for the warm start, comma-separated [default: sarathi,vllm-v1,vllm,orca].
+    /// Heuristics tried for the warm start, comma-separated [default: sarathi,vllm-v1,vllm,orca,mcsf].
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     warm_start_from: Vec<String>,
     /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
@@ -580,6 +583,11 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--victim")?,
         max_model_len: k.max_model_len,
+        mcsf_order: k
+            .mcsf_order
+            .parse::<McsfOrder>()
+            .map_err(anyhow::Error::msg)
+            .context("--mcsf-order")?,
     };
     let several = kinds.len() > 1;
     let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = kinds

@@ -6,7 +6,7 @@ mod support;
 
 use infersched::core::{Limits, Workload, replay};
 use infersched::cost_model::preset;
-use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
+use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
 use proptest::prelude::*;
 
 fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
@@ -26,9 +26,25 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
             Just(Victim::Shortest),
             Just(Victim::Longest)
         ],
+        prop_oneof![
+            Just(McsfOrder::Output),
+            Just(McsfOrder::Tokens),
+            Just(McsfOrder::KvArea)
+        ],
     )
         .prop_map(
-            |(rs, c, p_div, m_slack, r_max, block, watermark, no_preemption, victim)| {
+            |(
+                rs,
+                c,
+                p_div,
+                m_slack,
+                r_max,
+                block,
+                watermark,
+                no_preemption,
+                victim,
+                mcsf_order,
+            )| {
                 let w = support::workload(&rs);
                 let need = support::largest_kv_need(&w);
                 let b = u64::from(block);
@@ -43,6 +59,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     no_preemption,
                     victim,
                     max_model_len: None,
+                    mcsf_order,
                 };
                 (w, knobs)
             },
@@ -78,7 +95,7 @@ proptest! {
                 prop_assert_eq!(rec.processed_tokens, req.max_kv_tokens() + rec.recomputed_tokens);
             }
             let evictions: u32 = r.requests.iter().map(|x| x.evictions).sum();
-            if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static) {
+            if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static | SchedulerKind::Mcsf) {
                 prop_assert_eq!(evictions, 0, "{} must not preempt", name);
             }
             // Identical input, identical schedule.

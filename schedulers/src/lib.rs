@@ -8,13 +8,15 @@
 pub mod policies;
 pub mod sim;
 
-pub use policies::{PolicyOptions, Victim};
+pub use policies::{McsfOrder, PolicyOptions, Victim};
 pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate};
 
 use infersched_core::{CostModel, Limits, Workload};
 
 /// The scheduler names `--scheduler` accepts.
-pub const SCHEDULER_NAMES: [&str; 6] = ["vllm", "vllm-v1", "sarathi", "orca", "orca-max", "static"];
+pub const SCHEDULER_NAMES: [&str; 7] = [
+    "vllm", "vllm-v1", "sarathi", "orca", "orca-max", "static", "mcsf",
+];
 
 /// A heuristic scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +33,10 @@ pub enum SchedulerKind {
     OrcaMax,
     /// Static (request-level) batching.
     Static,
+    /// Memory-constrained shortest-first (Jaillet et al. 2025) with the true output
+    /// lengths: shortest outputs admitted first while the running set's future KV peak
+    /// fits M; never preempts.
+    Mcsf,
 }
 
 impl std::str::FromStr for SchedulerKind {
@@ -43,6 +49,7 @@ impl std::str::FromStr for SchedulerKind {
             "orca" => Self::Orca,
             "orca-max" => Self::OrcaMax,
             "static" => Self::Static,
+            "mcsf" => Self::Mcsf,
             _ => {
                 return Err(format!(
                     "unknown scheduler \"{s}\"; expected one of {}",
@@ -75,6 +82,8 @@ pub struct Knobs {
     /// Context length reserved by `orca-max`, and vLLM's `max_model_len` for its default
     /// budget [default: the workload's largest `I + O`].
     pub max_model_len: Option<u64>,
+    /// MC-SF's admission order.
+    pub mcsf_order: McsfOrder,
 }
 
 impl Knobs {
@@ -116,12 +125,14 @@ impl SchedulerKind {
             Self::Orca => "orca",
             Self::OrcaMax => "orca-max",
             Self::Static => "static",
+            Self::Mcsf => "mcsf",
         }
     }
 
     /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
     /// vLLM-V1 C = 8192, R_max 256, block 16; Sarathi C = 512, R_max 128, block 16,
-    /// watermark 1%; Orca and static: no token budget, R_max 256, block 1.
+    /// watermark 1%; Orca and static: no token budget, R_max 256, block 1; MC-SF: no
+    /// token budget, R_max 256, block 16.
     pub fn defaults(self, max_model_len: u64) -> Defaults {
         match self {
             Self::Vllm => Defaults {
@@ -141,6 +152,12 @@ impl SchedulerKind {
                 max_running: Some(128),
                 block_size: 16,
                 watermark: 0.01,
+            },
+            Self::Mcsf => Defaults {
+                token_budget: None,
+                max_running: Some(256),
+                block_size: 16,
+                watermark: 0.0,
             },
             Self::Orca | Self::OrcaMax | Self::Static => Defaults {
                 token_budget: None,
@@ -170,6 +187,7 @@ impl SchedulerKind {
             no_preemption: knobs.no_preemption,
             victim: knobs.victim,
             max_model_len: max_model_len(knobs, workload),
+            mcsf_order: knobs.mcsf_order,
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),
@@ -184,6 +202,7 @@ impl SchedulerKind {
                 reserve_max_model_len: true,
             }),
             Self::Static => Box::new(policies::Static(o)),
+            Self::Mcsf => Box::new(policies::Mcsf(o)),
         }
     }
 

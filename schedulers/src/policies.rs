@@ -31,6 +31,55 @@ impl std::str::FromStr for Victim {
     }
 }
 
+/// The order in which MC-SF admits waiting requests ("shortest first" by what).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum McsfOrder {
+    /// Output length `O` (the paper's rule).
+    #[default]
+    Output,
+    /// Tokens `I + O`.
+    Tokens,
+    /// KV-time area `O I + O (O - 1) / 2`: the KV tokens the request holds summed over its
+    /// steps, the memory-time it takes from others.
+    KvArea,
+}
+
+impl McsfOrder {
+    /// Every order, for portfolios.
+    pub const ALL: [McsfOrder; 3] = [Self::Output, Self::Tokens, Self::KvArea];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Output => "output",
+            Self::Tokens => "tokens",
+            Self::KvArea => "kv-area",
+        }
+    }
+
+    /// The sort key of `r` (smaller first).
+    pub fn key(self, r: &infersched_core::Request) -> u64 {
+        let (i, o) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
+        match self {
+            Self::Output => o,
+            Self::Tokens => i + o,
+            Self::KvArea => o * i + o * o.saturating_sub(1) / 2,
+        }
+    }
+}
+
+impl std::str::FromStr for McsfOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| {
+                format!("unknown MC-SF order \"{s}\"; expected output, tokens or kv-area")
+            })
+    }
+}
+
 /// Options shared by the policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyOptions {
@@ -40,6 +89,8 @@ pub struct PolicyOptions {
     pub victim: Victim,
     /// Tokens reserved per request by `orca-max`.
     pub max_model_len: u64,
+    /// MC-SF's admission order.
+    pub mcsf_order: McsfOrder,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request
@@ -387,6 +438,181 @@ impl Policy for Static {
     }
 }
 
+/// Memory-constrained shortest-first (MC-SF; Jaillet, Jiang, Mellou, Molinaro, Podimata and
+/// Zhou 2025, arXiv 2502.07115), with the workload's true output lengths as its
+/// predictions (the clairvoyant variant their hindsight comparison uses).
+///
+/// Each step every running request decodes one token; then arrived requests are taken
+/// shortest first ([`McsfOrder`]: by default output length; ties: arrival order) and admitted with their whole prompt
+/// while it fits the budgets and the running set's **future KV peak** fits M: a request
+/// holding `h` tokens with `r` decode steps left holds `h + k` at step `k <= r` and frees
+/// everything after step `r`, so the peak is checked at each request's last step (in whole
+/// blocks, against M minus the watermark). The first request that does not fit stops
+/// admission for this step. Admission also keeps the running set within C, so every
+/// running request decodes every step and the peak computed is the one that happens:
+/// MC-SF never preempts.
+pub struct Mcsf(pub PolicyOptions);
+
+impl Mcsf {
+    /// Whether `set` (tokens held after this step, decode steps left) stays within
+    /// `blocks` KV blocks of `block` tokens at every future step, exactly.
+    ///
+    /// A request holding `h + k` tokens takes `ceil((h + k) / b) = q + floor(k / b) +
+    /// [s + k mod b >= b]` blocks, with `h + b - 1 = q b + s`; the KV is checked at each last
+    /// step `k = r` over the requests still alive (a prefix by decode steps left), with
+    /// running sums of `q` and a Fenwick tree counting the `s` values: O(n log b).
+    fn future_peak_fits(set: &mut [(u64, u64)], block: u64, blocks: u64) -> bool {
+        if block > 1 << 16 {
+            // Blocks this large are not real; the direct sum keeps the tree small.
+            return Self::future_peak_fits_direct(set, block, blocks);
+        }
+        // By decode steps left, longest first: those alive at step k are a prefix.
+        set.sort_unstable_by_key(|x| std::cmp::Reverse(x.1));
+        let size = block as usize;
+        let mut tree = vec![0u32; size + 1];
+        let (mut q_sum, mut alive) = (0u128, 0u128);
+        for idx in 0..set.len() {
+            let (h, r) = set[idx];
+            let x = u128::from(h) + u128::from(block) - 1;
+            q_sum += x / u128::from(block);
+            let s = (x % u128::from(block)) as usize;
+            let mut pos = s + 1;
+            while pos <= size {
+                tree[pos] += 1;
+                pos += pos & pos.wrapping_neg();
+            }
+            alive += 1;
+            // Check at step r once every request with r' >= r is counted.
+            if r > 0 && set.get(idx + 1).is_none_or(|next| next.1 < r) {
+                // Count s >= b - (r mod b): all alive minus those with s < threshold.
+                let threshold = (block - r % block) as usize;
+                let (mut below, mut pos) = (0u128, threshold);
+                while pos > 0 {
+                    below += u128::from(tree[pos]);
+                    pos &= pos - 1;
+                }
+                let used = q_sum + alive * u128::from(r / block) + (alive - below);
+                if used > u128::from(blocks) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Mcsf {
+    /// [`Self::future_peak_fits`] by the direct sum at every last step: O(n^2).
+    fn future_peak_fits_direct(set: &[(u64, u64)], block: u64, blocks: u64) -> bool {
+        set.iter().filter(|x| x.1 > 0).all(|&(_, k)| {
+            let used: u128 = set
+                .iter()
+                .filter(|x| x.1 >= k)
+                .map(|&(h, _)| u128::from((h + k).div_ceil(block)))
+                .sum();
+            used <= u128::from(blocks)
+        })
+    }
+}
+
+impl Policy for Mcsf {
+    fn name(&self) -> String {
+        "mcsf".into()
+    }
+    fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
+        check_alone(sim, "mcsf", true, |i| max_kv(sim, i))
+    }
+    fn next_batch(&mut self, sim: &mut Simulator<'_>) {
+        let o = self.0;
+        let running = sim.running_fcfs();
+        for &i in &running {
+            if sim.token_room() == 0 {
+                break;
+            }
+            let c = sim.remaining(i);
+            if c == 0 {
+                continue;
+            }
+            // The peak check makes room for this growth; the fallback keeps the schedule
+            // valid should it ever not.
+            let target = sim.held(i) + c;
+            if sim.extra_blocks(i, target) <= sim.free_blocks() {
+                sim.process(i, c, target);
+            } else {
+                grow_or_preempt(sim, i, c, o.victim);
+            }
+        }
+        let mut waiting: Vec<u32> = sim.waiting().iter().copied().collect();
+        if waiting.is_empty() {
+            return;
+        }
+        waiting.sort_by(|&a, &b| {
+            let key = |j: u32| o.mcsf_order.key(sim.request(j));
+            key(a).cmp(&key(b)).then(sim.fcfs_cmp(a, b))
+        });
+        let token_budget = sim.limits().token_budget.unwrap_or(u64::MAX);
+        let capacity = sim.total_blocks().saturating_sub(sim.watermark_blocks());
+        let block = u64::from(sim.limits().block_size.max(1));
+        let left = |sim: &Simulator<'_>, j: u32| {
+            u64::from(sim.request(j).output_tokens) - u64::from(sim.generated(j))
+        };
+        let mut set: Vec<(u64, u64)> = sim
+            .running()
+            .iter()
+            .map(|&j| (sim.held(j), left(sim, j)))
+            .collect();
+        for i in waiting {
+            if !sim.running_room() || sim.scheduled(i) || sim.running().len() as u64 >= token_budget
+            {
+                break;
+            }
+            let c = whole(sim, i);
+            if c == 0 || sim.extra_blocks(i, c) > sim.free_blocks() {
+                break;
+            }
+            let out = u64::from(sim.request(i).output_tokens);
+            let mut with = set.clone();
+            with.push((c, out - 1));
+            if !Self::future_peak_fits(&mut with, block, capacity) {
+                break;
+            }
+            set = with;
+            sim.admit(i);
+            sim.process(i, c, c);
+        }
+    }
+}
+
 fn max_kv_reserve(sim: &Simulator<'_>, i: u32, _c: u64) -> u64 {
     max_kv(sim, i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn mcsf_future_peak_is_exact_in_blocks() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..3000 {
+            let n = rng.random_range(0..8);
+            let block = [1u64, 2, 3, 16][rng.random_range(0..4)];
+            let set: Vec<(u64, u64)> = (0..n)
+                .map(|_| (rng.random_range(1..60), rng.random_range(0..12)))
+                .collect();
+            let blocks = rng.random_range(1..40);
+            let direct = Mcsf::future_peak_fits_direct(&set, block, blocks);
+            let mut sorted = set.clone();
+            assert_eq!(
+                Mcsf::future_peak_fits(&mut sorted, block, blocks),
+                direct,
+                "{set:?} block {block} blocks {blocks}"
+            );
+        }
+        // One request alone that exactly fills M at its last step fits.
+        assert!(Mcsf::future_peak_fits(&mut [(15, 5)], 2, 10));
+        assert!(!Mcsf::future_peak_fits(&mut [(15, 6)], 2, 10));
+    }
 }

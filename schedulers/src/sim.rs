@@ -279,6 +279,18 @@ impl<'w> Simulator<'w> {
         i
     }
 
+    /// Moves waiting request `i` (anywhere in the queue) into the running set.
+    pub fn admit(&mut self, i: u32) {
+        let pos = self
+            .waiting
+            .iter()
+            .position(|&w| w == i)
+            .expect("admit: the request is not waiting");
+        self.waiting.remove(pos);
+        self.st[i as usize].status = Status::Running;
+        self.running.push(i);
+    }
+
     /// Adds an entry processing `c` tokens of running request `i`, growing its allocation
     /// to cover `max(m + c, alloc_target_tokens)` tokens. The caller has checked budgets
     /// and memory ([`Self::extra_blocks`] <= [`Self::free_blocks`]).

@@ -247,3 +247,53 @@ fn matching_knobs_reproduce_the_limits_for_every_policy() {
         assert!(got.max_running.unwrap() > 1 << 40, "{name}");
     }
 }
+
+#[test]
+fn mcsf_admits_shortest_outputs_first_while_the_future_peak_fits() {
+    // M = 8, block 1, no C. Shortest output first: r1 (O = 1), r2 (O = 2), r0 (O = 4).
+    // Batch 0: r1's prompt (2 tokens, finished at once) and r2's (3, then 4 at its one
+    // decode). With r0 admitted too, at the next step r2 would hold 4 and r0 5: 9 > 8, so
+    // r0 waits although its prompt fits the 3 free tokens now (vLLM would admit it and
+    // preempt later). Batch 1: r2 decodes and finishes; r1 has freed its KV, so r0's
+    // peak 7 fits and it is admitted. Then r0 decodes alone.
+    let w = workload(&[(4, 4, 0.0), (2, 1, 0.0), (3, 2, 0.0)]);
+    let got = run("mcsf", &w, &knobs(None, 8, 1));
+    assert_eq!(got, ["1:2 2:3", "2:1 0:4", "0:1", "0:1", "0:1"]);
+    // With room for everyone's peak, all three start in batch 0, shortest first.
+    let got = run("mcsf", &w, &knobs(None, 12, 1));
+    assert_eq!(got, ["1:2 2:3 0:4", "0:1 2:1", "0:1", "0:1"]);
+    // Ordered by I + O instead: r1 (3), r2 (5), r0 (8): the same here; by KV area
+    // O I + O (O - 1) / 2: r1 (2), r2 (7), r0 (22).
+    for order in infersched_schedulers::McsfOrder::ALL {
+        let k = Knobs {
+            mcsf_order: order,
+            ..knobs(None, 8, 1)
+        };
+        assert_eq!(
+            run("mcsf", &w, &k),
+            ["1:2 2:3", "2:1 0:4", "0:1", "0:1", "0:1"],
+            "{order:?}"
+        );
+    }
+    // Output order and area order differ: r0 (I = 10, O = 2: area 21) against r1 (I = 1,
+    // O = 3: area 6). Output-first admits r0 first; area-first admits r1 first.
+    let w = workload(&[(10, 2, 0.0), (1, 3, 0.0)]);
+    let by_output = run("mcsf", &w, &knobs(None, 100, 1));
+    assert_eq!(by_output[0], "0:10 1:1");
+    let k = Knobs {
+        mcsf_order: infersched_schedulers::McsfOrder::KvArea,
+        ..knobs(None, 100, 1)
+    };
+    assert_eq!(run("mcsf", &w, &k)[0], "1:1 0:10");
+}
+
+#[test]
+fn mcsf_never_admits_past_the_block_rounded_peak() {
+    // Block 4, M = 16 (4 blocks). r0 (I = 5, O = 4) ends holding 8 tokens = 2 blocks;
+    // r1 (I = 6, O = 4) ends at 9 = 3 blocks: together 5 blocks > 4 at their last steps,
+    // so r1 waits for r0 although both prompts (2 + 2 blocks) fit at once.
+    let w = workload(&[(5, 4, 0.0), (6, 4, 0.0)]);
+    let got = run("mcsf", &w, &knobs(None, 16, 4));
+    assert_eq!(got[0], "0:5");
+    assert!(got.iter().all(|b| !b.contains("evict")));
+}

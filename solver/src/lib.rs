@@ -41,7 +41,7 @@ use infersched_core::{
     Batch, BatchFeatures, Entry, Feature, Limits, Replay, Schedule, Summary, Workload, replay,
 };
 use infersched_cost_model::LinearCostModel;
-use infersched_schedulers::{Knobs, SchedulerKind};
+use infersched_schedulers::{Knobs, McsfOrder, SchedulerKind};
 use serde::Serialize;
 use std::time::Instant;
 use thiserror::Error;
@@ -436,17 +436,25 @@ fn best_heuristic(
             SchedulerKind::VllmV1,
             SchedulerKind::Vllm,
             SchedulerKind::Orca,
+            SchedulerKind::Mcsf,
         ]
     } else {
         from
     };
     for &kind in kinds {
-        for (no_preemption, cap) in [false, true]
+        // MC-SF never preempts, so its variants are its admission orders instead.
+        let variants: Vec<(bool, McsfOrder)> = if kind == SchedulerKind::Mcsf {
+            McsfOrder::ALL.iter().map(|&o| (false, o)).collect()
+        } else {
+            vec![(false, McsfOrder::Output), (true, McsfOrder::Output)]
+        };
+        for ((no_preemption, mcsf_order), cap) in variants
             .into_iter()
-            .flat_map(|p| caps.iter().map(move |&c| (p, c)))
+            .flat_map(|v| caps.iter().map(move |&c| (v, c)))
         {
             let k = Knobs {
                 no_preemption,
+                mcsf_order,
                 max_running: Some(cap),
                 ..knobs
             };
@@ -467,9 +475,14 @@ fn best_heuristic(
             let v = objective.of(&Summary::from_replay(&r));
             if best.as_ref().is_none_or(|b| v < b.3) {
                 let name = format!(
-                    "{}{}{}",
+                    "{}{}{}{}",
                     kind.name(),
                     if no_preemption { "+no-preemption" } else { "" },
+                    if kind == SchedulerKind::Mcsf {
+                        format!("+order={}", mcsf_order.name())
+                    } else {
+                        String::new()
+                    },
                     if cap < r_cap {
                         format!("+max-running={cap}")
                     } else {
