@@ -205,7 +205,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     repeat: usize,
     /// Schedulers to measure.
-    #[arg(long, default_value = "vllm,vllm-v1,sarathi,orca,orca-max,static")]
+    #[arg(long, default_value = "vllm,vllm-v1,sarathi,orca,orca-max,static,mcsf")]
     schedulers: String,
     /// Results CSV.
     #[arg(long, default_value = "notebooks-data/results/bench-simulate.csv")]

@@ -202,7 +202,7 @@ impl SchedulerKind {
                 reserve_max_model_len: true,
             }),
             Self::Static => Box::new(policies::Static(o)),
-            Self::Mcsf => Box::new(policies::Mcsf(o)),
+            Self::Mcsf => Box::new(policies::Mcsf::new(o)),
         }
     }
 

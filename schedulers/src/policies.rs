@@ -451,9 +451,63 @@ impl Policy for Static {
 /// admission for this step. Admission also keeps the running set within C, so every
 /// running request decodes every step and the peak computed is the one that happens:
 /// MC-SF never preempts.
-pub struct Mcsf(pub PolicyOptions);
+pub struct Mcsf {
+    /// Options (the admission order among them).
+    pub options: PolicyOptions,
+    /// The waiting requests in admission order: (order key, arrival bits, id); kept in
+    /// step with the simulator's queue so no step sorts the whole queue.
+    queue: std::collections::BTreeSet<(u64, u64, u32)>,
+    /// Whether each request is in `queue`.
+    queued: Vec<bool>,
+}
 
 impl Mcsf {
+    /// MC-SF with `options`.
+    pub fn new(options: PolicyOptions) -> Self {
+        Self {
+            options,
+            queue: std::collections::BTreeSet::new(),
+            queued: Vec::new(),
+        }
+    }
+
+    fn queue_key(&self, sim: &Simulator<'_>, i: u32) -> (u64, u64, u32) {
+        let r = sim.request(i);
+        // Arrival times are finite and >= 0, so their bits sort as the times do (-0 as 0).
+        let arrival = if r.arrival_s == 0.0 {
+            0
+        } else {
+            r.arrival_s.to_bits()
+        };
+        (self.options.mcsf_order.key(r), arrival, i)
+    }
+
+    /// Brings `queue` in step with the simulator's waiting queue: arrivals join at its
+    /// back; anything else (an eviction by the fallback) rebuilds it.
+    fn sync_queue(&mut self, sim: &Simulator<'_>) {
+        if self.queued.len() != sim.requests().len() {
+            self.queued = vec![false; sim.requests().len()];
+            self.queue.clear();
+        }
+        for &i in sim.waiting().iter().rev() {
+            if self.queued[i as usize] {
+                break;
+            }
+            self.queued[i as usize] = true;
+            let key = self.queue_key(sim, i);
+            self.queue.insert(key);
+        }
+        if self.queue.len() != sim.waiting().len() {
+            self.queue.clear();
+            self.queued.fill(false);
+            for &i in sim.waiting() {
+                self.queued[i as usize] = true;
+                let key = self.queue_key(sim, i);
+                self.queue.insert(key);
+            }
+        }
+    }
+
     /// Whether `set` (tokens held after this step, decode steps left) stays within
     /// `blocks` KV blocks of `block` tokens at every future step, exactly.
     ///
@@ -523,7 +577,7 @@ impl Policy for Mcsf {
         check_alone(sim, "mcsf", true, |i| max_kv(sim, i))
     }
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {
-        let o = self.0;
+        let o = self.options;
         let running = sim.running_fcfs();
         for &i in &running {
             if sim.token_room() == 0 {
@@ -542,14 +596,10 @@ impl Policy for Mcsf {
                 grow_or_preempt(sim, i, c, o.victim);
             }
         }
-        let mut waiting: Vec<u32> = sim.waiting().iter().copied().collect();
-        if waiting.is_empty() {
+        self.sync_queue(sim);
+        if self.queue.is_empty() {
             return;
         }
-        waiting.sort_by(|&a, &b| {
-            let key = |j: u32| o.mcsf_order.key(sim.request(j));
-            key(a).cmp(&key(b)).then(sim.fcfs_cmp(a, b))
-        });
         let token_budget = sim.limits().token_budget.unwrap_or(u64::MAX);
         let capacity = sim.total_blocks().saturating_sub(sim.watermark_blocks());
         let block = u64::from(sim.limits().block_size.max(1));
@@ -561,7 +611,8 @@ impl Policy for Mcsf {
             .iter()
             .map(|&j| (sim.held(j), left(sim, j)))
             .collect();
-        for i in waiting {
+        let mut admitted = Vec::new();
+        for &(key, arrival, i) in &self.queue {
             if !sim.running_room() || sim.scheduled(i) || sim.running().len() as u64 >= token_budget
             {
                 break;
@@ -579,6 +630,11 @@ impl Policy for Mcsf {
             set = with;
             sim.admit(i);
             sim.process(i, c, c);
+            admitted.push((key, arrival, i));
+        }
+        for k in admitted {
+            self.queue.remove(&k);
+            self.queued[k.2 as usize] = false;
         }
     }
 }
