@@ -167,7 +167,11 @@ impl MilpArgs {
             time_limit_s: self.time_limit,
             threads: self.threads,
             mip_rel_gap: self.mip_gap,
-            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            observer: std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+                infersched::solver::progress::Observer::new(
+                    infersched::solver::progress::StderrProgress::default(),
+                )
+            }),
             max_search_states: if self.milp_only {
                 0
             } else {
@@ -733,9 +737,11 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         "  certified gap         {:.4}%",
         report.certified_gap * 100.0
     );
-    if let Some((name, v)) = &report.warm_start {
+    if let Some(warm) = &report.warm_start {
+        let v = warm.objective;
         outln!(
-            "  warm start            {name}: {:.6} ms ({:.2}% above the best schedule found)",
+            "  warm start            {}: {:.6} ms ({:.2}% above the best schedule found)",
+            warm.heuristic,
             v * 1e3,
             (v / report.replayed_objective - 1.0) * 100.0
         );
@@ -749,10 +755,15 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         ),
         infersched::solver::SolveMethod::CountingSearch => outln!(
             "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
-            report.nodes.unwrap_or(0),
+            report.states_expanded.unwrap_or(0),
             report.solve_s
         ),
         infersched::solver::SolveMethod::Milp => {
+            let size = report.model.unwrap_or(infersched::solver::ModelSize {
+                rows: 0,
+                columns: 0,
+                integers: 0,
+            });
             outln!(
                 "  horizon J             {} batches{}",
                 report.horizon,
@@ -764,9 +775,9 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             );
             outln!(
                 "  model                 {} rows, {} columns, {} integers; build {:.2} s, solve {:.2} s",
-                report.model.rows,
-                report.model.columns,
-                report.model.integers,
+                size.rows,
+                size.columns,
+                size.integers,
                 report.build_s,
                 report.solve_s
             );

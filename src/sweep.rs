@@ -642,9 +642,9 @@ impl Sweep {
                     o2s(&solve.map(|x| x.best_bound)),
                     o2s(&solve.map(|x| x.certified_gap)),
                     o2s(&solve.map(|x| x.solve_s)),
-                    o2s(&solve.map(|x| x.model.rows)),
-                    o2s(&solve.map(|x| x.model.columns)),
-                    o2s(&solve.map(|x| x.model.integers)),
+                    o2s(&solve.and_then(|x| x.model.map(|m| m.rows))),
+                    o2s(&solve.and_then(|x| x.model.map(|m| m.columns))),
+                    o2s(&solve.and_then(|x| x.model.map(|m| m.integers))),
                     o2s(&solve.map(|x| x.method.name())),
                     String::new(),
                 ]);
@@ -714,7 +714,7 @@ struct SolveFacts {
     best_bound: f64,
     certified_gap: f64,
     solve_s: f64,
-    model: crate::solver::ModelSize,
+    model: Option<crate::solver::ModelSize>,
 }
 
 /// Parses `K/N` (1 <= K <= N).

@@ -684,7 +684,10 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(orca.join("solve.json")).unwrap()).unwrap();
     assert!(
-        r["warm_start"][0].as_str().unwrap().starts_with("orca"),
+        r["warm_start"]["heuristic"]
+            .as_str()
+            .unwrap()
+            .starts_with("orca"),
         "{}",
         r["warm_start"]
     );

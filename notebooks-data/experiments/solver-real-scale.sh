@@ -34,10 +34,10 @@ r = json.load(open(sys.argv[1]))
 family, n, objective, c, m, block, wall, rss = sys.argv[2:]
 bm = r["bound_method"]
 bm = bm if isinstance(bm, str) else "combinatorial:" + next(iter(bm.values()))
-warm = r.get("warm_start") or ["", ""]
+warm = (r.get("warm_start") or {}).get("heuristic", "")
 print(",".join(str(x) for x in [family, n, objective, c, m, block, r["method"], r["status"],
     f'{r["replayed_objective"]:.6f}', f'{r["best_bound"]:.6f}', bm, f'{r["certified_gap"]:.5f}',
-    warm[0], wall, f"{int(rss) / 1024:.1f}"]))
+    warm, wall, f"{int(rss) / 1024:.1f}"]))
 EOF
 }
 

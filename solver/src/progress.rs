@@ -1,6 +1,7 @@
-//! A one-line progress display for long solves: HiGHS writes its log to a file, a thread
-//! reads the latest branch-and-bound row and shows incumbent, bound, gap and elapsed time
-//! on standard error.
+//! Progress of long solves, reported to a [`SolveObserver`]: HiGHS writes its log to a
+//! file, a thread reads the latest branch-and-bound row and passes incumbent, bound, gap
+//! and elapsed time to the observer whenever they change. [`StderrProgress`] is the
+//! command line's observer (a one-line display on standard error).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -65,7 +66,71 @@ pub fn latest_progress(log: &str) -> Option<Progress> {
     log.lines().rev().find_map(parse_progress_line)
 }
 
-/// Watches a HiGHS log file and redraws the progress line until finished.
+/// Receives a solve's progress (from another thread).
+///
+/// ```
+/// use infersched_solver::progress::{Progress, SolveObserver};
+/// struct Count(std::sync::atomic::AtomicUsize);
+/// impl SolveObserver for Count {
+///     fn progress(&self, _: &Progress) {
+///         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///     }
+/// }
+/// ```
+pub trait SolveObserver: Send + Sync {
+    /// A new progress point (different from the previous one).
+    fn progress(&self, p: &Progress);
+    /// The solver stopped (called once, after the last `progress`).
+    fn finished(&self) {}
+}
+
+/// A shared observer, as [`crate::SolveOptions`] holds it (equal when it is the same one).
+#[derive(Clone)]
+pub struct Observer(pub Arc<dyn SolveObserver>);
+
+impl Observer {
+    /// Wraps `observer`.
+    pub fn new(observer: impl SolveObserver + 'static) -> Self {
+        Self(Arc::new(observer))
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+impl PartialEq for Observer {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The command line's observer: redraws one line on standard error and clears it at the
+/// end.
+#[derive(Debug, Default)]
+pub struct StderrProgress {
+    shown: std::sync::Mutex<bool>,
+}
+
+impl SolveObserver for StderrProgress {
+    fn progress(&self, p: &Progress) {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[K{}", progress_text(p));
+        let _ = err.flush();
+        if let Ok(mut shown) = self.shown.lock() {
+            *shown = true;
+        }
+    }
+    fn finished(&self) {
+        if self.shown.lock().is_ok_and(|s| *s) {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[K");
+        }
+    }
+}
+
+/// Watches a HiGHS log file and reports new progress points until dropped.
 pub(crate) struct ProgressWatcher {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
@@ -73,30 +138,24 @@ pub(crate) struct ProgressWatcher {
 }
 
 impl ProgressWatcher {
-    /// Starts watching `path` (created by HiGHS once it logs).
-    pub(crate) fn start(path: &Path) -> Self {
+    /// Starts watching `path` (created by HiGHS once it logs) for `observer`.
+    pub(crate) fn start(path: &Path, observer: Observer) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let watched = path.to_path_buf();
         let handle = std::thread::spawn(move || {
-            let mut shown = String::new();
+            let mut last: Option<Progress> = None;
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(500));
                 if let Ok(text) = std::fs::read_to_string(&watched)
                     && let Some(p) = latest_progress(&text)
+                    && last != Some(p)
                 {
-                    let line = progress_text(&p);
-                    if line != shown {
-                        let mut err = std::io::stderr().lock();
-                        let _ = write!(err, "\r\x1b[K{line}");
-                        let _ = err.flush();
-                        shown = line;
-                    }
+                    observer.0.progress(&p);
+                    last = Some(p);
                 }
             }
-            if !shown.is_empty() {
-                let _ = write!(std::io::stderr().lock(), "\r\x1b[K");
-            }
+            observer.0.finished();
         });
         Self {
             stop,
@@ -119,6 +178,46 @@ impl Drop for ProgressWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        seen: std::sync::Mutex<Vec<Progress>>,
+        finished: AtomicBool,
+    }
+
+    impl SolveObserver for Recorder {
+        fn progress(&self, p: &Progress) {
+            self.seen.lock().unwrap().push(*p);
+        }
+        fn finished(&self) {
+            self.finished.store(true, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_watcher_reports_each_new_row_once_then_finishes() {
+        let dir = std::env::temp_dir().join(format!("infersched-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("highs.log");
+        let row = |t: f64| format!(" L 0 0 0 0.00% 27.5 36.25 24.14% 1 1 1 10 {t:.1}s\n");
+        std::fs::write(&path, row(1.0)).unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let watcher = ProgressWatcher::start(&path, Observer(recorder.clone()));
+        std::thread::sleep(Duration::from_millis(1200));
+        std::fs::write(&path, row(1.0) + &row(2.0)).unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        drop(watcher);
+        let seen = recorder.seen.lock().unwrap().clone();
+        assert_eq!(
+            seen.iter().map(|p| p.elapsed_s).collect::<Vec<_>>(),
+            [1.0, 2.0]
+        );
+        assert_eq!(seen[0].incumbent, Some(36.25));
+        assert!(recorder.finished.load(Ordering::Relaxed));
+        // The watcher removes the log file it watched.
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir(&dir);
+    }
 
     #[test]
     fn progress_rows_parse_and_other_lines_do_not() {

@@ -1,0 +1,206 @@
+//! What a solve asks: the objective, the policy class searched, and the knobs of the
+//! methods (time and memory limits, HiGHS settings, the warm start).
+
+use infersched_core::{Limits, Schedule, Summary, Workload};
+use infersched_schedulers::SchedulerKind;
+use serde::Serialize;
+
+/// What to minimize (`semantics.md`, "Objectives").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// End of the last batch.
+    Makespan,
+    /// Mean end-to-end latency.
+    MeanLatency,
+    /// Mean time to first token.
+    MeanTtft,
+}
+
+impl std::str::FromStr for Objective {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "makespan" => Ok(Self::Makespan),
+            "mean-latency" => Ok(Self::MeanLatency),
+            "mean-ttft" => Ok(Self::MeanTtft),
+            _ => Err(format!(
+                "unknown objective \"{s}\"; expected makespan, mean-latency or mean-ttft"
+            )),
+        }
+    }
+}
+
+impl Objective {
+    /// The objective's value in a replay summary (seconds).
+    pub fn of(self, s: &Summary) -> f64 {
+        match self {
+            Self::Makespan => s.makespan_s,
+            Self::MeanLatency => s.mean_e2e_s,
+            Self::MeanTtft => s.mean_ttft_s,
+        }
+    }
+}
+
+/// Policy constraints: the best schedule a policy class can reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PolicyConstraints {
+    /// No evictions.
+    pub no_evict: bool,
+    /// Each prefill phase runs in one batch.
+    pub no_chunk: bool,
+    /// No batch mixes prefill and decode entries.
+    pub no_mix: bool,
+    /// Requests are first admitted in arrival order (ties by id): none starts before an
+    /// earlier one has.
+    pub fcfs: bool,
+    /// Orca's reservation: from its first step to its end a request holds `I + O - 1`
+    /// KV tokens in the memory constraint, and nothing is evicted.
+    pub reserve: bool,
+}
+
+impl PolicyConstraints {
+    /// Whether `schedule` (already replayed as valid under `limits`) belongs to this class.
+    pub fn admits(&self, w: &Workload, limits: &Limits, schedule: &Schedule) -> bool {
+        let reqs = w.requests();
+        let mut held = vec![0u64; reqs.len()];
+        let mut generated = vec![0u32; reqs.len()];
+        let mut first_batch = vec![usize::MAX; reqs.len()];
+        for (j, b) in schedule.batches.iter().enumerate() {
+            for e in &b.entries {
+                let i = e.request as usize;
+                if matches!(e.action, infersched_core::Action::Process(_))
+                    && first_batch[i] == usize::MAX
+                {
+                    first_batch[i] = j;
+                }
+            }
+        }
+        if self.fcfs {
+            let order = w.fcfs_order();
+            if order
+                .windows(2)
+                .any(|p| first_batch[p[0] as usize] > first_batch[p[1] as usize])
+            {
+                return false;
+            }
+        }
+        for (j, b) in schedule.batches.iter().enumerate() {
+            let (mut prefill, mut decode) = (false, false);
+            for e in &b.entries {
+                let i = e.request as usize;
+                let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
+                match e.action {
+                    infersched_core::Action::Evict => {
+                        if self.no_evict {
+                            return false;
+                        }
+                        held[i] = 0;
+                    }
+                    infersched_core::Action::Process(c) => {
+                        let is_decode = generated[i] >= 1 && held[i] + 1 == known;
+                        held[i] += u64::from(c);
+                        if is_decode {
+                            decode = true;
+                        } else {
+                            prefill = true;
+                            if self.no_chunk && held[i] != known {
+                                return false;
+                            }
+                        }
+                        if held[i] == known {
+                            generated[i] += 1;
+                        }
+                    }
+                }
+            }
+            if self.no_mix && prefill && decode {
+                return false;
+            }
+            if self.reserve
+                && let Some(cap) = limits.kv_capacity
+            {
+                // Started by this batch and not finished before it: holds its reservation.
+                let reserved: u64 = reqs
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, r)| {
+                        first_batch[i] <= j
+                            && (generated[i] < r.output_tokens
+                                || b.entries.iter().any(|e| e.request as usize == i))
+                    })
+                    .map(|(_, r)| limits.occupied(r.max_kv_tokens()))
+                    .sum();
+                if reserved > cap {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Solver options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveOptions {
+    /// Wall-clock limit for HiGHS (seconds).
+    pub time_limit_s: f64,
+    /// HiGHS threads.
+    pub threads: u32,
+    /// Relative MIP gap at which HiGHS stops.
+    pub mip_rel_gap: f64,
+    /// Number of batch slots J; default: provably sufficient for `makespan` when that is
+    /// at most `max_horizon`, else the warm start's batch count times `horizon_slack`.
+    pub horizon: Option<usize>,
+    /// Multiplier on the warm start's batch count for the default horizon.
+    pub horizon_slack: f64,
+    /// Largest horizon chosen automatically.
+    pub max_horizon: usize,
+    /// Start HiGHS from the best heuristic schedule.
+    pub warm_start: bool,
+    /// The heuristics whose schedules (each with and without preemption and with capped
+    /// running sets) are tried as the warm start; empty means sarathi, vllm-v1, vllm and
+    /// orca. The best one in the policy class also sizes the horizon.
+    pub warm_start_from: Vec<SchedulerKind>,
+    /// Policy constraints.
+    pub constraints: PolicyConstraints,
+    /// Let HiGHS log its progress to stdout.
+    pub log: bool,
+    /// Receives HiGHS's progress (best schedule, bound, gap, elapsed) while it works
+    /// (ignored with `log`); the command line draws it on stderr ([`StderrProgress`]).
+    ///
+    /// [`StderrProgress`]: crate::progress::StderrProgress
+    pub observer: Option<crate::progress::Observer>,
+    /// Build no arc-flow model with more arc variables than this (memory and build time grow
+    /// with them; a model this large would not solve in useful time on one machine anyway):
+    /// the best heuristic schedule with a combinatorial bound is returned instead.
+    pub max_arc_columns: usize,
+    /// Memory the request state graphs may take (bytes), estimated before any is built;
+    /// past it the best heuristic schedule with a combinatorial bound is returned instead.
+    pub memory_limit_bytes: u64,
+    /// Before the MILP, try the exact counting search (module `counting`) when it applies
+    /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
+    /// many count vectors; 0 goes straight to the MILP.
+    pub max_search_states: usize,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        Self {
+            time_limit_s: 60.0,
+            threads: 2,
+            mip_rel_gap: 1e-6,
+            horizon: None,
+            horizon_slack: 1.5,
+            max_horizon: 200,
+            warm_start: true,
+            warm_start_from: Vec::new(),
+            constraints: PolicyConstraints::default(),
+            log: false,
+            observer: None,
+            max_arc_columns: 2_000_000,
+            memory_limit_bytes: 4 << 30,
+            max_search_states: 1_000_000,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The heuristic portfolio: the best schedule the heuristics reach in the policy class
+//! (the MILP's warm start and first upper bound), and the answer returned with a
+//! combinatorial bound when no exact model fits the limits.
+
+use crate::bounds::CombinatorialBound;
+use crate::report::gap;
+use crate::{
+    BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveReport, SolveStatus,
+    WarmStart, dominance,
+};
+use infersched_core::{Limits, Replay, Schedule, Summary, Workload, replay};
+use infersched_cost_model::LinearCostModel;
+use infersched_schedulers::{Knobs, McsfOrder, SchedulerKind};
+use std::time::Instant;
+
+/// A heuristic schedule of the portfolio, with its replay.
+#[derive(Debug, Clone)]
+pub(crate) struct BestHeuristic {
+    /// The heuristic and its variant, e.g. `mcsf+order=tokens+max-running=24`.
+    pub name: String,
+    /// Its schedule (prefill chunks merged where the model has no chunk arcs).
+    pub schedule: Schedule,
+    /// The schedule's replay under the problem's limits.
+    pub replay: Replay,
+}
+
+impl BestHeuristic {
+    /// Its replayed objective (seconds).
+    pub fn objective_value(&self, objective: Objective) -> f64 {
+        objective.of(&Summary::from_replay(&self.replay))
+    }
+}
+
+/// The best heuristic schedule in the class, with its replay.
+pub(crate) fn best_heuristic(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &PolicyConstraints,
+    from: &[SchedulerKind],
+) -> Option<BestHeuristic> {
+    let knobs = Knobs {
+        watermark: Some(0.0),
+        ..Knobs::matching(limits)
+    };
+    // A portfolio: each heuristic with and without preemption, and with its running set
+    // capped below R_max (a schedule under a tighter cap is valid under the real one, and
+    // limiting concurrency is often what avoids costly evictions).
+    let n = w.len() as u64;
+    let r_cap = limits.max_running.unwrap_or(n).min(n).max(1);
+    let caps: Vec<u64> = if r_cap <= 32 {
+        (1..=r_cap).collect()
+    } else {
+        let mut v: Vec<u64> = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+            .into_iter()
+            .filter(|&c| c < r_cap)
+            .collect();
+        v.push(r_cap);
+        v
+    };
+    let mut best: Option<(String, Schedule, Replay, f64)> = None;
+    let kinds: &[SchedulerKind] = if from.is_empty() {
+        &[
+            SchedulerKind::Sarathi,
+            SchedulerKind::VllmV1,
+            SchedulerKind::Vllm,
+            SchedulerKind::Orca,
+            SchedulerKind::Mcsf,
+        ]
+    } else {
+        from
+    };
+    for &kind in kinds {
+        // MC-SF never preempts, so its variants are its admission orders instead.
+        let variants: Vec<(bool, McsfOrder)> = if kind == SchedulerKind::Mcsf {
+            McsfOrder::ALL.iter().map(|&o| (false, o)).collect()
+        } else {
+            vec![(false, McsfOrder::Output), (true, McsfOrder::Output)]
+        };
+        for ((no_preemption, mcsf_order), cap) in variants
+            .into_iter()
+            .flat_map(|v| caps.iter().map(move |&c| (v, c)))
+        {
+            let k = Knobs {
+                no_preemption,
+                mcsf_order,
+                max_running: Some(cap),
+                ..knobs
+            };
+            let Ok(mut sim) = kind.simulate(w, &k, cost) else {
+                continue;
+            };
+            if class.no_chunk && dominance::chunking_never_helps(w, limits, class) {
+                // The model has no chunk arcs here; the merged schedule is never worse.
+                sim.schedule = dominance::merge_prefill_chunks(w, &sim.schedule);
+            }
+            // Replay under the problem's limits (the heuristic's are the same or tighter).
+            let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
+                continue;
+            };
+            if !class.admits(w, limits, &sim.schedule) {
+                continue;
+            }
+            let v = objective.of(&Summary::from_replay(&r));
+            if best.as_ref().is_none_or(|b| v < b.3) {
+                let name = format!(
+                    "{}{}{}{}",
+                    kind.name(),
+                    if no_preemption { "+no-preemption" } else { "" },
+                    if kind == SchedulerKind::Mcsf {
+                        format!("+order={}", mcsf_order.name())
+                    } else {
+                        String::new()
+                    },
+                    if cap < r_cap {
+                        format!("+max-running={cap}")
+                    } else {
+                        String::new()
+                    }
+                );
+                best = Some((name, sim.schedule, r, v));
+            }
+        }
+    }
+    best.map(|(name, schedule, replay, _)| BestHeuristic {
+        name,
+        schedule,
+        replay,
+    })
+}
+
+/// The answer when no exact model can be solved: the best heuristic schedule of the
+/// portfolio (in the policy class), replayed, with the combinatorial bound; `note` says why.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn heuristic_with_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: PolicyConstraints,
+    warm: Option<BestHeuristic>,
+    bound: CombinatorialBound,
+    note: String,
+    started: Instant,
+) -> Result<SolveReport, SolveError> {
+    let Some(BestHeuristic { name, schedule, .. }) = warm else {
+        return Err(SolveError::Infeasible(format!(
+            "{note}, and no heuristic schedule exists in this policy class"
+        )));
+    };
+    let r = replay(w, limits, cost, &schedule)?;
+    let replayed = objective.of(&Summary::from_replay(&r));
+    let best_bound = bound.value_s.min(replayed).max(0.0);
+    Ok(SolveReport {
+        status: SolveStatus::NotProven,
+        method: SolveMethod::BestHeuristic,
+        objective,
+        constraints: class,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: gap(replayed, best_bound),
+        bound_method: BoundMethod::Combinatorial(bound.argument),
+        note: Some(format!(
+            "{note}; the best heuristic schedule ({name}) is returned with a combinatorial bound"
+        )),
+        horizon: schedule.batches.len(),
+        horizon_proven_sufficient: false,
+        model: None,
+        build_s: started.elapsed().as_secs_f64(),
+        solve_s: 0.0,
+        nodes: None,
+        states_expanded: None,
+        warm_start: Some(WarmStart {
+            heuristic: name,
+            objective: replayed,
+        }),
+        schedule,
+    })
+}

@@ -1,0 +1,184 @@
+//! What a solve answers: the schedule, its replayed objective, a proven lower bound and
+//! the certified gap, which method produced each, and the errors.
+
+use crate::{Objective, PolicyConstraints, bounds};
+use infersched_core::Schedule;
+use serde::Serialize;
+use thiserror::Error;
+
+/// How the solve ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolveStatus {
+    /// Proven optimal (within J batches, and within the MIP gap).
+    Optimal,
+    /// Stopped at the time limit with an incumbent.
+    TimeLimit,
+    /// Stopped without any schedule of its own (the report holds the best heuristic's).
+    NoSolution,
+    /// No exact model was solved (too large for the limits): a schedule and a bound, no
+    /// proof of optimality.
+    NotProven,
+}
+
+impl SolveStatus {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Optimal => "optimal",
+            Self::TimeLimit => "time-limit",
+            Self::NoSolution => "no-solution",
+            Self::NotProven => "not-proven",
+        }
+    }
+}
+
+/// Why a problem cannot be solved.
+#[derive(Debug, Error)]
+pub enum SolveError {
+    /// Invalid limits.
+    #[error(transparent)]
+    Limits(#[from] infersched_core::LimitsError),
+    /// No schedule can serve the workload.
+    #[error("infeasible: {0}")]
+    Infeasible(String),
+    /// The model would be too large to build.
+    #[error(
+        "the model would have more than {limit} arc variables ({requests} requests, horizon J = {horizon}): use fewer or shorter requests, or a smaller --horizon"
+    )]
+    TooLarge {
+        /// Requests.
+        requests: usize,
+        /// Batch slots.
+        horizon: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// HiGHS failed.
+    #[error("HiGHS: {0}")]
+    Highs(String),
+    /// The solver's schedule failed the replay (a bug).
+    #[error("internal error: the replay rejects the solver's schedule: {0}")]
+    Replay(#[from] infersched_core::ReplayError),
+}
+
+/// Size of the MILP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelSize {
+    /// Constraints.
+    pub rows: usize,
+    /// Variables.
+    pub columns: usize,
+    /// Integer (binary) variables.
+    pub integers: usize,
+}
+
+/// Which exact method produced a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolveMethod {
+    /// The arc-flow MILP on HiGHS.
+    Milp,
+    /// The shortest-path search over counts of identical requests per state (module
+    /// `counting`); its result is a proven optimum over all schedules.
+    CountingSearch,
+    /// No exact model was solved (too large for the limits, see the report's note): the
+    /// best schedule of the heuristic portfolio, with a combinatorial bound.
+    BestHeuristic,
+}
+
+impl SolveMethod {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Milp => "milp",
+            Self::CountingSearch => "counting-search",
+            Self::BestHeuristic => "best-heuristic",
+        }
+    }
+}
+
+/// What proved a report's lower bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoundMethod {
+    /// The schedule is proven optimal by an exact method (the bound is its value).
+    Exact,
+    /// HiGHS's dual bound on the arc-flow MILP.
+    MilpDualBound,
+    /// A combinatorial argument ([`bounds`]), better than any other bound found.
+    Combinatorial(bounds::BoundArgument),
+}
+
+impl BoundMethod {
+    /// Name in reports and CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::MilpDualBound => "milp-dual-bound",
+            Self::Combinatorial(a) => a.name(),
+        }
+    }
+}
+
+/// A heuristic schedule a solve started from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarmStart {
+    /// The heuristic and its variant, e.g. `mcsf+order=tokens+max-running=24`.
+    pub heuristic: String,
+    /// Its replayed objective (seconds).
+    pub objective: f64,
+}
+
+/// The result of a solve (milp.md, "Reading the result").
+#[derive(Debug, Clone, Serialize)]
+pub struct SolveReport {
+    /// How it ended.
+    pub status: SolveStatus,
+    /// What found the schedule and its bound.
+    pub method: SolveMethod,
+    /// Objective.
+    pub objective: Objective,
+    /// Policy constraints in force.
+    pub constraints: PolicyConstraints,
+    /// The MILP's objective value (seconds).
+    pub milp_objective: Option<f64>,
+    /// The replayed exact objective of the returned schedule (seconds).
+    pub replayed_objective: f64,
+    /// Lower bound on the optimum over schedules of at most J batches (seconds).
+    pub best_bound: f64,
+    /// `(replayed - bound) / replayed`.
+    pub certified_gap: f64,
+    /// What proved `best_bound`.
+    pub bound_method: BoundMethod,
+    /// Why an exact method did not answer, when it did not.
+    pub note: Option<String>,
+    /// Batch slots.
+    pub horizon: usize,
+    /// Whether no schedule with more than J batches can be better (makespan only).
+    pub horizon_proven_sufficient: bool,
+    /// The MILP's size (None when no MILP was built).
+    pub model: Option<ModelSize>,
+    /// Seconds to build the model.
+    pub build_s: f64,
+    /// Seconds HiGHS ran.
+    pub solve_s: f64,
+    /// HiGHS's branch-and-bound nodes, when it reports them.
+    pub nodes: Option<i64>,
+    /// States the counting search expanded, when it answered.
+    pub states_expanded: Option<u64>,
+    /// The heuristic schedule the MILP started from (or that is returned).
+    pub warm_start: Option<WarmStart>,
+    /// The schedule (the warm start's if HiGHS found nothing better).
+    #[serde(skip)]
+    pub schedule: Schedule,
+}
+
+/// `(replayed - bound) / replayed`, 0 for a zero objective.
+pub(crate) fn gap(replayed: f64, bound: f64) -> f64 {
+    if replayed > 0.0 {
+        (replayed - bound) / replayed
+    } else {
+        0.0
+    }
+}
