@@ -632,8 +632,8 @@ pub(crate) fn solve_by_counting(
     };
     let searched = found.objective_ms / 1e3 + offset_s;
     if (searched - replayed).abs() > 1e-9 * replayed.max(1e-3) {
-        return Err(SolveError::Highs(format!(
-            "internal error: the counting search's optimum {searched} s does not replay ({replayed} s)"
+        return Err(SolveError::Internal(format!(
+            "the counting search's optimum {searched} s does not replay ({replayed} s)"
         )));
     }
     Ok(Some(SolveReport {

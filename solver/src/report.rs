@@ -42,21 +42,12 @@ pub enum SolveError {
     /// No schedule can serve the workload.
     #[error("infeasible: {0}")]
     Infeasible(String),
-    /// The model would be too large to build.
-    #[error(
-        "the model would have more than {limit} arc variables ({requests} requests, horizon J = {horizon}): use fewer or shorter requests, or a smaller --horizon"
-    )]
-    TooLarge {
-        /// Requests.
-        requests: usize,
-        /// Batch slots.
-        horizon: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// HiGHS failed.
+    /// HiGHS failed, or stopped with no schedule while no heuristic schedule exists.
     #[error("HiGHS: {0}")]
     Highs(String),
+    /// An exact method's result disagrees with the replay (a bug).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The solver's schedule failed the replay (a bug).
     #[error("internal error: the replay rejects the solver's schedule: {0}")]
     Replay(#[from] infersched_core::ReplayError),
