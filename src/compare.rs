@@ -175,7 +175,9 @@ pub struct ComparisonRow {
     pub status: String,
     /// The objective's value in the replay (s).
     pub objective_s: f64,
-    /// objective / the optimal scheduler's objective (when it ran).
+    /// objective / the optimal scheduler's objective (when it ran): a ratio to the
+    /// optimum only when that row's status is `optimal`, else to the best schedule found
+    /// (see [`optimum_proven`]).
     pub ratio_to_optimum: Option<f64>,
     /// objective / the MILP's best bound (when it ran): an upper bound on the true ratio.
     pub ratio_to_bound: Option<f64>,
@@ -207,6 +209,26 @@ pub struct ComparisonRow {
     pub certified_gap: Option<f64>,
     /// MILP: its best bound (s).
     pub best_bound_s: Option<f64>,
+}
+
+/// Whether the rows hold a proven optimum (the `optimal` row with status `optimal`);
+/// without one, ratios to the `optimal` row are ratios to the best schedule found and
+/// only the ratios to the bound are proven.
+pub fn optimum_proven(rows: &[ComparisonRow]) -> bool {
+    rows.iter()
+        .any(|r| r.scheduler == "optimal" && r.status == SolveStatus::Optimal.name())
+}
+
+/// What the `optimal` row's schedule is, for headers and titles: "optimum" when proven,
+/// "best found" when the solver ran without a proof, None when it did not run.
+pub fn reference_name(rows: &[ComparisonRow]) -> Option<&'static str> {
+    if optimum_proven(rows) {
+        Some("optimum")
+    } else if rows.iter().any(|r| r.scheduler == "optimal") {
+        Some("best found")
+    } else {
+        None
+    }
 }
 
 fn status_name(s: SolveStatus) -> &'static str {

@@ -833,11 +833,18 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     );
     if let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) {
         outln!(
-            "optimal: {:?}, best bound {:.6} ms, certified gap {:.4}%, solved in {:.1} s",
-            r.status,
+            "optimal: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%, solved in {:.1} s{}",
+            r.status.name(),
+            r.method.name(),
             r.best_bound * 1e3,
+            r.bound_method.name(),
             r.certified_gap * 100.0,
-            r.solve_s
+            r.solve_s,
+            if r.status == infersched::solver::SolveStatus::Optimal {
+                ""
+            } else {
+                "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
+            }
         );
     }
     let failures = c.failures();

@@ -399,3 +399,48 @@ fn the_cli_compares_and_rejects_bad_specs() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--schedulers"));
 }
+
+#[test]
+fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    infersched::workload::write_trace(&tiny(), &w).unwrap();
+    let run = |memory_limit: &str, out: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_infersched"))
+            .args(["compare", "--workload"])
+            .arg(&w)
+            .args([
+                "--schedulers",
+                "optimal,vllm,sarathi",
+                "--kv-capacity",
+                "10",
+                "--memory-limit",
+                memory_limit,
+                "--out",
+            ])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), html)
+    };
+    // A memory limit too small for any exact model: the best heuristic with a bound.
+    let (stdout, html) = run("0.000000001", &dir.path().join("unproven"));
+    assert!(
+        stdout.contains("not-proven") && stdout.contains("/best found"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("/optimum"), "{stdout}");
+    assert!(stdout.contains("no proof of optimality"), "{stdout}");
+    assert!(html.contains("is at most") && html.contains("No schedule is proven optimal"));
+    assert!(!html.contains("above the proven optimum"));
+    assert!(html.contains("not proven optimal"));
+    // With the exact model: proven, and said so.
+    let (stdout, html) = run("4", &dir.path().join("proven"));
+    assert!(
+        stdout.contains("/optimum") && !stdout.contains("no proof"),
+        "{stdout}"
+    );
+    assert!(html.contains("above the proven optimum"));
+}

@@ -59,13 +59,24 @@ fn objective_label(o: Objective) -> &'static str {
 pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
     let runs = c.succeeded();
     let rows = c.rows();
+    let caption = match crate::compare::reference_name(&rows) {
+        Some("optimum") => format!(
+            "{} of each scheduler divided by the proven optimum (dashed red: the solver's lower bound)",
+            objective_label(c.objective)
+        ),
+        Some(_) => format!(
+            "{} of each scheduler divided by the best schedule the solver found, which is not proven optimal (dashed red: the proven lower bound)",
+            objective_label(c.objective)
+        ),
+        None => format!(
+            "{} of each scheduler divided by the best scheduler's (no solver ran: no optimum or bound)",
+            objective_label(c.objective)
+        ),
+    };
     let mut plots = vec![
         Plot {
             stem: "objective".into(),
-            caption: format!(
-                "{} of each scheduler divided by the optimum (dashed red: the MILP's proven lower bound)",
-                objective_label(c.objective)
-            ),
+            caption,
             svg: plots::objective_bars(&rows, objective_label(c.objective)),
         },
         Plot {
@@ -108,12 +119,16 @@ fn fmt_ratio(x: Option<f64>) -> String {
 
 /// The comparison table for the terminal.
 pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
+    let reference = match crate::compare::reference_name(rows) {
+        Some("optimum") => "/optimum",
+        _ => "/best found",
+    };
     let mut t = format!(
-        "{:<10} {:<11} {:>14} {:>9} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
+        "{:<10} {:<11} {:>14} {:>11} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
         "scheduler",
         "status",
         objective_label(objective),
-        "/optimum",
+        reference,
         "/bound",
         "makespan",
         "mean E2E",
@@ -124,7 +139,7 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     for r in rows {
         let _ = writeln!(
             t,
-            "{:<10} {:<11} {:>14} {:>9} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}",
+            "{:<10} {:<11} {:>14} {:>11} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}",
             r.scheduler,
             r.status,
             fmt_s(r.objective_s),
@@ -175,21 +190,36 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
         .filter(|r| r.scheduler != "optimal")
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
     let optimal_row = rows.iter().find(|r| r.scheduler == "optimal");
+    let proven = crate::compare::optimum_proven(&rows);
     if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
         && let Some(ratio) = best_h.ratio_to_optimum
+        && proven
     {
         let _ = writeln!(
             h,
-            "<p><b>The best heuristic, {}, is {:.2}% above the best schedule the solver found</b> \
-({}; lower bound {}, certified gap {:.2}%): its {} is {} versus {}.</p>",
+            "<p><b>The best heuristic, {}, is {:.2}% above the proven optimum</b>: its {} is {} versus {}.</p>",
             html_escape(&best_h.scheduler),
             (ratio - 1.0) * 100.0,
-            opt.status,
-            fmt_s(opt.best_bound_s.unwrap_or(f64::NAN)),
-            opt.certified_gap.unwrap_or(f64::NAN) * 100.0,
             objective_label(c.objective),
             fmt_s(best_h.objective_s),
             fmt_s(opt.objective_s)
+        );
+    } else if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
+        && let (Some(ratio), Some(to_bound)) = (best_h.ratio_to_optimum, best_h.ratio_to_bound)
+    {
+        // What is proven first: the distance to the bound; then the best schedule found.
+        let _ = writeln!(
+            h,
+            "<p><b>The best heuristic, {}, is at most {:.2}% above the optimum</b> (its {} {} against the proven lower bound {}). No schedule is proven optimal: the best the solver found ({}) is {}, {:.2}% below it; certified gap {:.2}%.</p>",
+            html_escape(&best_h.scheduler),
+            (to_bound - 1.0) * 100.0,
+            objective_label(c.objective),
+            fmt_s(best_h.objective_s),
+            fmt_s(opt.best_bound_s.unwrap_or(f64::NAN)),
+            html_escape(&opt.status),
+            fmt_s(opt.objective_s),
+            (1.0 - 1.0 / ratio) * 100.0,
+            opt.certified_gap.unwrap_or(f64::NAN) * 100.0,
         );
     }
     h.push_str("<h2>Setting</h2>\n<table>\n");
@@ -239,7 +269,9 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
     row("M (KV tokens)", limit_text(l.kv_capacity));
     row("R_max (running requests)", limit_text(l.max_running));
     row("KV block size", l.block_size.to_string());
-    row("MILP time limit", format!("{} s", setting.time_limit_s));
+    if optimal_row.is_some() {
+        row("solver time limit", format!("{} s", setting.time_limit_s));
+    }
     h.push_str("</table>\n");
     let failures = c.failures();
     if !failures.is_empty() {
@@ -254,15 +286,32 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
         }
         h.push_str("</ul>\n");
     }
-    h.push_str("<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
-<i>/optimum</i> divides by the MILP's replayed objective; <i>/bound</i> divides by its proven lower bound, \
-so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<table>\n<tr>");
+    let (reference_head, reference_text) = match crate::compare::reference_name(&rows) {
+        Some("optimum") => (
+            "/optimum",
+            "<i>/optimum</i> divides by the proven optimum's replayed objective; ",
+        ),
+        Some(_) => (
+            "/best found",
+            "<i>/best found</i> divides by the replayed objective of the best schedule the solver found, which is <b>not proven optimal</b>; ",
+        ),
+        None => (
+            "/optimum",
+            "No solver ran, so there is no optimum and no bound. ",
+        ),
+    };
+    let _ = write!(
+        h,
+        "<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
+{reference_text}<i>/bound</i> divides by the solver's proven lower bound, \
+so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<table>\n<tr>"
+    );
     let objective_head = format!("objective: {}", objective_label(c.objective));
     for head in [
         "scheduler",
         "status",
         objective_head.as_str(),
-        "/optimum",
+        reference_head,
         "/bound",
         "makespan",
         "throughput (tok/s)",
