@@ -25,7 +25,7 @@
 //! to first token) is at least its own minimum time (or its first batch's).
 //!
 //! The strongest arguments under load come from the **single-machine relaxation**
-//! ([`machine`]): each batch's time is split among its entries (costs plus a share of the
+//! (module `bounds::machine`): each batch's time is split among its entries (costs plus a share of the
 //! bias by the KV, running-set and token limits they use), which turns the GPU into one
 //! machine processing one job per request after its arrival. The work-conserving machine's
 //! last completion bounds the makespan; shortest-remaining-first's completions, each raised
