@@ -219,15 +219,25 @@ pub fn optimum_proven(rows: &[ComparisonRow]) -> bool {
         .any(|r| r.scheduler == "optimal" && r.status == SolveStatus::Optimal.name())
 }
 
-/// What the `optimal` row's schedule is, for headers and titles: "optimum" when proven,
-/// "best found" when the solver ran without a proof, None when it did not run.
-pub fn reference_name(rows: &[ComparisonRow]) -> Option<&'static str> {
+/// What the ratios divide by, for headers and titles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// The `optimal` row, proven optimal.
+    Optimum,
+    /// The `optimal` row without a proof: the best schedule the solver found.
+    BestFound,
+    /// No solver ran.
+    NoSolver,
+}
+
+/// The reference of `rows`' ratios (see [`optimum_proven`]).
+pub fn reference(rows: &[ComparisonRow]) -> Reference {
     if optimum_proven(rows) {
-        Some("optimum")
+        Reference::Optimum
     } else if rows.iter().any(|r| r.scheduler == "optimal") {
-        Some("best found")
+        Reference::BestFound
     } else {
-        None
+        Reference::NoSolver
     }
 }
 

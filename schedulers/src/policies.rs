@@ -457,8 +457,6 @@ pub struct Mcsf {
     /// The waiting requests in admission order: (order key, arrival bits, id); kept in
     /// step with the simulator's queue so no step sorts the whole queue.
     queue: std::collections::BTreeSet<(u64, u64, u32)>,
-    /// Whether each request is in `queue`.
-    queued: Vec<bool>,
 }
 
 impl Mcsf {
@@ -467,7 +465,6 @@ impl Mcsf {
         Self {
             options,
             queue: std::collections::BTreeSet::new(),
-            queued: Vec::new(),
         }
     }
 
@@ -485,26 +482,17 @@ impl Mcsf {
     /// Brings `queue` in step with the simulator's waiting queue: arrivals join at its
     /// back; anything else (an eviction by the fallback) rebuilds it.
     fn sync_queue(&mut self, sim: &Simulator<'_>) {
-        if self.queued.len() != sim.requests().len() {
-            self.queued = vec![false; sim.requests().len()];
-            self.queue.clear();
-        }
         for &i in sim.waiting().iter().rev() {
-            if self.queued[i as usize] {
+            if !self.queue.insert(self.queue_key(sim, i)) {
                 break;
             }
-            self.queued[i as usize] = true;
-            let key = self.queue_key(sim, i);
-            self.queue.insert(key);
         }
         if self.queue.len() != sim.waiting().len() {
-            self.queue.clear();
-            self.queued.fill(false);
-            for &i in sim.waiting() {
-                self.queued[i as usize] = true;
-                let key = self.queue_key(sim, i);
-                self.queue.insert(key);
-            }
+            self.queue = sim
+                .waiting()
+                .iter()
+                .map(|&i| self.queue_key(sim, i))
+                .collect();
         }
     }
 
@@ -634,7 +622,6 @@ impl Policy for Mcsf {
         }
         for k in admitted {
             self.queue.remove(&k);
-            self.queued[k.2 as usize] = false;
         }
     }
 }

@@ -222,13 +222,8 @@ pub fn lower_bound(
                 (by_machine, BoundArgument::MachineRelease),
             ]
             .into_iter()
-            .fold(
-                None::<CombinatorialBound>,
-                |best, (value_s, argument)| match best {
-                    Some(b) if b.value_s >= value_s => Some(b),
-                    _ => Some(CombinatorialBound { value_s, argument }),
-                },
-            )
+            .map(|(value_s, argument)| CombinatorialBound { value_s, argument })
+            .reduce(|best, c| if c.value_s > best.value_s { c } else { best })
             .expect("three candidates")
         }
         Objective::MeanLatency | Objective::MeanTtft => {

@@ -5,7 +5,7 @@ pub mod plots;
 pub mod svg;
 pub mod trace;
 
-use crate::compare::{self, Comparison, ComparisonRow, Setting};
+use crate::compare::{self, Comparison, ComparisonRow, Reference, Setting};
 use crate::core::Workload;
 use crate::core::io::write_bytes_atomic;
 use crate::solver::Objective;
@@ -59,16 +59,16 @@ fn objective_label(o: Objective) -> &'static str {
 pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
     let runs = c.succeeded();
     let rows = c.rows();
-    let caption = match crate::compare::reference_name(&rows) {
-        Some("optimum") => format!(
+    let caption = match compare::reference(&rows) {
+        Reference::Optimum => format!(
             "{} of each scheduler divided by the proven optimum (dashed red: the solver's lower bound)",
             objective_label(c.objective)
         ),
-        Some(_) => format!(
+        Reference::BestFound => format!(
             "{} of each scheduler divided by the best schedule the solver found, which is not proven optimal (dashed red: the proven lower bound)",
             objective_label(c.objective)
         ),
-        None => format!(
+        Reference::NoSolver => format!(
             "{} of each scheduler divided by the best scheduler's (no solver ran: no optimum or bound)",
             objective_label(c.objective)
         ),
@@ -119,9 +119,9 @@ fn fmt_ratio(x: Option<f64>) -> String {
 
 /// The comparison table for the terminal.
 pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
-    let reference = match crate::compare::reference_name(rows) {
-        Some("optimum") => "/optimum",
-        _ => "/best found",
+    let reference = match compare::reference(rows) {
+        Reference::Optimum | Reference::NoSolver => "/optimum",
+        Reference::BestFound => "/best found",
     };
     let mut t = format!(
         "{:<10} {:<11} {:>14} {:>11} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
@@ -286,16 +286,16 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
         }
         h.push_str("</ul>\n");
     }
-    let (reference_head, reference_text) = match crate::compare::reference_name(&rows) {
-        Some("optimum") => (
+    let (reference_head, reference_text) = match compare::reference(&rows) {
+        Reference::Optimum => (
             "/optimum",
             "<i>/optimum</i> divides by the proven optimum's replayed objective; ",
         ),
-        Some(_) => (
+        Reference::BestFound => (
             "/best found",
             "<i>/best found</i> divides by the replayed objective of the best schedule the solver found, which is <b>not proven optimal</b>; ",
         ),
-        None => (
+        Reference::NoSolver => (
             "/optimum",
             "No solver ran, so there is no optimum and no bound. ",
         ),

@@ -373,10 +373,10 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         },
         y: svg::Axis::covering(values.iter().copied().chain([1.0]), true),
     };
-    let norm = match crate::compare::reference_name(rows) {
-        Some("optimum") => "proven optimum",
-        Some(_) => "best schedule found (not proven optimal)",
-        None => "best scheduler",
+    let norm = match crate::compare::reference(rows) {
+        crate::compare::Reference::Optimum => "proven optimum",
+        crate::compare::Reference::BestFound => "best schedule found (not proven optimal)",
+        crate::compare::Reference::NoSolver => "best scheduler",
     };
     // Axes without x ticks: the bars are labelled.
     frame.draw_background(&mut s);
