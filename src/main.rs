@@ -219,8 +219,8 @@ struct BenchArgs {
 /// The per-batch limits of semantics.md.
 #[derive(Args, Clone)]
 struct LimitArgs {
-    /// C: tokens per batch [default: unlimited].
-    #[arg(long)]
+    /// C: tokens per batch [default: unlimited]. vLLM: --max-num-batched-tokens.
+    #[arg(long, visible_alias = "max-num-batched-tokens")]
     token_budget: Option<u64>,
     /// P: prefill tokens per batch, P <= C [default: C].
     #[arg(long)]
@@ -228,8 +228,8 @@ struct LimitArgs {
     /// M: KV capacity in tokens [default: unlimited].
     #[arg(long)]
     kv_capacity: Option<u64>,
-    /// R_max: requests holding KV [default: unlimited].
-    #[arg(long)]
+    /// R_max: requests holding KV [default: unlimited]. vLLM: --max-num-seqs.
+    #[arg(long, visible_alias = "max-num-seqs")]
     max_running: Option<u64>,
     /// KV block size in tokens.
     #[arg(long, default_value_t = 1)]
@@ -257,17 +257,23 @@ impl LimitArgs {
 /// Knobs of the heuristic schedulers; unset ones take each policy's default.
 #[derive(Args, Clone)]
 struct KnobArgs {
-    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited].
-    #[arg(long)]
+    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited]. vLLM: --max-num-batched-tokens.
+    #[arg(long, visible_alias = "max-num-batched-tokens")]
     token_budget: Option<u64>,
     /// P: prefill tokens per batch, P <= C [default: C].
     #[arg(long)]
     prefill_budget: Option<u64>,
-    /// M: KV capacity in tokens [default: from the cost model's model and GPU at 90% memory].
-    #[arg(long)]
+    /// M: KV capacity in tokens [default: from the cost model's model and GPU at --gpu-memory-utilization].
+    #[arg(long, conflicts_with_all = ["num_gpu_blocks", "gpu_memory_utilization"])]
     kv_capacity: Option<u64>,
-    /// R_max: requests holding KV [default: per policy; 256, sarathi 128].
-    #[arg(long)]
+    /// vLLM's KV pool in blocks, its null block included: M = (N - 1) x block size.
+    #[arg(long, conflicts_with = "gpu_memory_utilization")]
+    num_gpu_blocks: Option<u64>,
+    /// Fraction of GPU memory for weights, activations and KV when M comes from the cost model's model and GPU (vLLM's --gpu-memory-utilization).
+    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    gpu_memory_utilization: f64,
+    /// R_max: requests holding KV [default: per policy; 256, sarathi 128]. vLLM: --max-num-seqs.
+    #[arg(long, visible_alias = "max-num-seqs")]
     max_running: Option<u64>,
     /// KV block size [default: per policy; 16, orca/static 1 (mcsf 16)].
     #[arg(long)]
@@ -287,6 +293,47 @@ struct KnobArgs {
     /// MC-SF's admission order, shortest first by: output (O, the paper's rule), tokens (I + O) or kv-area (O I + O (O - 1) / 2).
     #[arg(long, default_value = "output")]
     mcsf_order: String,
+    /// vllm-v1: admit a waiting or preempted request only if blocks for all its known tokens (the prompt, or I + G on a refill) plus the watermark are free, as vLLM 0.32 does by default [default: on].
+    #[arg(long, overrides_with = "no_scheduler_reserve_full_isl")]
+    scheduler_reserve_full_isl: bool,
+    /// vllm-v1: check only this step's chunk at admission (vLLM's --no-scheduler-reserve-full-isl).
+    #[arg(long, overrides_with = "scheduler_reserve_full_isl")]
+    no_scheduler_reserve_full_isl: bool,
+}
+
+impl KnobArgs {
+    /// `Some(false)` for --no-scheduler-reserve-full-isl, `Some(true)` for the flag, else
+    /// the policy's default.
+    fn reserve_full_isl(&self) -> Option<bool> {
+        if self.no_scheduler_reserve_full_isl {
+            Some(false)
+        } else if self.scheduler_reserve_full_isl {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// M from --kv-capacity, --num-gpu-blocks, or the cost model's model and GPU.
+    fn kv_capacity(&self, cost: &LinearCostModel) -> Result<u64> {
+        let flag = match self.num_gpu_blocks {
+            Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, self.block_size, 16)?),
+            None => self.kv_capacity,
+        };
+        kv_capacity_for(flag, cost, self.gpu_memory_utilization)
+    }
+}
+
+/// M for vLLM's `--num-gpu-blocks N`: the pool less vLLM's null block, `(N - 1) x block`.
+/// `block` is the block-size flag, or `default_block` without one.
+fn kv_capacity_from_num_gpu_blocks(n: u64, block: Option<u32>, default_block: u32) -> Result<u64> {
+    if n < 2 {
+        bail!("--num-gpu-blocks: expected at least 2 (vLLM keeps one as its null block), got {n}");
+    }
+    let block = u64::from(block.unwrap_or(default_block));
+    (n - 1)
+        .checked_mul(block)
+        .with_context(|| format!("--num-gpu-blocks {n} x block size {block} overflows"))
 }
 
 #[derive(Args)]
@@ -466,7 +513,7 @@ struct ShowArgs {
     /// Preset name or coefficient JSON file.
     name: String,
     /// Fraction of GPU memory given to weights and KV (as vLLM's gpu_memory_utilization).
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
     utilization: f64,
 }
 
@@ -535,8 +582,9 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
-/// M for heuristic runs: the flag, or else what the cost model's model and GPU imply.
-fn kv_capacity_for(flag: Option<u64>, cost: &LinearCostModel) -> Result<u64> {
+/// M for heuristic runs: the flag, or else what the cost model's model and GPU imply with
+/// `memory_fraction` of GPU memory for weights, activations and KV.
+fn kv_capacity_for(flag: Option<u64>, cost: &LinearCostModel, memory_fraction: f64) -> Result<u64> {
     if let Some(m) = flag {
         return Ok(m);
     }
@@ -546,7 +594,7 @@ fn kv_capacity_for(flag: Option<u64>, cost: &LinearCostModel) -> Result<u64> {
             model,
             gpu,
             f.tensor_parallel,
-            0.9,
+            memory_fraction,
         )?),
         _ => bail!(
             "--kv-capacity is required: cost model {} has no model and GPU spec to derive M from",
@@ -576,7 +624,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let knobs = Knobs {
         token_budget: k.token_budget,
         prefill_budget: k.prefill_budget,
-        kv_capacity: Some(kv_capacity_for(k.kv_capacity, &cost)?),
+        kv_capacity: Some(k.kv_capacity(&cost)?),
         max_running: k.max_running,
         block_size: k.block_size,
         watermark: k.watermark,
@@ -592,6 +640,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             .parse::<McsfOrder>()
             .map_err(anyhow::Error::msg)
             .context("--mcsf-order")?,
+        reserve_full_isl: k.reserve_full_isl(),
     };
     let several = kinds.len() > 1;
     let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = kinds
@@ -793,7 +842,11 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let mut limits = a.limits.limits()?;
-    limits.kv_capacity = Some(kv_capacity_for(limits.kv_capacity, &cost)?);
+    limits.kv_capacity = Some(kv_capacity_for(
+        limits.kv_capacity,
+        &cost,
+        cost_model::DEFAULT_GPU_MEMORY_UTILIZATION,
+    )?);
     let objective: Objective = a
         .objective
         .parse()

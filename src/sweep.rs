@@ -585,9 +585,12 @@ impl Sweep {
             None => {
                 let f = &self.cost.file;
                 match (&f.model, &f.gpu) {
-                    (Some(model), Some(gpu)) => {
-                        cost_model::kv_capacity_tokens(model, gpu, f.tensor_parallel, 0.9)?
-                    }
+                    (Some(model), Some(gpu)) => cost_model::kv_capacity_tokens(
+                        model,
+                        gpu,
+                        f.tensor_parallel,
+                        cost_model::DEFAULT_GPU_MEMORY_UTILIZATION,
+                    )?,
                     _ => bail!(
                         "M: required, cost model {} has no model and GPU spec",
                         self.cost.name

@@ -850,3 +850,134 @@ fn solve_on_real_request_lengths_returns_a_schedule_and_a_positive_bound() {
         stderr(&o)
     );
 }
+
+#[test]
+fn vllm_flag_names_give_the_same_schedules_as_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = |case: &str| {
+        root()
+            .join("notebooks-data/fidelity/vllm-0.32")
+            .join(case)
+            .join("workload.csv")
+            .display()
+            .to_string()
+    };
+    let simulate = |name: &str, workload: &str, flags: &[&str]| -> String {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "simulate",
+            "--workload",
+            workload,
+            "--scheduler",
+            "vllm-v1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let o = run(&args);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        std::fs::read_to_string(out.join("schedule.json")).unwrap()
+    };
+    let small = fixture("hand-chunk-preempt");
+    let ours = simulate(
+        "ours",
+        &small,
+        &[
+            "--token-budget",
+            "64",
+            "--max-running",
+            "8",
+            "--kv-capacity",
+            "256",
+        ],
+    );
+    // vLLM's pool of 17 blocks of 16 holds 16 usable blocks besides its null block.
+    let theirs = simulate(
+        "theirs",
+        &small,
+        &[
+            "--max-num-batched-tokens",
+            "64",
+            "--max-num-seqs",
+            "8",
+            "--num-gpu-blocks",
+            "17",
+            "--block-size",
+            "16",
+        ],
+    );
+    assert!(ours == theirs);
+    // M from the cost model's model and GPU: 0.9 is the default; a smaller fraction is a
+    // smaller M.
+    let big = fixture("arxiv200-c512-m8000");
+    let limits = ["--token-budget", "512", "--max-running", "64"];
+    let m8000 = simulate(
+        "m8000",
+        &big,
+        &[&limits[..], &["--kv-capacity", "8000"]].concat(),
+    );
+    let blocks501 = simulate(
+        "blocks501",
+        &big,
+        &[&limits[..], &["--num-gpu-blocks", "501"]].concat(),
+    );
+    assert!(m8000 == blocks501);
+    // One block fewer is another schedule (the flag is not ignored).
+    let blocks500 = simulate(
+        "blocks500",
+        &big,
+        &[&limits[..], &["--num-gpu-blocks", "500"]].concat(),
+    );
+    assert!(m8000 != blocks500);
+    let default = simulate("default", &big, &["--token-budget", "512"]);
+    let explicit = simulate(
+        "explicit",
+        &big,
+        &["--token-budget", "512", "--gpu-memory-utilization", "0.9"],
+    );
+    assert!(default == explicit);
+    let tight = simulate(
+        "tight",
+        &big,
+        &["--token-budget", "512", "--gpu-memory-utilization", "0.2"],
+    );
+    assert!(default != tight);
+    // vLLM 0.32's whole-prompt admission check is on unless switched off.
+    let limits = [
+        "--token-budget",
+        "512",
+        "--kv-capacity",
+        "8000",
+        "--max-running",
+        "64",
+    ];
+    let on = simulate("isl-default", &big, &limits);
+    let on_explicit = simulate(
+        "isl-on",
+        &big,
+        &[&limits[..], &["--scheduler-reserve-full-isl"]].concat(),
+    );
+    let off = simulate(
+        "isl-off",
+        &big,
+        &[&limits[..], &["--no-scheduler-reserve-full-isl"]].concat(),
+    );
+    assert!(on == on_explicit);
+    assert!(on != off);
+    // Two names for M at once are refused.
+    let o = run(&[
+        "simulate",
+        "--workload",
+        &small,
+        "--scheduler",
+        "vllm-v1",
+        "--kv-capacity",
+        "256",
+        "--num-gpu-blocks",
+        "17",
+        "--out",
+        dir.path().join("both").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--num-gpu-blocks"), "{}", stderr(&o));
+}

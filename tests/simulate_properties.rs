@@ -31,6 +31,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
             Just(McsfOrder::Tokens),
             Just(McsfOrder::KvArea)
         ],
+        prop::option::of(any::<bool>()),
     )
         .prop_map(
             |(
@@ -44,6 +45,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                 no_preemption,
                 victim,
                 mcsf_order,
+                reserve_full_isl,
             )| {
                 let w = support::workload(&rs);
                 let need = support::largest_kv_need(&w);
@@ -60,6 +62,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     victim,
                     max_model_len: None,
                     mcsf_order,
+                    reserve_full_isl,
                 };
                 (w, knobs)
             },

@@ -179,6 +179,10 @@ impl GpuSpec {
     }
 }
 
+/// vLLM's default `gpu_memory_utilization`: the fraction of GPU memory for weights,
+/// activations and KV that M is derived with unless told otherwise.
+pub const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
 /// KV capacity M in tokens:
 /// `(memory * utilization - weight bytes per GPU) / KV bytes per token per GPU`.
 pub fn kv_capacity_tokens(

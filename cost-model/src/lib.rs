@@ -18,7 +18,9 @@ pub mod presets;
 pub mod roofline;
 
 pub use fit::{FitError, FitReport, FitStats, Samples, fit_nnls, nnls};
-pub use hardware::{GpuSpec, HardwareError, ModelSpec, kv_capacity_tokens};
+pub use hardware::{
+    DEFAULT_GPU_MEMORY_UTILIZATION, GpuSpec, HardwareError, ModelSpec, kv_capacity_tokens,
+};
 pub use linear::{CoefficientFile, CostModelError, LinearCostModel, Provenance, TimeUnit};
 pub use presets::{PRESET_NAMES, preset, resolve};
 pub use roofline::{Datasheet, RooflineCheck, check_against_roofline, parse_roofline, roofline};

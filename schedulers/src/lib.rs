@@ -84,6 +84,11 @@ pub struct Knobs {
     pub max_model_len: Option<u64>,
     /// MC-SF's admission order.
     pub mcsf_order: McsfOrder,
+    /// vLLM V1's `scheduler_reserve_full_isl`: admit a waiting or preempted request only
+    /// if blocks for all its known tokens (`I + G`) plus the watermark are free, although
+    /// only this step's chunk is allocated [default: on, as in vLLM 0.32]. Only `vllm-v1`
+    /// reads it.
+    pub reserve_full_isl: Option<bool>,
 }
 
 impl Knobs {
@@ -188,6 +193,7 @@ impl SchedulerKind {
             victim: knobs.victim,
             max_model_len: max_model_len(knobs, workload),
             mcsf_order: knobs.mcsf_order,
+            reserve_full_isl: knobs.reserve_full_isl.unwrap_or(true),
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),

@@ -91,6 +91,8 @@ pub struct PolicyOptions {
     pub max_model_len: u64,
     /// MC-SF's admission order.
     pub mcsf_order: McsfOrder,
+    /// vLLM V1's whole-sequence admission check (`scheduler_reserve_full_isl`).
+    pub reserve_full_isl: bool,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request
@@ -134,9 +136,15 @@ fn grow_or_preempt(sim: &mut Simulator<'_>, i: u32, c: u64, rule: Victim) -> boo
     }
 }
 
-/// Decode step for running requests in `order`: one token each (only decode-ready ones),
-/// preempting on shortfall. Returns whether anyone was preempted.
-fn decode_all(sim: &mut Simulator<'_>, order: &[u32], rule: Victim) -> bool {
+/// vLLM v0's decode step for running requests in `order`: one token each (only
+/// decode-ready ones). Before each decode vLLM v0's block manager requires a free block
+/// for the sequence whether or not its last block is full (`BlockSpaceManagerV1.
+/// can_append_slots`: free blocks >= the group's running sequences, one here), and
+/// preempts the newest running request until there is one. With `--no-preemption` every
+/// request holds its whole `I + O - 1` reservation, so only real growth is checked (none
+/// is ever short). Returns whether anyone was preempted.
+fn decode_all_v0(sim: &mut Simulator<'_>, order: &[u32], o: PolicyOptions) -> bool {
+    let spare_block = u64::from(!o.no_preemption);
     let mut preempted = false;
     for &i in order {
         if sim.token_room() == 0 {
@@ -145,7 +153,20 @@ fn decode_all(sim: &mut Simulator<'_>, order: &[u32], rule: Victim) -> bool {
         if sim.scheduled(i) || !sim.running().contains(&i) || !sim.is_decode_ready(i) {
             continue;
         }
-        preempted |= grow_or_preempt(sim, i, 1, rule);
+        loop {
+            let target = sim.held(i) + 1;
+            let free = sim.free_blocks();
+            if free >= spare_block && sim.extra_blocks(i, target) <= free {
+                sim.process(i, 1, target);
+                break;
+            }
+            let v = choose_victim(sim, i, o.victim);
+            sim.evict(v);
+            preempted = true;
+            if v == i {
+                break;
+            }
+        }
     }
     preempted
 }
@@ -275,13 +296,58 @@ impl Policy for Vllm {
         );
         if !admitted {
             let order = sim.running_fcfs();
-            decode_all(sim, &order, o.victim);
+            decode_all_v0(sim, &order, o);
         }
     }
 }
 
-/// vLLM V1 engine: chunked prefill always on.
+/// vLLM V1 engine (vLLM 0.32's `vllm/v1/core/sched/scheduler.py`, FCFS, chunked prefill,
+/// no prefix caching, synchronous scheduling): running requests first, in admission order,
+/// each as many tokens as C and P allow (preempting the newest on a shortfall); then, if
+/// nobody was preempted, waiting requests in FCFS order, head-of-line, through
+/// [`admit_v1`].
 pub struct VllmV1(pub PolicyOptions);
+
+/// vLLM V1's watermark in blocks, `int(watermark * num_gpu_blocks)`, where vLLM's pool
+/// holds one more block than the usable `M / block` (its null block).
+fn v1_watermark_blocks(sim: &Simulator<'_>) -> u64 {
+    (sim.limits().watermark * (sim.total_blocks() + 1) as f64) as u64
+}
+
+/// vLLM V1's admission of waiting requests (`KVCacheManager.allocate_slots` for a
+/// WAITING or PREEMPTED request): the chunk (as much of the prompt or refill as C and P
+/// allow) is allocated if its blocks plus the watermark fit the free blocks; with
+/// `reserve_full_isl` the blocks of all known tokens `I + G` plus the watermark must fit
+/// as well. The watermark applies only while some request is running
+/// (`has_scheduled_reqs = bool(self.running)`). The first request refused stops admission
+/// for this step.
+fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions) {
+    let watermark = v1_watermark_blocks(sim);
+    while let Some(&i) = sim.waiting().front() {
+        if !sim.running_room() || sim.scheduled(i) {
+            break;
+        }
+        let c = chunked(sim, i);
+        if c == 0 {
+            break;
+        }
+        let reserve = if o.no_preemption { max_kv(sim, i) } else { c }.max(c);
+        let watermark = if sim.running().is_empty() {
+            0
+        } else {
+            watermark
+        };
+        let free = sim.free_blocks();
+        if o.reserve_full_isl && sim.extra_blocks(i, sim.known(i)) + watermark > free {
+            break;
+        }
+        if sim.extra_blocks(i, reserve) + watermark > free {
+            break;
+        }
+        sim.admit_front();
+        sim.process(i, c, reserve);
+    }
+}
 
 impl Policy for VllmV1 {
     fn name(&self) -> String {
@@ -289,18 +355,30 @@ impl Policy for VllmV1 {
     }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;
-        // Admission allocates the whole first chunk (as much of the prompt or refill as
-        // C and P allow) above the watermark; alone on the GPU that must fit in M, or the
-        // request would wait forever.
+        // Alone on the GPU (no watermark then) a request must be admissible, or it would
+        // wait forever: its first chunk, and with `reserve_full_isl` all its known tokens
+        // (up to I + O - 1 on a refill after preemption), must fit in M.
         let c = sim.limits().token_budget.unwrap_or(u64::MAX);
         let p = sim.limits().effective_prefill_budget().unwrap_or(u64::MAX);
-        check_alone(sim, "vllm-v1", false, |i| {
-            if o.no_preemption {
+        for i in 0..sim.requests().len() as u32 {
+            let reserve = if o.no_preemption || o.reserve_full_isl {
                 max_kv(sim, i)
             } else {
                 max_kv(sim, i).min(c).min(p)
+            };
+            let need = sim.blocks_for(reserve);
+            if need > sim.total_blocks() {
+                return Err(SimError::Unservable {
+                    policy: "vllm-v1".into(),
+                    request: i,
+                    reason: format!(
+                        "admitting it needs {need} KV blocks ({reserve} tokens) but M holds {} blocks",
+                        sim.total_blocks()
+                    ),
+                });
             }
-        })
+        }
+        Ok(())
     }
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {
         let o = self.0;
@@ -323,9 +401,7 @@ impl Policy for VllmV1 {
             preempted |= grow_or_preempt(sim, i, c, o.victim);
         }
         if !preempted {
-            admit_fcfs(sim, chunked, |sim, i, c| {
-                if o.no_preemption { max_kv(sim, i) } else { c }
-            });
+            admit_v1(sim, o);
         }
     }
 }
@@ -345,7 +421,7 @@ impl Policy for Sarathi {
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {
         let o = self.0;
         let order = sim.running_fcfs();
-        decode_all(sim, &order, o.victim);
+        decode_all_v0(sim, &order, o);
         for &i in &order {
             if sim.scheduled(i) || !sim.running().contains(&i) || sim.is_decode_ready(i) {
                 continue;

@@ -75,6 +75,25 @@ fn vllm_lifo_victim_and_recompute_of_generated_tokens() {
 }
 
 #[test]
+fn vllm_v0_needs_a_free_block_before_every_decode() {
+    // vLLM v0's block manager lets a sequence append only while a block is free, even if
+    // its last block has room (can_append_slots). M = 32 in blocks of 16: r0 and r1 (8
+    // prompt tokens each) take one block each. Batch 1: r0's decode fits its own block,
+    // but no block is free, so the newest (r1) is preempted. r1 refills I + G = 9 tokens
+    // (its second token), is preempted again at r0's next decode, and once r0 has
+    // finished refills I + G = 10 tokens, which yields its third and last token.
+    let w = workload(&[(8, 3, 0.0), (8, 3, 0.0)]);
+    let got = run("vllm", &w, &knobs(Some(64), 32, 16));
+    assert_eq!(
+        got,
+        ["0:8 1:8", "1:evict 0:1", "1:9", "1:evict 0:1", "1:10"]
+    );
+    // Sarathi-Serve runs on the same block manager.
+    let got = run("sarathi", &w, &knobs(Some(64), 32, 16));
+    assert_eq!(got[1], "1:evict 0:1");
+}
+
+#[test]
 fn sarathi_decodes_first_then_chunks_under_the_budget() {
     // C = 4. r0's prompt (6) is chunked 4 + 2; the rest of the budget goes to r1's prompt
     // (10) in chunks 2, 3, 3, 2, after the decode of r0 in each batch.
@@ -92,12 +111,48 @@ fn vllm_v1_chunks_admission_to_the_remaining_budget() {
 
 #[test]
 fn vllm_v1_admits_nothing_in_a_step_that_preempted() {
-    // C = 4, M = 7. Batch 1: r0 decodes; r1's next chunk (3) needs 3 blocks, 2 are free,
-    // so r1 (the newest) is preempted. Its refill's first chunk (3) would now fit the 4
-    // free blocks, but V1 admits nothing in a step that preempted: it waits a step.
+    // Without the whole-prompt check (vLLM's --no-scheduler-reserve-full-isl). C = 4,
+    // M = 7. Batch 1: r0 decodes; r1's next chunk (3) needs 3 blocks, 2 are free, so r1
+    // (the newest) is preempted. Its refill's first chunk (3) would now fit the 4 free
+    // blocks, but V1 admits nothing in a step that preempted: it waits a step.
+    let w = workload(&[(2, 3, 0.0), (6, 1, 0.0)]);
+    let k = Knobs {
+        reserve_full_isl: Some(false),
+        ..knobs(Some(4), 7, 1)
+    };
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:2 1:2", "0:1 1:evict", "0:1 1:3", "1:3"]);
+}
+
+#[test]
+fn vllm_v1_admits_only_prompts_that_fit_whole() {
+    // vLLM 0.32's default (scheduler_reserve_full_isl): the same workload. After r0's
+    // prompt, 5 blocks are free; r1's first chunk (2) would fit, but its whole prompt (6)
+    // does not, so r1 waits until r0 has finished, and nobody is preempted.
     let w = workload(&[(2, 3, 0.0), (6, 1, 0.0)]);
     let got = run("vllm-v1", &w, &knobs(Some(4), 7, 1));
-    assert_eq!(got, ["0:2 1:2", "0:1 1:evict", "0:1 1:3", "1:3"]);
+    assert_eq!(got, ["0:2", "0:1", "0:1", "1:4", "1:2"]);
+}
+
+#[test]
+fn vllm_v1_watermark_counts_the_null_block_and_waits_while_nothing_runs() {
+    // M = 144 in blocks of 16: 9 usable blocks, a pool of 10 with vLLM's null block, so
+    // watermark 0.1 is int(0.1 x 10) = 1 block (int(0.1 x 9) would be 0). r0 (15 tokens,
+    // 1 block) is admitted alone; r1's prompt of 128 tokens needs 8 blocks + the watermark
+    // = 9 > 8 free while r0 runs. Once r0 has finished nothing runs, the watermark is
+    // waived (vLLM's has_scheduled_reqs) and r1 is admitted with all 9 blocks free.
+    let w = workload(&[(15, 2, 0.0), (128, 1, 0.0)]);
+    let k = Knobs {
+        watermark: Some(0.1),
+        ..knobs(None, 144, 16)
+    };
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:15", "0:1", "1:128"]);
+    // A prompt that fills M whole is admitted alone although the watermark could never
+    // be kept beside it.
+    let w = workload(&[(144, 1, 0.0)]);
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:144"]);
 }
 
 #[test]
@@ -174,14 +229,14 @@ fn requests_that_can_never_fit_fail_before_simulating() {
         watermark: Some(0.1),
         ..knobs(None, 21, 1)
     };
-    for kind in [SchedulerKind::VllmV1, SchedulerKind::Vllm] {
-        match kind.simulate(&w, &k, &cost) {
-            Err(SimError::Unservable { reason, .. }) => {
-                assert!(reason.contains("watermark"), "{kind:?}: {reason}")
-            }
-            other => panic!("{kind:?}: {other:?}"),
+    match SchedulerKind::Vllm.simulate(&w, &k, &cost) {
+        Err(SimError::Unservable { reason, .. }) => {
+            assert!(reason.contains("watermark"), "{reason}")
         }
+        other => panic!("{other:?}"),
     }
+    // vLLM V1 waives the watermark while nothing runs, so alone it is served.
+    assert!(SchedulerKind::VllmV1.simulate(&w, &k, &cost).is_ok());
     // With a token budget the first chunk is small enough, and v1 serves it.
     let k = Knobs {
         watermark: Some(0.1),

@@ -386,13 +386,25 @@ mod tests {
         let needs = machine::JobNeeds::of(&t, &r, &limits, machine::JobEnd::LastToken);
         assert!(makespan.value_s >= 40.0 * needs.work - 1e-9);
         // And the best heuristic is within reach: the bound is not far below a schedule.
-        let sim = SchedulerKind::Vllm
-            .simulate(&w, &Knobs::matching(&limits), &cost())
-            .unwrap();
-        let rep = replay(&w, &limits, &cost(), &sim.schedule).unwrap();
-        let s = Summary::from_replay(&rep);
-        assert!(makespan.value_s <= s.makespan_s && makespan.value_s >= 0.8 * s.makespan_s);
-        assert!(latency.value_s <= Objective::MeanLatency.of(&s));
+        let mut best_makespan = f64::INFINITY;
+        for kind in [
+            SchedulerKind::Vllm,
+            SchedulerKind::VllmV1,
+            SchedulerKind::Mcsf,
+        ] {
+            let sim = kind
+                .simulate(&w, &Knobs::matching(&limits), &cost())
+                .unwrap();
+            let rep = replay(&w, &limits, &cost(), &sim.schedule).unwrap();
+            let s = Summary::from_replay(&rep);
+            assert!(makespan.value_s <= s.makespan_s, "{kind:?}");
+            assert!(latency.value_s <= Objective::MeanLatency.of(&s), "{kind:?}");
+            best_makespan = best_makespan.min(s.makespan_s);
+        }
+        assert!(
+            makespan.value_s >= 0.8 * best_makespan,
+            "{makespan:?} vs {best_makespan}"
+        );
     }
 
     #[test]

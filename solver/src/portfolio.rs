@@ -72,19 +72,29 @@ pub(crate) fn best_heuristic(
         from
     };
     for &kind in kinds {
-        // MC-SF never preempts, so its variants are its admission orders instead.
-        let variants: Vec<(bool, McsfOrder)> = if kind == SchedulerKind::Mcsf {
-            McsfOrder::ALL.iter().map(|&o| (false, o)).collect()
-        } else {
-            vec![(false, McsfOrder::Output), (true, McsfOrder::Output)]
+        // Variants (no preemption, MC-SF order, vLLM V1's whole-prompt check). MC-SF never
+        // preempts, so its variants are its admission orders instead; vllm-v1 also runs
+        // without the whole-prompt check (it only matters with preemption).
+        let variants: Vec<(bool, McsfOrder, bool)> = match kind {
+            SchedulerKind::Mcsf => McsfOrder::ALL.iter().map(|&o| (false, o, true)).collect(),
+            SchedulerKind::VllmV1 => vec![
+                (false, McsfOrder::Output, true),
+                (false, McsfOrder::Output, false),
+                (true, McsfOrder::Output, true),
+            ],
+            _ => vec![
+                (false, McsfOrder::Output, true),
+                (true, McsfOrder::Output, true),
+            ],
         };
-        for ((no_preemption, mcsf_order), cap) in variants
+        for ((no_preemption, mcsf_order, reserve_full_isl), cap) in variants
             .into_iter()
             .flat_map(|v| caps.iter().map(move |&c| (v, c)))
         {
             let k = Knobs {
                 no_preemption,
                 mcsf_order,
+                reserve_full_isl: Some(reserve_full_isl),
                 max_running: Some(cap),
                 ..knobs
             };
@@ -105,9 +115,14 @@ pub(crate) fn best_heuristic(
             let v = objective.of(&Summary::from_replay(&r));
             if best.as_ref().is_none_or(|b| v < b.3) {
                 let name = format!(
-                    "{}{}{}{}",
+                    "{}{}{}{}{}",
                     kind.name(),
                     if no_preemption { "+no-preemption" } else { "" },
+                    if reserve_full_isl {
+                        ""
+                    } else {
+                        "+no-reserve-full-isl"
+                    },
                     if kind == SchedulerKind::Mcsf {
                         format!("+order={}", mcsf_order.name())
                     } else {

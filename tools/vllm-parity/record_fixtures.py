@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Record real vLLM V1 schedules as parity fixtures.
+
+For each case: writes DIR/<name>/workload.csv, config.json (the limits, in infersched's and
+vLLM's words) and vllm-schedule.csv (what vLLM's own Scheduler did, in infersched's schedule
+CSV form `batch,request,tokens` with `evict` where vLLM preempted, one batch per engine
+step; converted from the infersched-schedule/1 JSON that vllm_v1_oracle.py writes, which is
+kept only with KEEP_JSON=1). tests/vllm_parity.rs reads these. Usage:
+  PROJECT=<infersched checkout> VLLM_VENV=<venv> record_fixtures.py shared OUTDIR
+"""
+import csv, json, os, random, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.environ.get("PROJECT", ".")
+VENV = os.environ.get("VLLM_VENV", os.path.join(HERE, ".venv-vllm"))
+BIN = os.path.join(PROJECT, "target/release/infersched")
+
+
+def rows_from(path, start, n, time_div=1.0, cap=None):
+    rows = list(csv.DictReader(open(path)))[start:start + n]
+    t0 = float(rows[0].get("arrived_at") or 0.0)
+    out = []
+    for r in rows:
+        o = int(r["num_decode_tokens"]); i = int(r["num_prefill_tokens"])
+        if cap: i = max(1, min(i, cap - o))
+        t = r.get("arrived_at")
+        out.append((i, o, (float(t) - t0) / time_div if t not in (None, "") else 0.0))
+    return out
+
+
+def synth(seed, n, qps):
+    rnd = random.Random(seed); t = 0.0; out = []
+    for _ in range(n):
+        if qps: t += rnd.expovariate(qps)
+        out.append((rnd.randint(16, 1500), rnd.randint(1, 300), round(t, 6)))
+    return out
+
+
+def cases(kind):
+    if kind == "shared":
+        ax = os.path.join(PROJECT, "notebooks-data/traces/arxiv_summarization.csv")
+        return [
+            ("hand-chunk-preempt", [(100, 5, 0), (200, 4, 0), (60, 8, 0)], 64, 256, 8, True, 0.0),
+            ("hand-rmax2", [(30, 6, 0), (40, 5, 0), (20, 9, 0), (10, 3, 0)], 64, 512, 2, True, 0.0),
+            ("arxiv200-c512-m8000", rows_from(ax, 1000, 200, cap=4096), 512, 8000, 64, True, 0.0),
+            ("arxiv200-c512-m20000", rows_from(ax, 3000, 200, cap=4096), 512, 20000, 64, True, 0.0),
+            ("arxiv200-c2048-m12000", rows_from(ax, 5000, 200, cap=4096), 2048, 12000, 64, True, 0.0),
+            ("arxiv200-c8192-m20000-r256", rows_from(ax, 7000, 200, cap=4096), 8192, 20000, 256, True, 0.0),
+            ("arxiv200-c512-m8000-noisl", rows_from(ax, 1000, 200, cap=4096), 512, 8000, 64, False, 0.0),
+            ("arxiv200-c2048-m8000-wm05", rows_from(ax, 9000, 200, cap=4096), 2048, 8000, 64, True, 0.05),
+            ("poisson2-c512-m8000", synth(1, 300, 2.0), 512, 8000, 64, True, 0.0),
+            ("poisson8-c2048-m12000", synth(2, 300, 8.0), 2048, 12000, 128, True, 0.0),
+            ("poisson8-c512-m20000-noisl", synth(3, 300, 8.0), 512, 20000, 64, False, 0.0),
+        ]
+    raise SystemExit("unknown case set: " + kind)
+
+
+def main():
+    kind, outdir = sys.argv[1], sys.argv[2]
+    for name, reqs, C, M, R, isl, wm in cases(kind):
+        d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "workload.csv"), "w") as f:
+            f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
+            for i, o, t in reqs: f.write(f"{i},{o},{t:.6f}\n")
+        cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+               "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
+               "watermark": wm, "reserve_full_isl": isl,
+               "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": 16,
+                        "num_gpu_blocks": M // 16 + 1, "scheduler_reserve_full_isl": isl,
+                        "watermark": wm, "enable_chunked_prefill": True, "enable_prefix_caching": False,
+                        "long_prefill_token_threshold": 0, "async_scheduling": False},
+               "note": "num_gpu_blocks includes vLLM's null block, so M tokens are usable"}
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+        cmd = [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"), os.path.join(d, "workload.csv"),
+               "--C", str(C), "--M", str(M), "--R", str(R), "--block", "16", "--watermark", str(wm),
+               "--out", os.path.join(d, "schedule.json")]
+        if not isl: cmd.append("--no-reserve-full-isl")
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
+        s = json.load(open(os.path.join(d, "schedule.json")))
+        with open(os.path.join(d, "vllm-schedule.csv"), "w") as f:
+            f.write("batch,request,tokens\n")
+            for k, b in enumerate(s["batches"]):
+                for e in b["entries"]:
+                    f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}\n")
+        if not os.environ.get("KEEP_JSON"):
+            os.remove(os.path.join(d, "schedule.json"))
+        ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
+        print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions", flush=True)
+
+
+if __name__ == "__main__":
+    main()
