@@ -299,6 +299,9 @@ struct KnobArgs {
     /// vllm-v1: check only this step's chunk at admission (vLLM's --no-scheduler-reserve-full-isl).
     #[arg(long, overrides_with = "scheduler_reserve_full_isl")]
     no_scheduler_reserve_full_isl: bool,
+    /// vllm-v1: at most this many tokens per request per step unless it is the only request running or waiting (vLLM's --long-prefill-token-threshold; 0 = off) [default: 0].
+    #[arg(long)]
+    long_prefill_token_threshold: Option<u64>,
 }
 
 impl KnobArgs {
@@ -641,6 +644,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)
             .context("--mcsf-order")?,
         reserve_full_isl: k.reserve_full_isl(),
+        long_prefill_token_threshold: k.long_prefill_token_threshold,
     };
     let several = kinds.len() > 1;
     let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = kinds

@@ -964,6 +964,19 @@ fn vllm_flag_names_give_the_same_schedules_as_ours() {
     );
     assert!(on == on_explicit);
     assert!(on != off);
+    // vLLM's per-request cap on tokens per step: 0 is off, a cap changes the chunks.
+    let zero = simulate(
+        "lp0",
+        &big,
+        &[&limits[..], &["--long-prefill-token-threshold", "0"]].concat(),
+    );
+    let capped = simulate(
+        "lp64",
+        &big,
+        &[&limits[..], &["--long-prefill-token-threshold", "64"]].concat(),
+    );
+    assert!(zero == on);
+    assert!(capped != on);
     // Two names for M at once are refused.
     let o = run(&[
         "simulate",

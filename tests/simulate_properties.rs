@@ -32,6 +32,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
             Just(McsfOrder::KvArea)
         ],
         prop::option::of(any::<bool>()),
+        prop::option::of(0u64..6),
     )
         .prop_map(
             |(
@@ -46,6 +47,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                 victim,
                 mcsf_order,
                 reserve_full_isl,
+                long_prefill_token_threshold,
             )| {
                 let w = support::workload(&rs);
                 let need = support::largest_kv_need(&w);
@@ -63,6 +65,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     max_model_len: None,
                     mcsf_order,
                     reserve_full_isl,
+                    long_prefill_token_threshold,
                 };
                 (w, knobs)
             },

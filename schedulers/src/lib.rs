@@ -89,6 +89,10 @@ pub struct Knobs {
     /// only this step's chunk is allocated [default: on, as in vLLM 0.32]. Only `vllm-v1`
     /// reads it.
     pub reserve_full_isl: Option<bool>,
+    /// vLLM V1's `long_prefill_token_threshold`: at most this many tokens per request per
+    /// step, unless the request is the only one running or waiting at the start of the step
+    /// [default: off]. Only `vllm-v1` reads it.
+    pub long_prefill_token_threshold: Option<u64>,
 }
 
 impl Knobs {
@@ -194,6 +198,7 @@ impl SchedulerKind {
             max_model_len: max_model_len(knobs, workload),
             mcsf_order: knobs.mcsf_order,
             reserve_full_isl: knobs.reserve_full_isl.unwrap_or(true),
+            long_prefill_token_threshold: knobs.long_prefill_token_threshold.unwrap_or(0),
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),

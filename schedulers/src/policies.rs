@@ -93,6 +93,8 @@ pub struct PolicyOptions {
     pub mcsf_order: McsfOrder,
     /// vLLM V1's whole-sequence admission check (`scheduler_reserve_full_isl`).
     pub reserve_full_isl: bool,
+    /// vLLM V1's per-request cap on tokens per step (0: off).
+    pub long_prefill_token_threshold: u64,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request
@@ -318,16 +320,17 @@ fn v1_watermark_blocks(sim: &Simulator<'_>) -> u64 {
 /// WAITING or PREEMPTED request): the chunk (as much of the prompt or refill as C and P
 /// allow) is allocated if its blocks plus the watermark fit the free blocks; with
 /// `reserve_full_isl` the blocks of all known tokens `I + G` plus the watermark must fit
-/// as well. The watermark applies only while some request is running
+/// as well. A chunk is at most `per_request_cap` tokens (`long_prefill_token_threshold`).
+/// The watermark applies only while some request is running
 /// (`has_scheduled_reqs = bool(self.running)`). The first request refused stops admission
 /// for this step.
-fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions) {
+fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions, per_request_cap: u64) {
     let watermark = v1_watermark_blocks(sim);
     while let Some(&i) = sim.waiting().front() {
         if !sim.running_room() || sim.scheduled(i) {
             break;
         }
-        let c = chunked(sim, i);
+        let c = chunked(sim, i).min(per_request_cap);
         if c == 0 {
             break;
         }
@@ -382,6 +385,14 @@ impl Policy for VllmV1 {
     }
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {
         let o = self.0;
+        // `long_prefill_token_threshold` caps each request's tokens in this step, unless it
+        // is the only request running or waiting (nobody to starve).
+        let eligible = sim.running().len() + sim.waiting().len();
+        let per_request_cap = if o.long_prefill_token_threshold > 0 && eligible > 1 {
+            o.long_prefill_token_threshold
+        } else {
+            u64::MAX
+        };
         let mut preempted = false;
         let order = sim.running().to_vec();
         for i in order {
@@ -391,7 +402,7 @@ impl Policy for VllmV1 {
             if sim.scheduled(i) || !sim.running().contains(&i) {
                 continue;
             }
-            let mut c = sim.remaining(i).min(sim.token_room());
+            let mut c = sim.remaining(i).min(sim.token_room()).min(per_request_cap);
             if !sim.is_decode_ready(i) {
                 c = c.min(sim.prefill_room());
             }
@@ -401,7 +412,7 @@ impl Policy for VllmV1 {
             preempted |= grow_or_preempt(sim, i, c, o.victim);
         }
         if !preempted {
-            admit_v1(sim, o);
+            admit_v1(sim, o, per_request_cap);
         }
     }
 }

@@ -135,6 +135,24 @@ fn vllm_v1_admits_only_prompts_that_fit_whole() {
 }
 
 #[test]
+fn vllm_v1_long_prefill_token_threshold_caps_each_request_unless_alone() {
+    // Threshold 3, C = 8. Batch 0: r0 and r1 both waiting, so each prompt chunk is at most
+    // 3 tokens. Batch 1: r0's remaining 2 and r1's next 3. Batch 2: r0 decodes, r1's last
+    // 2 (its first token), r0 finishes. Batch 3: r1 alone, no cap (a decode anyway).
+    let w = workload(&[(5, 2, 0.0), (8, 2, 0.0)]);
+    let k = Knobs {
+        long_prefill_token_threshold: Some(3),
+        ..knobs(Some(8), 100, 1)
+    };
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:3 1:3", "0:2 1:3", "0:1 1:2", "1:1"]);
+    // Alone, a long prompt takes the whole budget: nobody to starve.
+    let w = workload(&[(20, 1, 0.0)]);
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:8", "0:8", "0:4"]);
+}
+
+#[test]
 fn vllm_v1_watermark_counts_the_null_block_and_waits_while_nothing_runs() {
     // M = 144 in blocks of 16: 9 usable blocks, a pool of 10 with vLLM's null block, so
     // watermark 0.1 is int(0.1 x 10) = 1 block (int(0.1 x 9) would be 0). r0 (15 tokens,
