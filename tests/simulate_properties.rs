@@ -4,7 +4,7 @@
 
 mod support;
 
-use infersched::core::{Limits, Workload, replay};
+use infersched::core::{Limits, Schedule, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
 use proptest::prelude::*;
@@ -104,6 +104,18 @@ proptest! {
             if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static | SchedulerKind::Mcsf) {
                 prop_assert_eq!(evictions, 0, "{} must not preempt", name);
             }
+            // The schedule file written reads back to the same schedule, bit for bit
+            // (random arrival times included), and the replay accepts it.
+            let mut bytes = Vec::new();
+            sim.schedule.write_json(&mut bytes).unwrap();
+            let back = Schedule::from_json_str(
+                std::str::from_utf8(&bytes).unwrap(),
+                std::path::Path::new("schedule.json"),
+            )
+            .unwrap();
+            prop_assert_eq!(&back.batches, &sim.schedule.batches);
+            replay(&w, &limits, &cost, &back)
+                .map_err(|e| TestCaseError::fail(format!("{name} after a round trip: {e}")))?;
             // Identical input, identical schedule.
             let again = kind.simulate(&w, &knobs, &cost).unwrap();
             prop_assert_eq!(&again.schedule, &sim.schedule);

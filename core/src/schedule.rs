@@ -406,6 +406,44 @@ mod tests {
         Path::new("s.json")
     }
 
+    proptest::proptest! {
+        /// Every time written reads back to the same bits (serde_json's default float
+        /// parser is not exact; the workspace enables `float_roundtrip`).
+        #[test]
+        fn claimed_times_round_trip_bit_for_bit(
+            times in proptest::collection::vec(0.0f64..1e7, 1..50)
+        ) {
+            let batches = times
+                .iter()
+                .map(|&t| Batch {
+                    entries: vec![Entry::process(0, 1)],
+                    start_s: Some(t),
+                    end_s: Some(t * 1.000_000_1 + 1e-9),
+                })
+                .collect();
+            let s = Schedule::new(batches);
+            let mut bytes = Vec::new();
+            s.write_json(&mut bytes).unwrap();
+            let back = Schedule::from_json_str(std::str::from_utf8(&bytes).unwrap(), p()).unwrap();
+            for (a, b) in s.batches.iter().zip(&back.batches) {
+                proptest::prop_assert_eq!(a.start_s.unwrap().to_bits(), b.start_s.unwrap().to_bits());
+                proptest::prop_assert_eq!(a.end_s.unwrap().to_bits(), b.end_s.unwrap().to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn a_time_serde_json_used_to_misread_reads_back_exactly() {
+        // From issue 14: written as 9.838020941127045, read back 1 ulp lower without
+        // float_roundtrip.
+        let t: f64 = "9.838020941127045".parse().unwrap();
+        let text = format!(
+            r#"{{"format":"infersched-schedule/1","batches":[{{"entries":[{{"request":0,"tokens":1}}],"start_s":{t}}}]}}"#
+        );
+        let s = Schedule::from_json_str(&text, p()).unwrap();
+        assert_eq!(s.batches[0].start_s.unwrap().to_bits(), t.to_bits());
+    }
+
     #[test]
     fn parses_the_documented_example() {
         let s = Schedule::from_json_str(
