@@ -11,7 +11,8 @@
 //! `"end_s"`, the producer's claimed times, which replay checks against its own.
 //!
 //! CSV: header `batch,request,tokens`, one row per entry, `tokens` a positive integer or
-//! the word `evict`; batch indices are 0-based and non-decreasing (gaps are empty batches).
+//! the word `evict`; batch indices are 0-based and non-decreasing (gaps are empty batches,
+//! at most as many as the file has lines, so a stray index cannot allocate without bound).
 
 use serde::Deserialize;
 use std::fmt::Write as _;
@@ -272,6 +273,7 @@ impl Schedule {
                 format!("expected the header \"batch,request,tokens\", got \"{header}\""),
             ));
         }
+        let line_count = text.lines().count();
         let mut batches: Vec<Batch> = Vec::new();
         for (i, line) in lines {
             let lineno = i + 1;
@@ -311,7 +313,7 @@ impl Schedule {
                     )
                 })?)
             };
-            if batch + 1 < batches.len() {
+            if batch.saturating_add(1) < batches.len() {
                 return Err(invalid(
                     format!("line {lineno}, column batch"),
                     format!(
@@ -321,6 +323,17 @@ impl Schedule {
                 ));
             }
             if batch >= batches.len() {
+                // Empty batches in a gap cost memory but carry nothing: allow no more of
+                // them than the file has lines (a typo like 9223372036854775807 must not
+                // allocate exabytes).
+                if batch >= line_count {
+                    return Err(invalid(
+                        format!("line {lineno}, column batch"),
+                        format!(
+                            "batch index {batch} is beyond what this file of {line_count} lines can hold (indices count from 0; a gap of empty batches may not be longer than the file)"
+                        ),
+                    ));
+                }
                 batches.resize_with(batch + 1, Batch::default);
             }
             batches[batch].entries.push(Entry { request, action });
@@ -442,6 +455,22 @@ mod tests {
         );
         let s = Schedule::from_json_str(&text, p()).unwrap();
         assert_eq!(s.batches[0].start_s.unwrap().to_bits(), t.to_bits());
+    }
+
+    #[test]
+    fn a_huge_batch_index_is_an_error_not_an_allocation() {
+        for index in ["9223372036854775807", "100000000", "18446744073709551615"] {
+            let text = format!("batch,request,tokens\n0,0,96\n{index},0,1\n");
+            let e = Schedule::from_csv_str(&text, p()).unwrap_err().to_string();
+            assert!(
+                e.contains("line 3, column batch") && e.contains(index),
+                "{e}"
+            );
+        }
+        // A short gap is still empty batches.
+        let s = Schedule::from_csv_str("batch,request,tokens\n0,0,2\n2,0,1\n", p()).unwrap();
+        assert_eq!(s.batches.len(), 3);
+        assert!(s.batches[1].entries.is_empty());
     }
 
     #[test]
