@@ -994,3 +994,57 @@ fn vllm_flag_names_give_the_same_schedules_as_ours() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--num-gpu-blocks"), "{}", stderr(&o));
 }
+
+#[cfg(unix)]
+#[test]
+fn an_output_path_that_is_not_a_regular_file_is_refused_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A socket stands in for /dev/full or a FIFO (tests must not touch /dev).
+    let sock = dir.path().join("out.csv");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "3",
+        "--input",
+        "fixed:4",
+        "--output",
+        "fixed:2",
+        "--out",
+        sock.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    assert!(
+        std::fs::symlink_metadata(&sock)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    // Through a symbolic link, the link's target is written and the link kept.
+    let target = dir.path().join("w.csv");
+    let link = dir.path().join("link.csv");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "3",
+        "--input",
+        "fixed:4",
+        "--output",
+        "fixed:2",
+        "--out",
+        link.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap().lines().count(), 4);
+}

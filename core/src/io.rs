@@ -10,10 +10,33 @@ use std::path::Path;
 /// `path`, which is renamed over `path` only once `write` succeeded and the data is flushed.
 /// On error no partial file is left behind. A new file's mode is 0666 less the umask, as
 /// with `File::create`; an existing file's mode is kept.
+/// A symbolic link is followed: its target is written (and the link kept). Anything other
+/// than a regular file (a device such as `/dev/full`, a FIFO, a socket, a directory) is
+/// refused with [`io::ErrorKind::InvalidInput`], never replaced.
 pub fn write_atomic<F>(path: &Path, write: F) -> io::Result<()>
 where
     F: FnOnce(&mut dyn Write) -> io::Result<()>,
 {
+    let resolved;
+    let path = match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            resolved = resolve_link(path)?;
+            resolved.as_path()
+        }
+        _ => path,
+    };
+    if let Ok(m) = fs::metadata(path) {
+        if !m.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "refusing to replace {}: it is {}, not a regular file",
+                    path.display(),
+                    describe_file_type(&m.file_type())
+                ),
+            ));
+        }
+    }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -41,6 +64,51 @@ where
     Ok(())
 }
 
+/// The file a symbolic link points to (following chains), whether or not it exists yet.
+fn resolve_link(link: &Path) -> io::Result<std::path::PathBuf> {
+    let mut path = link.to_path_buf();
+    for _ in 0..40 {
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = fs::read_link(&path)?;
+                path = match path.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(path),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{}: too many levels of symbolic links", link.display()),
+    ))
+}
+
+fn describe_file_type(t: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// Writes `bytes` to `path` atomically (see [`write_atomic`]).
 pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
@@ -49,6 +117,51 @@ pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn special_files_are_refused_and_links_are_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        // A socket stands in for a device or FIFO: not a regular file.
+        let sock = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let e = write_bytes_atomic(&sock, b"x").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("a socket, not a regular file"),
+            "{e}"
+        );
+        assert!(
+            fs::symlink_metadata(&sock)
+                .unwrap()
+                .file_type()
+                .is_socket_like()
+        );
+        let e = write_bytes_atomic(dir.path(), b"x").unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        // A link to a file: the file gets the bytes, the link stays a link.
+        let target = dir.path().join("target.txt");
+        fs::write(&target, b"old").unwrap();
+        let link = dir.path().join("link.txt");
+        std::os::unix::fs::symlink("target.txt", &link).unwrap();
+        write_bytes_atomic(&link, b"new").unwrap();
+        assert!(
+            fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        // A dangling link creates its target.
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink("created.txt", &dangling).unwrap();
+        write_bytes_atomic(&dangling, b"made").unwrap();
+        assert_eq!(fs::read(dir.path().join("created.txt")).unwrap(), b"made");
+        // A link to a special file is refused like the file itself.
+        let to_sock = dir.path().join("to-sock");
+        std::os::unix::fs::symlink(&sock, &to_sock).unwrap();
+        assert!(write_bytes_atomic(&to_sock, b"x").is_err());
+    }
 
     #[test]
     fn failed_write_leaves_nothing() {
