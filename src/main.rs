@@ -134,7 +134,7 @@ struct MilpArgs {
     /// Time limit for the MILP (HiGHS) in seconds.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
-    /// HiGHS threads.
+    /// HiGHS threads, 1 to 256.
     #[arg(long, default_value_t = 2)]
     threads: u32,
     /// Relative MIP gap at which HiGHS stops.
@@ -158,6 +158,13 @@ impl MilpArgs {
         }
         if !(0.0..1.0).contains(&self.mip_gap) {
             bail!("--mip-gap must be in [0, 1)");
+        }
+        if !(1..=256).contains(&self.threads) {
+            bail!(
+                "--threads: expected 1 to 256 HiGHS threads (this machine has {} CPUs), got {}",
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+                self.threads
+            );
         }
         if !self.memory_limit.is_finite() || self.memory_limit <= 0.0 || self.memory_limit > 1e6 {
             bail!("--memory-limit must be > 0 and at most 1e6 GiB");
@@ -195,9 +202,12 @@ struct SweepArgs {
     /// Run only the K-th of N disjoint slices of the grid (1-based), e.g. 2/4.
     #[arg(long)]
     shard: Option<String>,
-    /// Parallel runs [default: the number of CPUs].
+    /// Parallel runs, 1 to 1024 [default: the number of CPUs].
     #[arg(long)]
     jobs: Option<usize>,
+    /// Run grids of more than 100,000 runs.
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Args)]
@@ -1452,7 +1462,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => cmd_compare(a),
         Command::Calibrate(a) => cmd_calibrate(a),
         Command::Sweep(a) => {
-            infersched::sweep::run_cli(&a.spec, &a.out, a.resume, a.shard.as_deref(), a.jobs)
+            infersched::sweep::run_cli(&a.spec, &a.out, a.resume, a.shard.as_deref(), a.jobs, a.yes)
         }
     };
     match result {

@@ -372,6 +372,11 @@ impl Sweep {
         {
             bail!("time_limit: expected seconds > 0, got {t}");
         }
+        if let Some(t) = spec.threads
+            && !(1..=256).contains(&t)
+        {
+            bail!("threads: expected 1 to 256 HiGHS threads per run, got {t}");
+        }
         if let Some(g) = spec.mip_gap
             && !(0.0..1.0).contains(&g)
         {
@@ -422,10 +427,17 @@ impl Sweep {
                     if vs.is_empty() {
                         bail!("{key}: empty list");
                     }
-                    vs.iter()
+                    let vals: Vec<String> = vs
+                        .iter()
                         .enumerate()
                         .map(|(i, v)| length_value(v, &format!("{key}[{i}]")))
-                        .collect()
+                        .collect::<Result<_>>()?;
+                    if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
+                        bail!(
+                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct"
+                        );
+                    }
+                    Ok(vals)
                 }
                 None if base.is_empty() => bail!(
                     "workload.{}: required for a synthetic workload (or give {key})",
@@ -436,14 +448,21 @@ impl Sweep {
         };
         let inputs = lengths(&g.input, base_len(&w.input, "workload.I")?, "grid.I")?;
         let outputs = lengths(&g.output, base_len(&w.output, "workload.O")?, "grid.O")?;
-        fn list<T: Clone>(
+        fn list<T: Clone + PartialEq>(
             grid: &Option<Vec<T>>,
             base: Option<T>,
             key: &str,
         ) -> Result<Vec<Option<T>>> {
             match grid {
                 Some(v) if v.is_empty() => bail!("{key}: empty list"),
-                Some(v) => Ok(v.iter().cloned().map(Some).collect()),
+                Some(v) => {
+                    if let Some(j) = (1..v.len()).find(|&j| v[..j].contains(&v[j])) {
+                        bail!(
+                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct (a repeated run would write the same key twice)"
+                        );
+                    }
+                    Ok(v.iter().cloned().map(Some).collect())
+                }
                 None => Ok(vec![base]),
             }
         }
@@ -479,6 +498,17 @@ impl Sweep {
         if objectives.is_empty() {
             bail!("grid.objectives: empty list");
         }
+        for (key, vals) in [
+            ("grid.schedulers", &g.schedulers),
+            ("grid.objectives", &objectives),
+        ] {
+            if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
+                bail!(
+                    "{key}[{j}]: \"{}\" repeats an earlier value; each grid value must be distinct",
+                    vals[j]
+                );
+            }
+        }
         for (i, o) in objectives.iter().enumerate() {
             o.parse::<Objective>()
                 .map_err(|e| anyhow::anyhow!("grid.objectives[{i}]: {e}"))?;
@@ -499,7 +529,29 @@ impl Sweep {
                 swept.push(name);
             }
         }
-        let mut points = Vec::new();
+        // The grid's size before anything is allocated for it.
+        let runs = [
+            objectives.len(),
+            ms.len(),
+            cs.len(),
+            ps.len(),
+            rs.len(),
+            inputs.len(),
+            outputs.len(),
+            ns.len(),
+            qpss.len(),
+            seeds.len(),
+            g.schedulers.len(),
+        ]
+        .iter()
+        .try_fold(1usize, |acc, &k| acc.checked_mul(k))
+        .filter(|&r| r <= MAX_GRID_RUNS);
+        let Some(runs) = runs else {
+            bail!(
+                "grid: more than {MAX_GRID_RUNS} runs (the product of the lists' lengths); split it into several specs"
+            );
+        };
+        let mut points = Vec::with_capacity(runs);
         for objective in &objectives {
             for m in &ms {
                 for c in &cs {
@@ -753,15 +805,27 @@ fn csv_line(fields: &[String]) -> Result<Vec<u8>> {
 /// kill is dropped and the file truncated to the last complete line).
 pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+    let mut complete = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(i) => i + 1,
         None => 0,
     };
-    if complete < bytes.len() {
+    if complete == 0 {
+        // No complete line: a header written without its newline is still the header;
+        // anything else is not a results file (and is left as it is).
+        if bytes.trim_ascii() != RESULT_COLUMNS.join(",").as_bytes() {
+            bail!(
+                "{}: no complete header line; not a sweep results file (delete it or choose another --out)",
+                path.display()
+            );
+        }
+        let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+        f.write_all(b"\n")?;
+        complete = bytes.len();
+    } else if complete < bytes.len() {
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
         f.set_len(complete as u64)?;
     }
-    let mut r = csv::ReaderBuilder::new().from_reader(&bytes[..complete]);
+    let mut r = csv::ReaderBuilder::new().from_reader(&bytes[..complete.min(bytes.len())]);
     let header = r.headers()?.clone();
     if header.iter().ne(RESULT_COLUMNS.iter().copied()) {
         bail!(
@@ -784,6 +848,56 @@ pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
         out.push(rec);
     }
     Ok(out)
+}
+
+/// Rewrites `results.csv` whole (atomically): the header, then `recs`.
+fn write_results(path: &Path, recs: &[csv::StringRecord]) -> Result<()> {
+    crate::core::io::write_atomic(path, |w| {
+        let mut cw = csv::Writer::from_writer(w);
+        cw.write_record(RESULT_COLUMNS)?;
+        for r in recs {
+            cw.write_record(r)?;
+        }
+        cw.flush()
+    })
+    .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Takes the exclusive lock of a sweep's output directory (`.infersched-sweep.lock`, with
+/// the holder's process id inside), or says who holds it. The OS releases the lock when
+/// the file is closed or the process dies, so a killed sweep never leaves it held.
+fn lock_output_dir(out: &Path) -> Result<std::fs::File> {
+    let path = out.join(".infersched-sweep.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match f.try_lock() {
+        Ok(()) => {
+            f.set_len(0)?;
+            write!(f, "{}", std::process::id())?;
+            f.flush()?;
+            Ok(f)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "{}: another sweep (process {}) is writing to this directory; wait for it to finish or choose another --out",
+                out.display(),
+                if holder.trim().is_empty() {
+                    "unknown"
+                } else {
+                    holder.trim()
+                }
+            )
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
 }
 
 /// What a sweep did.
@@ -811,6 +925,8 @@ pub fn run(
     progress: bool,
 ) -> Result<SweepOutcome> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    // Held until this function returns: one sweep per output directory at a time.
+    let _lock = lock_output_dir(out)?;
     let results_path = out.join("results.csv");
     let points = match shard_of {
         Some((k, n)) => shard(&sweep.points, k, n),
@@ -824,8 +940,28 @@ pub fn run(
                 results_path.display()
             );
         }
-        for rec in read_results(&results_path)? {
-            done.insert(rec[1].to_string());
+        // Keep the first row of each key of this grid; duplicates (from an older version
+        // without the lock) and rows of another grid are dropped, and said so.
+        let grid: HashSet<String> = sweep.points.iter().map(Point::key).collect();
+        let recs = read_results(&results_path)?;
+        let total = recs.len();
+        let mut kept = Vec::with_capacity(total);
+        let (mut duplicates, mut foreign) = (0, 0);
+        for rec in recs {
+            if !grid.contains(&rec[1]) {
+                foreign += 1;
+            } else if done.insert(rec[1].to_string()) {
+                kept.push(rec);
+            } else {
+                duplicates += 1;
+            }
+        }
+        if kept.len() < total {
+            eprintln!(
+                "{}: dropped {duplicates} duplicate rows and {foreign} rows not in this grid",
+                results_path.display()
+            );
+            write_results(&results_path, &kept)?;
         }
     } else {
         crate::core::io::write_bytes_atomic(
@@ -888,14 +1024,7 @@ pub fn run(
     // Deterministic final file: the records sorted by run index.
     let mut recs = read_results(&results_path)?;
     recs.sort_by_key(|r| r[0].parse::<usize>().unwrap_or(usize::MAX));
-    crate::core::io::write_atomic(&results_path, |w| {
-        let mut cw = csv::Writer::from_writer(w);
-        cw.write_record(RESULT_COLUMNS)?;
-        for r in &recs {
-            cw.write_record(r)?;
-        }
-        cw.flush()
-    })?;
+    write_results(&results_path, &recs)?;
     let plots = sweep_plots(sweep, &recs);
     let plot_paths = crate::report::write_plots(&out.join("plots"), &plots)?;
     Ok(SweepOutcome {
@@ -1053,6 +1182,15 @@ fn axis_label(param: &str) -> String {
     }
 }
 
+/// The most runs a grid may have (each is held in memory while the sweep runs).
+pub const MAX_GRID_RUNS: usize = 10_000_000;
+
+/// Grids with more runs than this need `--yes`.
+pub const CONFIRM_GRID_RUNS: usize = 100_000;
+
+/// The most parallel runs `--jobs` accepts.
+pub const MAX_JOBS: usize = 1024;
+
 /// The `sweep` command.
 pub fn run_cli(
     spec: &Path,
@@ -1060,11 +1198,24 @@ pub fn run_cli(
     resume: bool,
     shard_arg: Option<&str>,
     jobs: Option<usize>,
+    yes: bool,
 ) -> Result<()> {
+    if let Some(j) = jobs {
+        if j == 0 || j > MAX_JOBS {
+            bail!(
+                "--jobs: expected 1 to {MAX_JOBS} parallel runs (this machine has {} CPUs), got {j}",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            );
+        }
+    }
     let sweep = Sweep::load(spec)?;
     let shard_of = shard_arg.map(parse_shard).transpose()?;
-    if jobs == Some(0) {
-        bail!("--jobs: expected >= 1");
+    if sweep.points.len() > CONFIRM_GRID_RUNS && !yes {
+        bail!(
+            "{}: the grid has {} runs; pass --yes to run more than {CONFIRM_GRID_RUNS}",
+            spec.display(),
+            sweep.points.len()
+        );
     }
     let started = Instant::now();
     eprintln!(
@@ -1172,6 +1323,82 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         assert!(e.contains("grid.objectives[0]"), "{e}");
         let e = err("[workload]\nn = \"two\"\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\"]\n");
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn repeated_grid_values_and_oversized_grids_are_errors() {
+        let e =
+            err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [10, 10]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("grid.M[1]") && e.contains("repeats"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nI = [4, \"fixed:4\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.I[1]") && e.contains("repeats"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\", \"orca\", \"vllm\"]\n",
+        );
+        assert!(e.contains("grid.schedulers[2]"), "{e}");
+        // 4,000 x 4,000 runs: refused by counting, before anything is allocated.
+        let list = (1..=4000)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let e = err(&format!(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [{list}]\nseed = [{list}]\nschedulers = [\"vllm\"]\n"
+        ));
+        assert!(e.contains("more than 10000000 runs"), "{e}");
+    }
+
+    #[test]
+    fn one_sweep_per_output_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_output_dir(dir.path()).unwrap();
+        let e = format!("{:#}", lock_output_dir(dir.path()).unwrap_err());
+        assert!(
+            e.contains("another sweep") && e.contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        // A run into the held directory fails and writes nothing.
+        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        assert!(run(&s, dir.path(), false, None, Some(1), false).is_err());
+        assert!(!dir.path().join("results.csv").exists());
+        drop(held);
+        assert!(lock_output_dir(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn resume_drops_duplicate_and_foreign_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let first = run(&s, dir.path(), false, None, Some(1), false).unwrap();
+        assert_eq!(first.ran, s.points.len());
+        let path = dir.path().join("results.csv");
+        // What two unlocked writers could leave: a row twice and a row of another grid.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let row = text.lines().nth(1).unwrap().to_string();
+        let foreign = row.replacen("M=8;", "M=99;", 1);
+        std::fs::write(&path, format!("{text}{row}\n{foreign}\n")).unwrap();
+        let again = run(&s, dir.path(), true, None, Some(1), false).unwrap();
+        assert_eq!(again.ran, 0);
+        let recs = read_results(&path).unwrap();
+        assert_eq!(recs.len(), s.points.len());
+        let keys: HashSet<&str> = recs.iter().map(|r| &r[1]).collect();
+        assert_eq!(keys.len(), s.points.len());
+    }
+
+    #[test]
+    fn a_header_without_its_newline_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, RESULT_COLUMNS.join(",")).unwrap();
+        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let o = run(&s, dir.path(), true, None, Some(1), false).unwrap();
+        assert_eq!(o.ran, s.points.len());
+        assert_eq!(read_results(&path).unwrap().len(), s.points.len());
+        // Something else without a newline is refused and left alone.
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(run(&s, dir.path(), true, None, Some(1), false).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "garbage");
     }
 
     #[test]

@@ -1048,3 +1048,44 @@ fn an_output_path_that_is_not_a_regular_file_is_refused_not_replaced() {
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap().lines().count(), 4);
 }
+
+#[test]
+fn thread_and_job_counts_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    for threads in ["0", "1000000"] {
+        let o = run(&[
+            "solve",
+            "--workload",
+            &example("tiny-workload.csv"),
+            "--threads",
+            threads,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains("--threads: expected 1 to 256"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    let spec = root().join("notebooks-data/experiments/rmax.toml");
+    for jobs in ["0", "100000"] {
+        let o = run(&[
+            "sweep",
+            spec.to_str().unwrap(),
+            "--jobs",
+            jobs,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains("--jobs: expected 1 to 1024"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert!(!out.exists(), "nothing written");
+}
