@@ -1200,13 +1200,13 @@ pub fn run_cli(
     jobs: Option<usize>,
     yes: bool,
 ) -> Result<()> {
-    if let Some(j) = jobs {
-        if j == 0 || j > MAX_JOBS {
-            bail!(
-                "--jobs: expected 1 to {MAX_JOBS} parallel runs (this machine has {} CPUs), got {j}",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            );
-        }
+    if let Some(j) = jobs
+        && (j == 0 || j > MAX_JOBS)
+    {
+        bail!(
+            "--jobs: expected 1 to {MAX_JOBS} parallel runs (this machine has {} CPUs), got {j}",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
     }
     let sweep = Sweep::load(spec)?;
     let shard_of = shard_arg.map(parse_shard).transpose()?;

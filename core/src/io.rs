@@ -25,17 +25,17 @@ where
         }
         _ => path,
     };
-    if let Ok(m) = fs::metadata(path) {
-        if !m.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "refusing to replace {}: it is {}, not a regular file",
-                    path.display(),
-                    describe_file_type(&m.file_type())
-                ),
-            ));
-        }
+    if let Ok(m) = fs::metadata(path)
+        && !m.is_file()
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "refusing to replace {}: it is {}, not a regular file",
+                path.display(),
+                describe_file_type(&m.file_type())
+            ),
+        ));
     }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -131,11 +131,10 @@ mod tests {
             e.to_string().contains("a socket, not a regular file"),
             "{e}"
         );
+        let kind = fs::symlink_metadata(&sock).unwrap().file_type();
         assert!(
-            fs::symlink_metadata(&sock)
-                .unwrap()
-                .file_type()
-                .is_socket_like()
+            std::os::unix::fs::FileTypeExt::is_socket(&kind),
+            "left in place"
         );
         let e = write_bytes_atomic(dir.path(), b"x").unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");

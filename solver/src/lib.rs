@@ -150,6 +150,10 @@ pub fn solve(
     limits
         .check_feasible(w)
         .map_err(|e| SolveError::Infeasible(e.to_string()))?;
+    check_numeric_range(w, cost)?;
+    // Limits that cannot bind are dropped, so a huge M, C or R_max never reaches a model
+    // coefficient; the schedules and the optimum are the same.
+    let limits = &binding_limits(w, limits);
     let reqs = w.requests();
     let class = options.constraints;
     // The class the model searches: offline, without C and P (and FCFS), chunked prefill
@@ -215,7 +219,7 @@ pub fn solve(
     {
         return Ok(report);
     }
-    arcflow::solve_arc_flow(arcflow::ArcFlowProblem {
+    let problem = arcflow::ArcFlowProblem {
         w,
         limits,
         cost,
@@ -225,5 +229,174 @@ pub fn solve(
         warm,
         combinatorial,
         started: t_build,
+    };
+    // good_lp panics where HiGHS reports an error; that must not escape to the caller.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        arcflow::solve_arc_flow(problem)
+    }))
+    .unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic without a message");
+        Err(SolveError::Highs(format!("the MILP failed: {what}")))
     })
+}
+
+/// The largest arrival time, in seconds, the solver takes (about 31.7 years): beyond it the
+/// batch times added to it lose the cost model's resolution in f64.
+pub const MAX_ARRIVAL_S: f64 = 1e9;
+
+/// The largest batch time, in seconds, any coefficient of the cost model may give one unit.
+pub const MAX_COEFFICIENT_S: f64 = 1e6;
+
+/// Refuses numbers that would make the models' coefficients meaningless.
+fn check_numeric_range(w: &Workload, cost: &LinearCostModel) -> Result<(), SolveError> {
+    if let Some((i, r)) = w
+        .requests()
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.arrival_s > MAX_ARRIVAL_S)
+    {
+        return Err(SolveError::OutOfRange(format!(
+            "request {i} arrives at {} s; the solver takes arrivals up to {MAX_ARRIVAL_S:e} s (shift the trace to start near 0)",
+            r.arrival_s
+        )));
+    }
+    for feature in infersched_core::Feature::ALL {
+        let (name, theta) = (feature.name(), cost.theta(feature));
+        if !theta.is_finite() || theta.abs() > MAX_COEFFICIENT_S {
+            return Err(SolveError::OutOfRange(format!(
+                "cost model {}: coefficient {name} is {theta} s per unit; the solver takes at most {MAX_COEFFICIENT_S:e} s",
+                cost.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `limits` without the limits that cannot bind on `w`: M at least the block-rounded KV of
+/// every request's peak at once, C and P at least every request's largest step (I + O - 1
+/// tokens, a full refill) at once, R_max at least the number of requests.
+pub fn binding_limits(w: &Workload, limits: &Limits) -> Limits {
+    let reqs = w.requests();
+    let peak_kv = reqs
+        .iter()
+        .map(|r| limits.occupied(r.max_kv_tokens()))
+        .fold(0u64, u64::saturating_add);
+    let largest_steps = reqs
+        .iter()
+        .map(|r| r.max_kv_tokens())
+        .fold(0u64, u64::saturating_add);
+    let n = reqs.len() as u64;
+    Limits {
+        kv_capacity: limits.kv_capacity.filter(|&m| m < peak_kv),
+        token_budget: limits.token_budget.filter(|&c| c < largest_steps),
+        prefill_budget: limits.prefill_budget.filter(|&p| p < largest_steps),
+        max_running: limits.max_running.filter(|&r| r < n),
+        ..*limits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::Request;
+
+    fn cost() -> LinearCostModel {
+        infersched_cost_model::preset("llama2-7b-a100").unwrap()
+    }
+
+    fn workload(arrival_s: f64) -> Workload {
+        let r = |i, o, t| Request {
+            input_tokens: i,
+            output_tokens: o,
+            arrival_s: t,
+        };
+        Workload::new(vec![r(6, 2, 0.0), r(4, 3, arrival_s)]).unwrap()
+    }
+
+    fn quick() -> SolveOptions {
+        SolveOptions {
+            time_limit_s: 10.0,
+            threads: 1,
+            ..SolveOptions::default()
+        }
+    }
+
+    #[test]
+    fn limits_that_cannot_bind_are_dropped_and_huge_ones_solve_like_none() {
+        let w = workload(0.0);
+        // Peaks: 7 and 6 KV tokens (13 together), steps up to 7 and 6 tokens, 2 requests.
+        let l = Limits {
+            kv_capacity: Some(13),
+            token_budget: Some(13),
+            max_running: Some(2),
+            ..Limits::unlimited()
+        };
+        let b = binding_limits(&w, &l);
+        assert_eq!(
+            (b.kv_capacity, b.token_budget, b.max_running),
+            (None, None, None)
+        );
+        let tight = Limits {
+            kv_capacity: Some(12),
+            token_budget: Some(12),
+            max_running: Some(1),
+            ..Limits::unlimited()
+        };
+        assert_eq!(binding_limits(&w, &tight), tight);
+        // The numbers that used to make good_lp panic ("HiGHS error: invalid problem").
+        let huge = Limits {
+            kv_capacity: Some(u64::MAX),
+            token_budget: Some(1_000_000_000_000_000),
+            max_running: Some(u64::MAX),
+            ..Limits::unlimited()
+        };
+        let options = SolveOptions {
+            max_search_states: 0,
+            ..quick()
+        };
+        let a = solve(&w, &huge, &cost(), Objective::Makespan, &options).unwrap();
+        let b = solve(
+            &w,
+            &Limits::unlimited(),
+            &cost(),
+            Objective::Makespan,
+            &options,
+        )
+        .unwrap();
+        assert_eq!(a.status, SolveStatus::Optimal);
+        assert!((a.replayed_objective - b.replayed_objective).abs() < 1e-12);
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_by_name() {
+        let e = solve(
+            &workload(1e12),
+            &Limits::unlimited(),
+            &cost(),
+            Objective::Makespan,
+            &quick(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, SolveError::OutOfRange(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("request 1 arrives at 1000000000000 s"),
+            "{e}"
+        );
+        let mut c = cost();
+        c.theta_s[infersched_core::Feature::Tokens as usize] = 1e16;
+        let e = solve(
+            &workload(0.0),
+            &Limits::unlimited(),
+            &c,
+            Objective::Makespan,
+            &quick(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("coefficient tokens"), "{e}");
+    }
 }

@@ -35,6 +35,7 @@ impl SolveStatus {
 
 /// Why a problem cannot be solved.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum SolveError {
     /// Invalid limits.
     #[error(transparent)]
@@ -45,6 +46,10 @@ pub enum SolveError {
     /// HiGHS failed, or stopped with no schedule while no heuristic schedule exists.
     #[error("HiGHS: {0}")]
     Highs(String),
+    /// A number of the problem is outside what the solver computes with exactly (arrival
+    /// times, batch-time coefficients); the message names it and the range.
+    #[error("out of range: {0}")]
+    OutOfRange(String),
     /// An exact method's result disagrees with the replay (a bug).
     #[error("internal error: {0}")]
     Internal(String),
