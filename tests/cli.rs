@@ -191,7 +191,10 @@ fn bad_input_gets_a_clear_error_and_no_output() {
     );
     check(
         replay(&zero_csv, &tiny_s, &[]),
-        &["zero.csv: line 2, column num_prefill_tokens", ">= 1"],
+        &[
+            "zero.csv: line 2, column num_prefill_tokens",
+            "from 1 to 4294967295",
+        ],
     );
     check(
         replay(&tiny_w, &bad_json, &[]),

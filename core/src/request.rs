@@ -44,7 +44,23 @@ pub enum WorkloadError {
     /// More requests than request ids can address.
     #[error("the workload has {0} requests; at most 4294967295 are supported")]
     TooMany(usize),
+    /// More requests than are generated at once (checked before anything is allocated).
+    #[error(
+        "generating {requests} requests would take about {} GiB before any simulation; at most {max} are generated at once",
+        requests.saturating_mul(32) >> 30
+    )]
+    TooManyToGenerate {
+        /// Requests asked for.
+        requests: usize,
+        /// The most generated at once.
+        max: usize,
+    },
 }
+
+/// The latest arrival time accepted, in seconds (about 317 years): an f64 time there is
+/// still resolved to about 2 microseconds, finer than any batch time; beyond it batch times
+/// added to it would round away.
+pub const MAX_ARRIVAL_S: f64 = 1e10;
 
 /// A validated, non-empty list of requests. Request ids are 0-based indices into it.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,7 +69,8 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Validates and wraps `requests`: at least one, `I >= 1`, `O >= 1`, arrival finite and >= 0.
+    /// Validates and wraps `requests`: at least one, `I >= 1`, `O >= 1`, arrival from 0 to
+    /// [`MAX_ARRIVAL_S`].
     pub fn new(requests: Vec<Request>) -> Result<Self, WorkloadError> {
         if requests.is_empty() {
             return Err(WorkloadError::Empty);
@@ -76,11 +93,14 @@ impl Workload {
                     reason: "must be >= 1".into(),
                 });
             }
-            if !r.arrival_s.is_finite() || r.arrival_s < 0.0 {
+            if !(0.0..=MAX_ARRIVAL_S).contains(&r.arrival_s) {
                 return Err(WorkloadError::InvalidField {
                     index,
                     field: "arrival_s",
-                    reason: format!("must be finite and >= 0, got {}", r.arrival_s),
+                    reason: format!(
+                        "must be from 0 to {MAX_ARRIVAL_S:e} s (finer than batch times), got {}",
+                        r.arrival_s
+                    ),
                 });
             }
         }

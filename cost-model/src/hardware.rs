@@ -126,13 +126,47 @@ impl ModelSpec {
         self.parameters() * u64::from(self.dtype_bytes) / u64::from(tp.max(1))
     }
 
-    /// KV bytes per token on each GPU: `2 * layers * kv_heads * head_dim * dtype / tp`.
+    /// KV bytes per token on each GPU: `2 * layers * kv_heads_per_gpu * head_dim * dtype`,
+    /// where a GPU holds `kv_heads / tp` KV heads, or one replicated head when `tp` exceeds
+    /// `kv_heads` (vLLM's rule for grouped-query attention).
     pub fn kv_bytes_per_token(&self, tp: u32) -> u64 {
+        let tp = tp.max(1);
+        let kv_heads_per_gpu = if self.kv_heads >= tp {
+            self.kv_heads / tp
+        } else {
+            1
+        };
         2 * u64::from(self.layers)
-            * u64::from(self.kv_heads)
+            * u64::from(kv_heads_per_gpu)
             * u64::from(self.head_dim)
             * u64::from(self.dtype_bytes)
-            / u64::from(tp.max(1))
+    }
+
+    /// Checks a tensor-parallel degree as vLLM does: at least 1, dividing the attention
+    /// heads, and dividing the KV heads (or, when larger, divided by them: replication).
+    pub fn check_tensor_parallel(&self, tp: u32) -> Result<(), HardwareError> {
+        let invalid = |reason: String| HardwareError::Invalid {
+            field: "tensor_parallel",
+            reason,
+        };
+        if tp == 0 {
+            return Err(invalid("must be >= 1".into()));
+        }
+        if !self.heads.is_multiple_of(tp) {
+            return Err(invalid(format!(
+                "{tp} does not divide {}'s {} attention heads",
+                self.name, self.heads
+            )));
+        }
+        if (self.kv_heads >= tp && !self.kv_heads.is_multiple_of(tp))
+            || (self.kv_heads < tp && !tp.is_multiple_of(self.kv_heads))
+        {
+            return Err(invalid(format!(
+                "{tp} and {}'s {} KV heads: one must divide the other",
+                self.name, self.kv_heads
+            )));
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), HardwareError> {
@@ -192,12 +226,7 @@ pub fn kv_capacity_tokens(
     utilization: f64,
 ) -> Result<u64, HardwareError> {
     model.validate()?;
-    if tp == 0 {
-        return Err(HardwareError::Invalid {
-            field: "tensor_parallel",
-            reason: "must be >= 1".into(),
-        });
-    }
+    model.check_tensor_parallel(tp)?;
     if !(utilization > 0.0 && utilization <= 1.0) {
         return Err(HardwareError::Invalid {
             field: "utilization",
@@ -220,6 +249,21 @@ pub fn kv_capacity_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_parallel_degrees_follow_vllm() {
+        let m = ModelSpec::llama3_70b(); // 64 heads, 8 KV heads
+        assert!(m.check_tensor_parallel(8).is_ok());
+        assert!(m.check_tensor_parallel(16).is_ok()); // KV heads replicated
+        for tp in [0, 3, 4_294_967_295] {
+            assert!(m.check_tensor_parallel(tp).is_err(), "{tp}");
+        }
+        let gpu = GpuSpec::a100_80gb();
+        let e = kv_capacity_tokens(&m, &gpu, 4_294_967_295, 0.9).unwrap_err();
+        assert!(e.to_string().contains("does not divide"), "{e}");
+        // Past the KV heads each GPU holds one replicated head, not a fraction of one.
+        assert_eq!(m.kv_bytes_per_token(16), m.kv_bytes_per_token(8));
+    }
 
     #[test]
     fn llama2_7b_shape() {

@@ -177,6 +177,22 @@ impl LinearCostModel {
         if file.tensor_parallel == 0 {
             return Err(invalid("tensor_parallel".into(), "must be >= 1".into()));
         }
+        if let Some(model) = &file.model {
+            if let (true, Some(l)) = (file.per_layer, file.layers)
+                && l != model.layers
+            {
+                return Err(invalid(
+                    "layers".into(),
+                    format!(
+                        "{l} differs from model.layers = {}; per-layer coefficients need the model's layer count",
+                        model.layers
+                    ),
+                ));
+            }
+            model
+                .check_tensor_parallel(file.tensor_parallel)
+                .map_err(|e| invalid("tensor_parallel".into(), e.to_string()))?;
+        }
         let scale = layers * file.unit.seconds();
         let mut theta_s = [0.0; 9];
         for (name, &v) in &file.theta {
@@ -195,7 +211,14 @@ impl LinearCostModel {
                     format!("must be a finite number >= 0, got {v}"),
                 ));
             }
-            theta_s[feature as usize] = v * scale;
+            let scaled = v * scale;
+            if !scaled.is_finite() {
+                return Err(invalid(
+                    format!("theta.{name}"),
+                    format!("{v} x {scale} (layers x unit) overflows to infinity seconds"),
+                ));
+            }
+            theta_s[feature as usize] = scaled;
         }
         Ok(Self {
             name: file.name.clone(),
@@ -263,6 +286,43 @@ mod tests {
         f.add_prefill(4, 0);
         // 10 layers * (1 + 0.5 * 4) ms = 30 ms.
         assert!((m.batch_time_s(&f) - 0.030).abs() < 1e-15);
+    }
+
+    #[test]
+    fn inconsistent_or_overflowing_files_are_refused_at_load() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../notebooks-data/cost-models/llama3-70b-tp4-a100.json"
+        ))
+        .unwrap();
+        assert!(LinearCostModel::from_json_str(&text, p()).is_ok());
+        let edit = |from: &str, to: &str| {
+            assert!(text.contains(from), "{from}");
+            LinearCostModel::from_json_str(&text.replacen(from, to, 1), p())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = edit("\"layers\": 80", "\"layers\": 79");
+        assert!(
+            e.contains("layers") && e.contains("model.layers = 80"),
+            "{e}"
+        );
+        let e = edit("\"tensor_parallel\": 4", "\"tensor_parallel\": 3");
+        assert!(
+            e.contains("tensor_parallel") && e.contains("does not divide"),
+            "{e}"
+        );
+        // 1e307 s per layer x 80 layers overflows f64: refused here, not reported later as
+        // an internal error.
+        let e = LinearCostModel::from_json_str(
+            r#"{"format": "infersched-cost-model/1", "name": "t", "unit": "s", "per_layer": true,
+                "layers": 80, "theta": {"one": 1e307},
+                "provenance": {"method": "m", "source": "s"}}"#,
+            p(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("theta.one") && e.contains("infinity"), "{e}");
     }
 
     #[test]

@@ -227,11 +227,22 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let model = model_named(parts[1]).ok_or_else(usage)?;
     let tp = match parts.get(2) {
         None => 1,
-        Some(p) => p
-            .strip_prefix("tp")
-            .and_then(|n| n.parse::<u32>().ok())
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| format!("\"{spec}\": the third part must be tpN with N >= 1"))?,
+        Some(p) => {
+            let tp = p
+                .strip_prefix("tp")
+                .and_then(|n| n.parse::<u32>().ok())
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    format!(
+                        "\"{spec}\": the third part must be tpN with N from 1 to {}",
+                        model.heads
+                    )
+                })?;
+            model
+                .check_tensor_parallel(tp)
+                .map_err(|e| format!("\"{spec}\": {e}"))?;
+            tp
+        }
     };
     Ok(Some(roofline(&model, &sheet, tp)))
 }

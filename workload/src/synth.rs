@@ -244,9 +244,20 @@ pub struct SynthSpec {
     pub seed: u64,
 }
 
+/// The most requests [`generate`] makes at once (about 1.6 GB while generating; a
+/// simulation needs several times more).
+pub const MAX_GENERATED_REQUESTS: usize = 50_000_000;
+
 /// Generates the workload of `spec`. Lengths are drawn first (I then O per request),
-/// then arrivals, all from one stream.
+/// then arrivals, all from one stream. More than [`MAX_GENERATED_REQUESTS`] is an error,
+/// before anything is allocated.
 pub fn generate(spec: &SynthSpec) -> Result<Workload, infersched_core::WorkloadError> {
+    if spec.requests > MAX_GENERATED_REQUESTS {
+        return Err(infersched_core::WorkloadError::TooManyToGenerate {
+            requests: spec.requests,
+            max: MAX_GENERATED_REQUESTS,
+        });
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let lengths: Vec<(u32, u32)> = (0..spec.requests)
         .map(|_| (spec.input.sample(&mut rng), spec.output.sample(&mut rng)))
@@ -284,6 +295,22 @@ pub fn assign_arrivals(workload: &Workload, arrival: ArrivalProcess, seed: u64) 
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_huge_request_count_is_refused_before_allocating() {
+        let spec = SynthSpec {
+            requests: 1_000_000_000_000,
+            input: "fixed:4".parse().unwrap(),
+            output: "fixed:2".parse().unwrap(),
+            arrival: ArrivalProcess::Static,
+            seed: 0,
+        };
+        let e = generate(&spec).unwrap_err().to_string();
+        assert!(
+            e.contains("generating 1000000000000 requests") && e.contains("at most 50000000"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn specs_parse_and_reject() {

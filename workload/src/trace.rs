@@ -58,6 +58,7 @@ fn parse_count(s: &str) -> Option<u32> {
 /// indices. Columns: `num_prefill_tokens` (I >= 1), `num_decode_tokens` (O >= 1),
 /// optional `arrived_at` (seconds >= 0; all 0 when absent); others are ignored.
 pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
+    use infersched_core::request::MAX_ARRIVAL_S;
     let invalid = |location: String, reason: String| TraceError::Invalid {
         path: path.to_owned(),
         location,
@@ -71,6 +72,16 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         .headers()
         .map_err(|e| invalid("header".into(), e.to_string()))?
         .clone();
+    for name in ["num_prefill_tokens", "num_decode_tokens", "arrived_at"] {
+        if header.iter().filter(|h| *h == name).count() > 1 {
+            return Err(invalid(
+                "header".into(),
+                format!(
+                    "the column \"{name}\" appears more than once; which one is meant is ambiguous"
+                ),
+            ));
+        }
+    }
     let find = |name: &str| header.iter().position(|h| h == name);
     let input_col = find("num_prefill_tokens").ok_or_else(|| {
         invalid(
@@ -98,7 +109,11 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
                 Some(v) if v >= 1 => Ok(v),
                 _ => Err(invalid(
                     format!("line {line}, column {name}"),
-                    format!("expected a whole number of tokens >= 1, got \"{s}\""),
+                    format!(
+                        "expected a whole number of tokens from 1 to {}, got \"{}\"",
+                        u32::MAX,
+                        quoted(s)
+                    ),
                 )),
             }
         };
@@ -109,11 +124,14 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
             Some(k) => {
                 let s = rec.get(k).unwrap_or("");
                 match s.parse::<f64>() {
-                    Ok(v) if v.is_finite() && v >= 0.0 => v,
+                    Ok(v) if (0.0..=MAX_ARRIVAL_S).contains(&v) => v,
                     _ => {
                         return Err(invalid(
                             format!("line {line}, column arrived_at"),
-                            format!("expected a time in seconds >= 0, got \"{s}\""),
+                            format!(
+                                "expected a time in seconds from 0 to {MAX_ARRIVAL_S:e} (beyond it batch times added to it lose their resolution), got \"{}\"",
+                                quoted(s)
+                            ),
                         ));
                     }
                 }
@@ -129,6 +147,15 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// `s` cut to 80 characters for an error message (a 200 MB field is not echoed whole).
+fn quoted(s: &str) -> String {
+    const MAX: usize = 80;
+    match s.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
+        None => s.to_owned(),
+    }
 }
 
 /// Writes a workload as trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`).
@@ -185,6 +212,45 @@ mod tests {
     }
 
     #[test]
+    fn hostile_fields_get_bounded_precise_errors() {
+        // A duplicated column is ambiguous, not "the first wins".
+        let e = read_trace_str(
+            "num_prefill_tokens,num_decode_tokens,num_decode_tokens\n4,2,3\n",
+            p(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("header") && e.contains("\"num_decode_tokens\" appears more than once"),
+            "{e}"
+        );
+        // An arrival where f64 time would round batch times away.
+        let e = read_trace_str(
+            "num_prefill_tokens,num_decode_tokens,arrived_at\n4,2,0\n4,2,1e18\n",
+            p(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 3, column arrived_at") && e.contains("1e10"),
+            "{e}"
+        );
+        // A huge field is cut in the message.
+        let field = "9".repeat(1_000_000);
+        let e = read_trace_str(
+            &format!("num_prefill_tokens,num_decode_tokens\n{field},2\n"),
+            p(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.len() < 400, "{} bytes", e.len());
+        assert!(
+            e.contains("(1000000 bytes)") && e.contains("from 1 to 4294967295"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn errors_name_file_line_and_column() {
         let e = read_trace_str("a,b\n1,2\n", p()).unwrap_err();
         assert!(
@@ -196,7 +262,7 @@ mod tests {
             read_trace_str("num_prefill_tokens,num_decode_tokens\n5,3\n0,3\n", p()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "t.csv: line 3, column num_prefill_tokens: expected a whole number of tokens >= 1, got \"0\""
+            "t.csv: line 3, column num_prefill_tokens: expected a whole number of tokens from 1 to 4294967295, got \"0\""
         );
         let e = read_trace_str("num_prefill_tokens,num_decode_tokens\n5,-3\n", p()).unwrap_err();
         assert!(
