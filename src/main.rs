@@ -634,6 +634,22 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         bail!("--scheduler: {} is listed twice", dup.name());
     }
     let k = &a.knobs;
+    if let Some(len) = k.max_model_len {
+        // vLLM rejects a request longer than max_model_len; so does infersched, up front.
+        if let Some((i, r)) = w
+            .requests()
+            .iter()
+            .enumerate()
+            .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len)
+        {
+            bail!(
+                "--max-model-len {len}: request {i} has I + O = {} tokens (I = {}, O = {}); expected at least the workload's longest request",
+                u64::from(r.input_tokens) + u64::from(r.output_tokens),
+                r.input_tokens,
+                r.output_tokens
+            );
+        }
+    }
     let knobs = Knobs {
         token_budget: k.token_budget,
         prefill_budget: k.prefill_budget,
@@ -711,7 +727,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             }
             Err(e) => {
                 failed += 1;
-                eprintln!("\nerror: {}: {e:#}", kind.name());
+                eprintln!("\nerror: {}: {}", kind.name(), describe(&e));
             }
         }
     }
@@ -1477,8 +1493,25 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, outermost first, joined by ": ", leaving out a cause whose text
+/// the message so far already ends with (a library error that shows its source).
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.ends_with(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&c);
+    }
+    text
 }

@@ -1092,3 +1092,42 @@ fn thread_and_job_counts_are_bounded() {
     }
     assert!(!out.exists(), "nothing written");
 }
+
+#[test]
+fn messages_name_the_cause_once_and_refuse_a_short_max_model_len() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        "/nonexistent/w.csv",
+        "--scheduler",
+        "vllm",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // The tiny example's longest request has I + O = 100 tokens.
+    for len in ["0", "99"] {
+        let o = run(&[
+            "simulate",
+            "--workload",
+            &example("tiny-workload.csv"),
+            "--scheduler",
+            "orca-max",
+            "--max-model-len",
+            len,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains("request 0 has I + O = 100 tokens"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert!(!out.exists());
+}
