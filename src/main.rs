@@ -1275,7 +1275,24 @@ fn cmd_fit(a: &FitArgs) -> Result<()> {
         } else {
             Samples::from_csv_str(&text, &name)?
         };
-        let report = cost_model::fit_nnls(&samples)?;
+        let report = cost_model::fit_nnls(&samples).with_context(|| format!("fitting {name}"))?;
+        if !samples.ignored_columns.is_empty() {
+            eprintln!(
+                "note: {name}: ignored columns (not a feature name or measured_ms): {}",
+                samples.ignored_columns.join(", ")
+            );
+        }
+        if !report.collinear.is_empty() {
+            eprintln!(
+                "note: {name}: {} collinear with earlier features in these samples: the split of time between them is not identified",
+                report
+                    .collinear
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         for f in &samples.features {
             if theta
                 .insert(f.name().to_owned(), report.theta_ms[*f as usize])
@@ -1322,12 +1339,26 @@ fn cmd_fit(a: &FitArgs) -> Result<()> {
         provenance: cost_model::Provenance {
             method: "nnls-fit".into(),
             source: source.clone(),
-            notes: (!unidentified.is_empty()).then(|| {
-                format!(
-                    "features all-zero in the samples, set to 0: {}",
-                    unidentified.join(", ")
-                )
-            }),
+            notes: {
+                let collinear: Vec<&str> = fits
+                    .iter()
+                    .flat_map(|f| f.2.collinear.iter().map(|c| c.name()))
+                    .collect();
+                let mut notes = Vec::new();
+                if !unidentified.is_empty() {
+                    notes.push(format!(
+                        "features all-zero in the samples, set to 0: {}",
+                        unidentified.join(", ")
+                    ));
+                }
+                if !collinear.is_empty() {
+                    notes.push(format!(
+                        "collinear with earlier features in the samples (split not identified): {}",
+                        collinear.join(", ")
+                    ));
+                }
+                (!notes.is_empty()).then(|| notes.join("; "))
+            },
             fit: Some(fit_stats),
         },
     };

@@ -41,6 +41,10 @@ pub enum FitError {
     /// The active-set iteration did not converge.
     #[error("NNLS did not converge in {0} iterations")]
     NoConvergence(usize),
+    /// The fit's coefficients or statistics are not finite numbers (values too large for
+    /// f64 arithmetic); nothing is written.
+    #[error("the fit is not a finite number: {0}")]
+    NotFinite(String),
 }
 
 /// Measured batch times and their features.
@@ -52,6 +56,8 @@ pub struct Samples {
     pub x: Array2<f64>,
     /// Measured times in milliseconds.
     pub measured_ms: Array1<f64>,
+    /// Columns of the file that are neither a feature nor the measured time (not used).
+    pub ignored_columns: Vec<String>,
 }
 
 /// Shared parsing of the two sample CSV formats: errors name the file, line and column.
@@ -148,14 +154,25 @@ impl Samples {
         let input = CsvInput { path };
         let invalid = |location: String, reason: String| input.invalid(location, reason);
         let (mut rdr, header) = input.open(text)?;
-        let mut cols = Vec::new();
+        let mut cols: Vec<(usize, Feature)> = Vec::new();
         let mut target = None;
+        let mut ignored_columns = Vec::new();
         for (k, name) in header.iter().enumerate() {
             let name = name.trim();
+            let repeated = (name == "measured_ms" && target.is_some())
+                || Feature::from_name(name).is_some_and(|f| cols.iter().any(|c| c.1 == f));
+            if repeated {
+                return Err(invalid(
+                    "header".into(),
+                    format!("the column \"{name}\" appears more than once"),
+                ));
+            }
             if name == "measured_ms" {
                 target = Some(k);
             } else if let Some(f) = Feature::from_name(name) {
                 cols.push((k, f));
+            } else {
+                ignored_columns.push(name.to_owned());
             }
         }
         let target = target
@@ -180,10 +197,17 @@ impl Samples {
             y.push(input.nonneg(&rec, target, "measured_ms", line)?);
         }
         let n = y.len();
+        if n == 0 {
+            return Err(invalid(
+                "line 2".into(),
+                "no samples after the header".into(),
+            ));
+        }
         Ok(Self {
             features: cols.iter().map(|c| c.1).collect(),
             x: Array2::from_shape_vec((n, cols.len()), rows).expect("row-major by construction"),
             measured_ms: Array1::from(y),
+            ignored_columns,
         })
     }
 
@@ -234,6 +258,7 @@ impl Samples {
             features: vec![Feature::One, Feature::Tokens],
             x: Array2::from_shape_vec((n, 2), rows).expect("row-major by construction"),
             measured_ms: Array1::from(y),
+            ignored_columns: Vec::new(),
         })
     }
 }
@@ -314,6 +339,7 @@ impl Samples {
             features: keep.iter().map(|&k| FEATURES[k]).collect(),
             x: Array2::from_shape_vec((n, keep.len()), x).expect("row-major by construction"),
             measured_ms: Array1::from(y),
+            ignored_columns: Vec::new(),
         })
     }
 }
@@ -388,6 +414,9 @@ pub struct FitReport {
     pub stats: FitStats,
     /// Features present in the samples but all-zero there, so not identifiable (theta 0).
     pub unidentified: Vec<Feature>,
+    /// Features whose column is (numerically) a linear combination of earlier ones in these
+    /// samples: how the time is split between them is not identified by the data.
+    pub collinear: Vec<Feature>,
 }
 
 /// Solves `min ||A x - b||` subject to `x >= 0` (Lawson-Hanson active set).
@@ -529,10 +558,43 @@ pub fn fit_nnls(samples: &Samples) -> Result<FitReport, FitError> {
             .collect::<Vec<_>>(),
     );
     let predicted = samples.x.dot(&theta_cols);
+    let stats = FitStats::compute(predicted.view(), samples.measured_ms.view());
+    if let Some(f) = samples
+        .features
+        .iter()
+        .find(|f| !theta_ms[**f as usize].is_finite())
+    {
+        return Err(FitError::NotFinite(format!(
+            "theta {} = {}",
+            f.name(),
+            theta_ms[*f as usize]
+        )));
+    }
+    if !stats.r2.is_finite() {
+        return Err(FitError::NotFinite(format!("R^2 = {}", stats.r2)));
+    }
+    // Gram-Schmidt on the normalised columns: a column with (almost) nothing left after
+    // projecting out the earlier ones is a combination of them.
+    let mut basis: Vec<Array1<f64>> = Vec::new();
+    let mut collinear = Vec::new();
+    for (k, &col) in used.iter().enumerate() {
+        let mut v = a.column(k).to_owned();
+        for b in &basis {
+            let proj = v.dot(b);
+            v.scaled_add(-proj, b);
+        }
+        let rest = v.dot(&v).sqrt();
+        if rest < 1e-9 {
+            collinear.push(samples.features[col]);
+        } else {
+            basis.push(v / rest);
+        }
+    }
     Ok(FitReport {
         theta_ms,
-        stats: FitStats::compute(predicted.view(), samples.measured_ms.view()),
+        stats,
         unidentified,
+        collinear,
     })
 }
 
@@ -540,6 +602,38 @@ pub fn fit_nnls(samples: &Samples) -> Result<FitReport, FitError> {
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn what_a_fit_cannot_use_or_identify_is_said_and_non_finite_fits_refused() {
+        let s = Samples::from_csv_str(
+            "one,tokens,bogus,decode_kv,measured_ms\n1,10,5,20,2\n1,20,5,40,3\n1,30,5,60,4\n",
+            "s.csv",
+        )
+        .unwrap();
+        assert_eq!(s.ignored_columns, ["bogus"]);
+        let r = fit_nnls(&s).unwrap();
+        assert_eq!(r.collinear, [Feature::DecodeKv]);
+        // Independent columns are not flagged.
+        let s = Samples::from_csv_str("one,tokens,measured_ms\n1,10,2\n1,20,3\n1,30,4\n", "s.csv")
+            .unwrap();
+        assert!(fit_nnls(&s).unwrap().collinear.is_empty());
+        let e = Samples::from_csv_str("one,tokens,measured_ms\n", "h.csv").unwrap_err();
+        assert!(
+            e.to_string().starts_with("h.csv: line 2: no samples"),
+            "{e}"
+        );
+        let e = Samples::from_csv_str("one,one,measured_ms\n1,1,2\n", "d.csv").unwrap_err();
+        assert!(
+            e.to_string().contains("\"one\" appears more than once"),
+            "{e}"
+        );
+        let s = Samples::from_csv_str(
+            "one,tokens,measured_ms\n1,1e300,1e300\n1,2e300,1.7e308\n1,3,4\n",
+            "n.csv",
+        )
+        .unwrap();
+        assert!(matches!(fit_nnls(&s), Err(FitError::NotFinite(_))));
+    }
 
     #[test]
     fn nnls_matches_a_known_solution() {
@@ -588,7 +682,8 @@ mod tests {
         );
         let s = Samples::from_csv_str("one,measured_ms\n1,3\n", "s.csv").unwrap();
         assert!(fit_nnls(&s).is_ok());
-        let s = Samples::from_csv_str("one,tokens,measured_ms\n", "s.csv").unwrap();
+        // Fewer samples than features with data.
+        let s = Samples::from_csv_str("one,tokens,measured_ms\n1,2,3\n", "s.csv").unwrap();
         assert!(matches!(fit_nnls(&s), Err(FitError::TooFewSamples { .. })));
     }
 

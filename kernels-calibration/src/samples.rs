@@ -260,6 +260,7 @@ pub fn fit_samples(samples: &[Sample]) -> Samples {
         features: Feature::ALL.to_vec(),
         x,
         measured_ms: Array1::from_iter(rows.iter().map(|s| s.measured_ms)),
+        ignored_columns: Vec::new(),
     }
 }
 

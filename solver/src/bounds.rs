@@ -104,7 +104,9 @@ impl Theta<'_> {
             + self.get(Feature::NPrefill)
     }
 
-    /// The least the entry producing `r`'s token after `k` generated ones costs (k >= 1).
+    /// The least the entry producing `r`'s token after `k` generated ones costs (k >= 1);
+    /// [`Self::later_tokens_work`] sums it in closed form, this is its test oracle.
+    #[cfg(test)]
     fn later_token_work(&self, r: &Request, k: u32) -> f64 {
         let known = f64::from(r.input_tokens) + f64::from(k);
         let (tokens, np) = (self.get(Feature::Tokens), self.get(Feature::NPrefill));
@@ -122,10 +124,82 @@ impl Theta<'_> {
 
     /// The least work of all `r`'s entries.
     fn request_work(&self, r: &Request) -> f64 {
-        self.first_token_work(r)
-            + (1..r.output_tokens)
-                .map(|k| self.later_token_work(r, k))
-                .sum::<f64>()
+        self.first_token_work(r) + self.later_tokens_work(r)
+    }
+
+    /// `sum_{k=1}^{O-1} later_token_work(r, k)` in closed form, so a hostile `O` (up to
+    /// 2^32 - 1) costs O(1): in `x = I + k` the three options are a line, a line and a
+    /// convex parabola, so their minimum changes branch only where two of them cross; on
+    /// each piece between crossings one option is the least and its sum over the integers
+    /// of the piece is a polynomial formula.
+    fn later_tokens_work(&self, r: &Request) -> f64 {
+        if r.output_tokens <= 1 {
+            return 0.0;
+        }
+        let (tokens, np) = (self.get(Feature::Tokens), self.get(Feature::NPrefill));
+        let (pa, pc) = (
+            self.get(Feature::PrefillAttn),
+            self.get(Feature::PrefillCtx),
+        );
+        // Each option as c0 + c1 x + c2 x^2.
+        let options = [
+            [
+                tokens + self.get(Feature::NDecode),
+                self.get(Feature::DecodeKv),
+                0.0,
+            ],
+            [tokens - pa - pc + np, 2.0 * pa + pc, 0.0],
+            [np, tokens, pa],
+        ];
+        let lo = f64::from(r.input_tokens) + 1.0;
+        let hi = f64::from(r.input_tokens) + f64::from(r.output_tokens) - 1.0;
+        // Crossings of each pair inside [lo, hi], as cut points between integers.
+        let mut cuts = vec![lo, hi + 1.0];
+        for a in 0..3 {
+            for b in a + 1..3 {
+                let d = [
+                    options[a][0] - options[b][0],
+                    options[a][1] - options[b][1],
+                    options[a][2] - options[b][2],
+                ];
+                for x in real_roots(d) {
+                    let x = x.floor() + 1.0;
+                    if x > lo && x <= hi {
+                        cuts.push(x);
+                    }
+                }
+            }
+        }
+        cuts.sort_by(f64::total_cmp);
+        cuts.dedup();
+        let eval = |o: &[f64; 3], x: f64| o[0] + o[1] * x + o[2] * x * x;
+        let sum_pow = |p: u32, n: f64| match p {
+            // sum_{x=1}^{n} x^p
+            0 => n,
+            1 => n * (n + 1.0) / 2.0,
+            _ => n * (n + 1.0) * (2.0 * n + 1.0) / 6.0,
+        };
+        let mut total = 0.0;
+        for w in cuts.windows(2) {
+            let (from, to) = (w[0], w[1] - 1.0); // integers from..=to
+            if to < from {
+                continue;
+            }
+            // The least option on this piece: compare at its ends (no crossing inside).
+            let best = options
+                .iter()
+                .min_by(|p, q| {
+                    (eval(p, from) + eval(p, to)).total_cmp(&(eval(q, from) + eval(q, to)))
+                })
+                .expect("three options");
+            for (p, c) in best.iter().enumerate() {
+                if *c != 0.0 {
+                    let p = p as u32;
+                    total += c * (sum_pow(p, to) - sum_pow(p, from - 1.0));
+                }
+            }
+        }
+        total
     }
 
     /// The least time from `r`'s arrival to its first token: one batch.
@@ -136,10 +210,24 @@ impl Theta<'_> {
     /// The least time from `r`'s arrival to its last token: its `O` batches in a row.
     fn own_time(&self, r: &Request) -> f64 {
         self.own_first_token_time(r)
-            + (1..r.output_tokens)
-                .map(|k| self.batch_bias() + self.later_token_work(r, k))
-                .sum::<f64>()
+            + f64::from(r.output_tokens - 1) * self.batch_bias()
+            + self.later_tokens_work(r)
     }
+}
+
+/// The real roots of `d[0] + d[1] x + d[2] x^2` (none for an identically zero or
+/// constant polynomial).
+fn real_roots(d: [f64; 3]) -> Vec<f64> {
+    let [c, b, a] = d;
+    if a == 0.0 {
+        return if b == 0.0 { vec![] } else { vec![-c / b] };
+    }
+    let disc = b * b - 4.0 * a * c;
+    if disc < 0.0 {
+        return vec![];
+    }
+    let s = disc.sqrt();
+    vec![(-b - s) / (2.0 * a), (-b + s) / (2.0 * a)]
 }
 
 /// The least number of token-processing batches any valid schedule has, and how many of
@@ -405,6 +493,43 @@ mod tests {
             makespan.value_s >= 0.8 * best_makespan,
             "{makespan:?} vs {best_makespan}"
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_closed_form_sum_of_later_tokens_equals_the_loop(
+            i in 1u32..3000,
+            o in 1u32..400,
+            theta in proptest::collection::vec(0.0f64..1e-3, 9),
+            zeros in proptest::collection::vec(proptest::bool::ANY, 9),
+        ) {
+            let mut c = cost();
+            for k in 0..9 {
+                c.theta_s[k] = if zeros[k] { 0.0 } else { theta[k] };
+            }
+            let t = Theta(&c);
+            let r = Request { input_tokens: i, output_tokens: o, arrival_s: 0.0 };
+            let looped: f64 = (1..o).map(|k| t.later_token_work(&r, k)).sum();
+            let closed = t.later_tokens_work(&r);
+            proptest::prop_assert!(
+                (looped - closed).abs() <= 1e-9 * looped.abs().max(1e-12),
+                "loop {looped} closed {closed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hostile_output_length_costs_no_loop() {
+        let r = Request {
+            input_tokens: 1,
+            output_tokens: u32::MAX,
+            arrival_s: 0.0,
+        };
+        let c = cost();
+        let t = Theta(&c);
+        // Returns at once (a loop would take seconds) with a finite, positive work.
+        let w = t.request_work(&r);
+        assert!(w.is_finite() && w > 0.0);
     }
 
     #[test]
