@@ -37,6 +37,7 @@ pub use infersched_workload as workload;
 
 pub mod calibration;
 pub mod compare;
+pub mod interrupt;
 pub mod output;
 pub mod report;
 pub mod sweep;

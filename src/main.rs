@@ -768,7 +768,25 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         log: a.log,
         ..a.milp.options()?
     };
-    let report = solver::solve(&w, &limits, &cost, objective, &options)?;
+    // An interrupt writes the best schedule the solver holds by then (not proven optimal).
+    let options = SolveOptions {
+        observer: Some(infersched::solver::progress::Observer::new(
+            infersched::interrupt::SolveInterruptSaver {
+                out: a.out.clone(),
+                workload: w.clone(),
+                limits,
+                cost: cost.clone(),
+                progress: options
+                    .observer
+                    .is_some()
+                    .then(infersched::solver::progress::StderrProgress::default),
+            },
+        )),
+        ..options
+    };
+    let report = solver::solve(&w, &limits, &cost, objective, &options);
+    infersched::interrupt::clear();
+    let report = report?;
     let r = replay(&w, &limits, &cost, &report.schedule)
         .context("internal error: the replay rejects the solver's schedule")?;
     let summary = Summary::from_replay(&r);
@@ -1497,6 +1515,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    infersched::interrupt::install_handler();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Simulate(a) => cmd_simulate(a),

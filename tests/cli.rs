@@ -1131,3 +1131,93 @@ fn messages_name_the_cause_once_and_refuse_a_short_max_model_len() {
     }
     assert!(!out.exists());
 }
+
+#[cfg(unix)]
+#[test]
+fn an_interrupted_solve_writes_its_best_schedule_and_no_temporary_files() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("a32.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "32",
+        "--input",
+        "fixed:16",
+        "--output",
+        "fixed:8",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let out = dir.path().join("solve");
+    // Family (a) with a token budget: the MILP runs to its time limit.
+    let mut child = bin()
+        .args([
+            "solve",
+            "--workload",
+            w.to_str().unwrap(),
+            "--token-budget",
+            "64",
+            "--kv-capacity",
+            "92",
+            "--time-limit",
+            "120",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .current_dir(root())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // HiGHS's log file appears once the warm start is held and the MILP starts.
+    let log_prefix = format!("infersched-highs-{}-", child.id());
+    let started = Instant::now();
+    while !std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(&log_prefix))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the MILP never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted") && err.contains("not proven optimal"),
+        "{err}"
+    );
+    // The written schedule is valid for the problem, and nothing temporary is left.
+    let replayed = dir.path().join("replayed");
+    let o = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedule",
+        out.join("schedule.json").to_str().unwrap(),
+        "--token-budget",
+        "64",
+        "--kv-capacity",
+        "92",
+        "--out",
+        replayed.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    assert!(names.contains(&"summary.json".to_string()), "{names:?}");
+}

@@ -42,8 +42,10 @@ where
         _ => Path::new("."),
     };
     fs::create_dir_all(dir)?;
+    remove_stale_temp_files(dir);
     let mut builder = tempfile::Builder::new();
-    builder.prefix(".infersched-").suffix(".tmp");
+    let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+    builder.prefix(&prefix).suffix(TEMP_SUFFIX);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -51,6 +53,7 @@ where
         builder.permissions(fs::Permissions::from_mode(0o666));
     }
     let mut tmp = builder.tempfile_in(dir)?;
+    let _registered = InFlight::register(tmp.path());
     if let Ok(existing) = fs::metadata(path) {
         fs::set_permissions(tmp.path(), existing.permissions())?;
     }
@@ -62,6 +65,74 @@ where
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Temporary files are named `.infersched-<pid>-<random>.tmp`.
+const TEMP_PREFIX: &str = ".infersched-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// The temporary files this process is writing now, for [`remove_in_flight_temp_files`].
+static IN_FLIGHT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers a temporary file while it is being written; unregisters on drop.
+struct InFlight(std::path::PathBuf);
+
+impl InFlight {
+    fn register(path: &Path) -> Self {
+        if let Ok(mut v) = IN_FLIGHT.lock() {
+            v.push(path.to_owned());
+        }
+        Self(path.to_owned())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut v) = IN_FLIGHT.lock() {
+            v.retain(|p| p != &self.0);
+        }
+    }
+}
+
+/// Removes the temporary files this process is writing now: for an interrupt handler that
+/// is about to exit without running destructors. Returns how many were removed.
+pub fn remove_in_flight_temp_files() -> usize {
+    in_flight_temp_files()
+        .iter()
+        .filter(|p| fs::remove_file(p).is_ok())
+        .count()
+}
+
+/// The temporary files this process is writing now.
+fn in_flight_temp_files() -> Vec<std::path::PathBuf> {
+    IN_FLIGHT.try_lock().map(|v| v.clone()).unwrap_or_default()
+}
+
+/// Removes temporary files in `dir` left by processes that no longer run (killed before
+/// they could clean up). Files of running processes are left alone. Best effort: errors
+/// are ignored. On systems without `/proc` nothing is removed.
+pub fn remove_stale_temp_files(dir: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(pid) = name
+            .strip_prefix(TEMP_PREFIX)
+            .filter(|_| name.ends_with(TEMP_SUFFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The file a symbolic link points to (following chains), whether or not it exists yet.
@@ -160,6 +231,44 @@ mod tests {
         let to_sock = dir.path().join("to-sock");
         std::os::unix::fs::symlink(&sock, &to_sock).unwrap();
         assert!(write_bytes_atomic(&to_sock, b"x").is_err());
+    }
+
+    #[test]
+    fn temp_files_of_dead_processes_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // pid 4294967 is above Linux's pid_max (4194304): never running.
+        let dead = dir.path().join(".infersched-4294967-abc.tmp");
+        let live = dir
+            .path()
+            .join(format!(".infersched-{}-abc.tmp", std::process::id()));
+        let other = dir.path().join(".infersched-notapid.tmp");
+        for p in [&dead, &live, &other] {
+            fs::write(p, b"x").unwrap();
+        }
+        write_bytes_atomic(&dir.path().join("out.txt"), b"ok").unwrap();
+        if Path::new("/proc/self").exists() {
+            assert!(!dead.exists());
+        }
+        assert!(live.exists() && other.exists());
+        // While a write is in flight its temporary file is known (other tests' writes may
+        // be in flight too: only this directory's is touched), and once it is removed the
+        // write fails cleanly.
+        let target = dir.path().join("slow.txt");
+        write_atomic(&target, |_| {
+            let mine: Vec<_> = in_flight_temp_files()
+                .into_iter()
+                .filter(|p| p.starts_with(dir.path()))
+                .collect();
+            assert_eq!(mine.len(), 1);
+            fs::remove_file(&mine[0])
+        })
+        .unwrap_err();
+        assert!(!target.exists());
+        assert!(
+            in_flight_temp_files()
+                .iter()
+                .all(|p| !p.starts_with(dir.path()))
+        );
     }
 
     #[test]

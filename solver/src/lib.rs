@@ -191,6 +191,9 @@ pub fn solve(
     } else {
         None
     };
+    if let (Some(observer), Some(best)) = (&options.observer, &warm) {
+        observer.0.incumbent(&best.name, &best.schedule);
+    }
     if graph_bytes > options.memory_limit_bytes {
         let note = format!(
             "no exact model: the requests' state graphs alone would take about {} MiB, over the memory limit of {} MiB",

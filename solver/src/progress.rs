@@ -82,6 +82,9 @@ pub trait SolveObserver: Send + Sync {
     fn progress(&self, p: &Progress);
     /// The solver stopped (called once, after the last `progress`).
     fn finished(&self) {}
+    /// A valid schedule the solver holds before its exact methods run (the best of the
+    /// heuristic portfolio, by `source`): what an interrupted solve can still deliver.
+    fn incumbent(&self, _source: &str, _schedule: &infersched_core::Schedule) {}
 }
 
 /// A shared observer, as [`crate::SolveOptions`] holds it (equal when it is the same one).
