@@ -1153,7 +1153,7 @@ fn an_interrupted_solve_writes_its_best_schedule_and_no_temporary_files() {
     assert!(o.status.success());
     let out = dir.path().join("solve");
     // Family (a) with a token budget: the MILP runs to its time limit.
-    let mut child = bin()
+    let child = bin()
         .args([
             "solve",
             "--workload",
