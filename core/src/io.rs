@@ -67,6 +67,16 @@ where
     Ok(())
 }
 
+/// `s` cut to 80 characters for an error message, with its length when cut: a 200 MB
+/// field is never echoed whole.
+pub fn excerpt(s: &str) -> String {
+    const MAX: usize = 80;
+    match s.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
+        None => s.to_owned(),
+    }
+}
+
 /// Temporary files are named `.infersched-<pid>-<random>.tmp`.
 const TEMP_PREFIX: &str = ".infersched-";
 const TEMP_SUFFIX: &str = ".tmp";
@@ -268,6 +278,26 @@ mod tests {
             in_flight_temp_files()
                 .iter()
                 .all(|p| !p.starts_with(dir.path()))
+        );
+    }
+
+    #[test]
+    fn excerpts_are_bounded() {
+        assert_eq!(excerpt("short"), "short");
+        let long = "é".repeat(1000);
+        let e = excerpt(&long);
+        assert!(
+            e.starts_with(&"é".repeat(80)) && e.ends_with("... (2000 bytes)"),
+            "{e}"
+        );
+        // Through a reader: a huge request id in a schedule CSV.
+        let text = format!("batch,request,tokens\n0,{},1\n", "7".repeat(100_000));
+        let err = crate::Schedule::from_csv_str(&text, Path::new("s.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.len() < 300 && err.contains("from 0 to 4294967295"),
+            "{err}"
         );
     }
 

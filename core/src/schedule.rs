@@ -201,7 +201,10 @@ impl Schedule {
         if repr.format != SCHEDULE_FORMAT {
             return Err(invalid(
                 "format".into(),
-                format!("expected \"{SCHEDULE_FORMAT}\", got \"{}\"", repr.format),
+                format!(
+                    "expected \"{SCHEDULE_FORMAT}\", got \"{}\"",
+                    crate::io::excerpt(&repr.format)
+                ),
             ));
         }
         let mut batches = Vec::with_capacity(repr.batches.len());
@@ -270,7 +273,10 @@ impl Schedule {
         if header != "batch,request,tokens" {
             return Err(invalid(
                 "line 1".into(),
-                format!("expected the header \"batch,request,tokens\", got \"{header}\""),
+                format!(
+                    "expected the header \"batch,request,tokens\", got \"{}\"",
+                    crate::io::excerpt(&header)
+                ),
             ));
         }
         let line_count = text.lines().count();
@@ -294,13 +300,20 @@ impl Schedule {
             let batch: usize = fields[0].parse().map_err(|_| {
                 invalid(
                     format!("line {lineno}, column batch"),
-                    format!("expected a batch index >= 0, got \"{}\"", fields[0]),
+                    format!(
+                        "expected a batch index >= 0, got \"{}\"",
+                        crate::io::excerpt(fields[0])
+                    ),
                 )
             })?;
             let request: u32 = fields[1].parse().map_err(|_| {
                 invalid(
                     format!("line {lineno}, column request"),
-                    format!("expected a request id >= 0, got \"{}\"", fields[1]),
+                    format!(
+                        "expected a request id from 0 to {}, got \"{}\"",
+                        u32::MAX,
+                        crate::io::excerpt(fields[1])
+                    ),
                 )
             })?;
             let action = if fields[2] == "evict" {
@@ -309,7 +322,11 @@ impl Schedule {
                 Action::Process(fields[2].parse().map_err(|_| {
                     invalid(
                         format!("line {lineno}, column tokens"),
-                        format!("expected a token count or \"evict\", got \"{}\"", fields[2]),
+                        format!(
+                            "expected a token count from 1 to {} or \"evict\", got \"{}\"",
+                            u32::MAX,
+                            crate::io::excerpt(fields[2])
+                        ),
                     )
                 })?)
             };

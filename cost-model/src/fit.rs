@@ -141,7 +141,10 @@ impl CsvInput<'_> {
             .ok_or_else(|| {
                 self.invalid(
                     format!("line {line}, column {name}"),
-                    format!("expected a finite number >= 0, got \"{s}\""),
+                    format!(
+                        "expected a finite number >= 0, got \"{}\"",
+                        infersched_core::io::excerpt(s)
+                    ),
                 )
             })
     }
@@ -308,7 +311,10 @@ impl Samples {
                 _ => {
                     return Err(invalid(
                         format!("line {line}, column is_prefill"),
-                        format!("expected True or False, got \"{flag}\""),
+                        format!(
+                            "expected True or False, got \"{}\"",
+                            infersched_core::io::excerpt(flag)
+                        ),
                     ));
                 }
             };

@@ -607,15 +607,37 @@ fn configure_highs(
 /// Builds the arc-flow MILP, solves it with HiGHS from the warm start, replays its
 /// schedule and reports it with the better of HiGHS's and the combinatorial bound. Past
 /// the arc-variable limit, the best heuristic schedule with the combinatorial bound.
+/// The least time worth giving HiGHS, in seconds: with less left the MILP is not run.
+const MIN_HIGHS_S: f64 = 0.5;
+
 pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, SolveError> {
     let (w, limits, cost, objective, options) = (p.w, p.limits, p.cost, p.objective, p.options);
     let class = options.constraints;
     let combinatorial = p.combinatorial;
     let reqs = w.requests();
     let n = reqs.len();
-    // Whatever came before (the portfolio, the counting search) comes off the time limit.
-    let time_limit_s = (options.time_limit_s - p.started.elapsed().as_secs_f64()).max(1.0);
     let t_build = Instant::now();
+    // Whatever came before (the portfolio, the counting search) and the model's build come
+    // off the time limit: past it the best heuristic is returned with the bound.
+    let out_of_time = |stage: &str| -> Option<Result<SolveReport, SolveError>> {
+        let used = p.started.elapsed().as_secs_f64();
+        (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
+            heuristic_with_bound(
+                w,
+                limits,
+                cost,
+                objective,
+                class,
+                p.warm.clone(),
+                combinatorial,
+                format!(
+                    "no MILP run: {stage} used {used:.1} s of the {:.1} s time limit",
+                    options.time_limit_s
+                ),
+                t_build,
+            )
+        })
+    };
     let (min_batches, min_prefill_batches) = bounds::min_batches(w, limits);
     let (horizon, proven) = horizon(&p, min_prefill_batches)?;
 
@@ -657,6 +679,11 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         model.fcfs_admission(w);
     }
     for j in 0..horizon {
+        if j % 16 == 0
+            && let Some(answer) = out_of_time("building the model")
+        {
+            return answer;
+        }
         let sums = model.slot_sums(j);
         model.activity_and_flags(j, &sums);
         model.release_dates(j, &sums);
@@ -696,6 +723,10 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         problem.add_constraint(r);
     }
     let mut hmodel = problem.into_inner();
+    if let Some(answer) = out_of_time("building the model") {
+        return answer;
+    }
+    let time_limit_s = options.time_limit_s - p.started.elapsed().as_secs_f64();
     let watcher = configure_highs(&mut hmodel, options, time_limit_s);
 
     // Warm start: the heuristic schedule as arc choices.

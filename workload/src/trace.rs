@@ -112,7 +112,7 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
                     format!(
                         "expected a whole number of tokens from 1 to {}, got \"{}\"",
                         u32::MAX,
-                        quoted(s)
+                        infersched_core::io::excerpt(s)
                     ),
                 )),
             }
@@ -130,7 +130,7 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
                             format!("line {line}, column arrived_at"),
                             format!(
                                 "expected a time in seconds from 0 to {MAX_ARRIVAL_S:e} (beyond it batch times added to it lose their resolution), got \"{}\"",
-                                quoted(s)
+                                infersched_core::io::excerpt(s)
                             ),
                         ));
                     }
@@ -147,15 +147,6 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         path: path.to_owned(),
         source,
     })
-}
-
-/// `s` cut to 80 characters for an error message (a 200 MB field is not echoed whole).
-fn quoted(s: &str) -> String {
-    const MAX: usize = 80;
-    match s.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
-        None => s.to_owned(),
-    }
 }
 
 /// Writes a workload as trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`).
