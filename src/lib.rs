@@ -40,4 +40,5 @@ pub mod compare;
 pub mod interrupt;
 pub mod output;
 pub mod report;
+pub mod resources;
 pub mod sweep;

@@ -362,6 +362,11 @@ struct SimulateArgs {
     cost_model: String,
     #[command(flatten)]
     knobs: KnobArgs,
+    /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
+    /// schedulers run one at a time when together they would not fit [default: the memory
+    /// available].
+    #[arg(long)]
+    memory_limit: Option<f64>,
     /// Output directory (with several schedulers, one subdirectory each).
     #[arg(long)]
     out: PathBuf,
@@ -673,32 +678,79 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         long_prefill_token_threshold: k.long_prefill_token_threshold,
     };
     let several = kinds.len() > 1;
-    let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = kinds
-        .par_iter()
-        .map(|kind| -> Result<_> {
-            let sim = kind.simulate(&w, &knobs, &cost)?;
-            let r = replay(&w, &sim.limits, &cost, &sim.schedule).with_context(|| {
-                format!(
-                    "internal error: the replay rejects {}'s schedule",
-                    kind.name()
-                )
-            })?;
-            let summary = Summary::from_replay(&r);
-            let dir = if several {
-                a.out.join(kind.name())
-            } else {
-                a.out.clone()
-            };
-            let schedule_path = dir.join("schedule.json");
-            sim.schedule.write(&schedule_path)?;
-            let mut paths = vec![schedule_path];
-            paths.extend(
-                infersched::output::write_replay_outputs(&dir, &r, &summary)
-                    .with_context(|| format!("writing results to {}", dir.display()))?,
-            );
-            Ok((summary, paths, sim.limits))
-        })
+    // Memory: each simulation holds its whole schedule; estimate before running any.
+    let needs: Vec<u64> = kinds
+        .iter()
+        .map(|k| infersched::schedulers::estimated_peak_bytes(&w, &k.limits(&knobs, &w)))
         .collect();
+    let mut jobs = kinds.len();
+    let budget = match a.memory_limit {
+        Some(g) if g.is_finite() && g > 0.0 && g <= 1e6 => Some((g * (1u64 << 30) as f64) as u64),
+        Some(g) => bail!("--memory-limit: expected GiB > 0 and at most 1e6, got {g}"),
+        None => infersched::resources::available_memory_bytes(),
+    };
+    if let Some(available) = budget {
+        use infersched::resources::gib;
+        if let Some((k, need)) = kinds.iter().zip(&needs).find(|(_, n)| **n > available) {
+            bail!(
+                "simulating {} on {} requests needs about {:.3} GiB (its schedule and replay) and {:.3} GiB is available; simulate a sample (workload sample) or raise --memory-limit",
+                k.name(),
+                w.len(),
+                gib(*need),
+                gib(available)
+            );
+        }
+        let total: u64 = needs.iter().sum();
+        if several && total > available {
+            // Largest first, as many at once as fit.
+            let mut sorted = needs.clone();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sum = 0;
+            jobs = sorted
+                .iter()
+                .take_while(|n| {
+                    sum += **n;
+                    sum <= available
+                })
+                .count()
+                .max(1);
+            eprintln!(
+                "note: the {} schedulers together need about {:.3} GiB and {:.3} GiB is available: running {jobs} at a time",
+                kinds.len(),
+                gib(total),
+                gib(available)
+            );
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
+    let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = pool.install(|| {
+        kinds
+            .par_iter()
+            .map(|kind| -> Result<_> {
+                let sim = kind.simulate(&w, &knobs, &cost)?;
+                let r = replay(&w, &sim.limits, &cost, &sim.schedule).with_context(|| {
+                    format!(
+                        "internal error: the replay rejects {}'s schedule",
+                        kind.name()
+                    )
+                })?;
+                let summary = Summary::from_replay(&r);
+                let dir = if several {
+                    a.out.join(kind.name())
+                } else {
+                    a.out.clone()
+                };
+                let schedule_path = dir.join("schedule.json");
+                sim.schedule.write(&schedule_path)?;
+                let mut paths = vec![schedule_path];
+                paths.extend(
+                    infersched::output::write_replay_outputs(&dir, &r, &summary)
+                        .with_context(|| format!("writing results to {}", dir.display()))?,
+                );
+                Ok((summary, paths, sim.limits))
+            })
+            .collect()
+    });
     outln!(
         "{} requests from {}, cost model {}",
         w.len(),

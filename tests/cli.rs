@@ -1221,3 +1221,57 @@ fn an_interrupted_solve_writes_its_best_schedule_and_no_temporary_files() {
     assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
     assert!(names.contains(&"summary.json".to_string()), "{names:?}");
 }
+
+#[test]
+fn simulate_estimates_memory_first_and_runs_schedulers_one_at_a_time_when_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "2000",
+        "--input",
+        "uniform:16:512",
+        "--output",
+        "uniform:16:256",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let sim = |limit: &str, schedulers: &str, out: &str| {
+        run(&[
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            schedulers,
+            "--memory-limit",
+            limit,
+            "--out",
+            dir.path().join(out).to_str().unwrap(),
+        ])
+    };
+    // About 2,000 x 136 entries x 48 bytes = 13 MB per scheduler.
+    let o = sim("0.001", "vllm", "tiny");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("simulating vllm on 2000 requests needs about"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("tiny").exists());
+    // Room for one at a time, not three at once: still all three, and said so.
+    let o = sim("0.02", "vllm,sarathi,orca", "seq");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("running 1 at a time"), "{}", stderr(&o));
+    for s in ["vllm", "sarathi", "orca"] {
+        assert!(
+            dir.path()
+                .join("seq")
+                .join(s)
+                .join("summary.json")
+                .is_file()
+        );
+    }
+}
