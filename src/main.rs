@@ -955,11 +955,28 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let contenders = Contender::parse_list(&a.schedulers)
         .map_err(anyhow::Error::msg)
         .context("--schedulers")?;
+    let solve = a.milp.options()?;
+    // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
+    let solve = SolveOptions {
+        observer: Some(infersched::solver::progress::Observer::new(
+            infersched::interrupt::SolveInterruptSaver {
+                out: a.out.join("optimal"),
+                workload: w.clone(),
+                limits,
+                cost: cost.clone(),
+                progress: solve
+                    .observer
+                    .is_some()
+                    .then(infersched::solver::progress::StderrProgress::default),
+            },
+        )),
+        ..solve
+    };
     let spec = CompareSpec {
         contenders,
         objective,
         limits,
-        solve: a.milp.options()?,
+        solve,
     };
     let setting = Setting {
         workload: a.workload.display().to_string(),
@@ -977,6 +994,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         a.objective
     );
     let c = compare::run(&w, &cost, &spec);
+    infersched::interrupt::clear();
     infersched::report::write_comparison(&a.out, &w, &setting, &c)
         .with_context(|| format!("writing the comparison to {}", a.out.display()))?;
     let rows = c.rows();

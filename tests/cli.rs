@@ -1275,3 +1275,38 @@ fn simulate_estimates_memory_first_and_runs_schedulers_one_at_a_time_when_needed
         );
     }
 }
+
+#[test]
+fn a_grid_over_100000_runs_needs_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ms = (1..=400)
+        .map(|v| (v * 10).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let seeds = (0..300)
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let spec = dir.path().join("big.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"big\"\n[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [{ms}]\nseed = [{seeds}]\nschedulers = [\"vllm\"]\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("o");
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("the grid has 120000 runs; pass --yes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}

@@ -314,6 +314,24 @@ mod tests {
     }
 
     #[test]
+    fn tensor_parallel_degrees_vllm_would_reject_are_refused() {
+        // Llama-3-8B: 32 heads, 8 KV heads.
+        for (spec, expect) in [
+            ("roofline:a100:llama3-8b:tp4294967295", "does not divide"),
+            ("roofline:a100:llama3-8b:tp3", "does not divide"),
+            (
+                "roofline:a100:llama3-8b:tp99999999999",
+                "tpN with N from 1 to 32",
+            ),
+            ("roofline:a100:llama3-8b:tp0", "tpN with N from 1 to 32"),
+        ] {
+            let e = parse_roofline(spec).unwrap_err();
+            assert!(e.contains(expect), "{spec}: {e}");
+        }
+        assert!(parse_roofline("roofline:a100:llama3-8b:tp16").is_ok());
+    }
+
+    #[test]
     fn bad_specs_say_what_is_expected() {
         assert!(parse_roofline("llama2-7b-a100").unwrap().is_none());
         for bad in [
