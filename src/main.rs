@@ -118,9 +118,12 @@ struct CompareArgs {
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = "llama2-7b-a100")]
     cost_model: String,
-    /// Limits shared by every scheduler (M defaults to the cost model's GPU at 90% memory).
+    /// Limits shared by every scheduler (M defaults to the cost model's GPU at --gpu-memory-utilization).
     #[command(flatten)]
     limits: LimitArgs,
+    /// Fraction of GPU memory for weights, activations and KV when M comes from the cost model's model and GPU (vLLM's --gpu-memory-utilization).
+    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    gpu_memory_utilization: f64,
     #[command(flatten)]
     milp: MilpArgs,
     /// Output directory.
@@ -236,8 +239,11 @@ struct LimitArgs {
     #[arg(long)]
     prefill_budget: Option<u64>,
     /// M: KV capacity in tokens [default: unlimited].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "num_gpu_blocks")]
     kv_capacity: Option<u64>,
+    /// vLLM's KV pool in blocks, its null block included: M = (N - 1) x --block-size.
+    #[arg(long)]
+    num_gpu_blocks: Option<u64>,
     /// R_max: requests holding KV [default: unlimited]. vLLM: --max-num-seqs.
     #[arg(long, visible_alias = "max-num-seqs")]
     max_running: Option<u64>,
@@ -251,10 +257,18 @@ struct LimitArgs {
 
 impl LimitArgs {
     fn limits(&self) -> Result<Limits> {
+        let kv_capacity = match self.num_gpu_blocks {
+            Some(n) => Some(kv_capacity_from_num_gpu_blocks(
+                n,
+                Some(self.block_size),
+                self.block_size,
+            )?),
+            None => self.kv_capacity,
+        };
         let l = Limits {
             token_budget: self.token_budget,
             prefill_budget: self.prefill_budget,
-            kv_capacity: self.kv_capacity,
+            kv_capacity,
             max_running: self.max_running,
             block_size: self.block_size,
             watermark: self.watermark,
@@ -945,7 +959,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     limits.kv_capacity = Some(kv_capacity_for(
         limits.kv_capacity,
         &cost,
-        cost_model::DEFAULT_GPU_MEMORY_UTILIZATION,
+        a.gpu_memory_utilization,
     )?);
     let objective: Objective = a
         .objective

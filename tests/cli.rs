@@ -1310,3 +1310,47 @@ fn a_grid_over_100000_runs_needs_yes() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn num_gpu_blocks_means_the_same_m_in_replay_and_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let (workload, schedule) = (example("tiny-workload.csv"), example("tiny-schedule.json"));
+    let replay_with = |name: &str, m: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "replay",
+            "--workload",
+            &workload,
+            "--schedule",
+            &schedule,
+            "--max-num-batched-tokens",
+            "128",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(m);
+        let o = run(&args);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        std::fs::read_to_string(out.join("summary.json")).unwrap()
+    };
+    // 197 blocks of 1 token, one of them vLLM's null block: M = 196.
+    let ours = replay_with("ours", &["--kv-capacity", "196"]);
+    let theirs = replay_with("theirs", &["--num-gpu-blocks", "197"]);
+    assert!(ours == theirs);
+    // One block fewer than the schedule needs (its peak is 196 tokens) is refused.
+    let out = dir.path().join("short");
+    let o = run(&[
+        "replay",
+        "--workload",
+        &example("tiny-workload.csv"),
+        "--schedule",
+        &example("tiny-schedule.json"),
+        "--token-budget",
+        "128",
+        "--num-gpu-blocks",
+        "196",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+}
