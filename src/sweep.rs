@@ -679,7 +679,18 @@ impl Sweep {
             p.objective.clone(),
             p.scheduler.clone(),
         ];
-        match self.measure(p) {
+        // A panic in one run (a dependency's included) is that run's error row, so the
+        // sweep goes on and `--resume` does not repeat it.
+        let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.measure(p)))
+            .unwrap_or_else(|payload| {
+                let what = payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or("no message");
+                Err(anyhow::anyhow!("internal error: this run panicked: {what}"))
+            });
+        match measured {
             Ok((status, objective, s, solve)) => {
                 rec.extend([
                     status,
