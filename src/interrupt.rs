@@ -72,6 +72,30 @@ pub struct SolveInterruptSaver {
     pub progress: Option<StderrProgress>,
 }
 
+impl SolveInterruptSaver {
+    /// `options` with this saver as its observer, keeping the progress line when
+    /// `options` had an observer (a terminal).
+    pub fn observing(
+        options: crate::solver::SolveOptions,
+        out: PathBuf,
+        workload: &Workload,
+        limits: Limits,
+        cost: &LinearCostModel,
+    ) -> crate::solver::SolveOptions {
+        let saver = Self {
+            out,
+            workload: workload.clone(),
+            limits,
+            cost: cost.clone(),
+            progress: options.observer.is_some().then(StderrProgress::default),
+        };
+        crate::solver::SolveOptions {
+            observer: Some(crate::solver::progress::Observer::new(saver)),
+            ..options
+        }
+    }
+}
+
 impl SolveObserver for SolveInterruptSaver {
     fn progress(&self, p: &Progress) {
         if let Some(show) = &self.progress {

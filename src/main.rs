@@ -258,11 +258,7 @@ struct LimitArgs {
 impl LimitArgs {
     fn limits(&self) -> Result<Limits> {
         let kv_capacity = match self.num_gpu_blocks {
-            Some(n) => Some(kv_capacity_from_num_gpu_blocks(
-                n,
-                Some(self.block_size),
-                self.block_size,
-            )?),
+            Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, self.block_size)?),
             None => self.kv_capacity,
         };
         let l = Limits {
@@ -344,20 +340,24 @@ impl KnobArgs {
     /// M from --kv-capacity, --num-gpu-blocks, or the cost model's model and GPU.
     fn kv_capacity(&self, cost: &LinearCostModel) -> Result<u64> {
         let flag = match self.num_gpu_blocks {
-            Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, self.block_size, 16)?),
+            // vLLM's default block size when none is given.
+            Some(n) => Some(kv_capacity_from_num_gpu_blocks(
+                n,
+                self.block_size.unwrap_or(16),
+            )?),
             None => self.kv_capacity,
         };
         kv_capacity_for(flag, cost, self.gpu_memory_utilization)
     }
 }
 
-/// M for vLLM's `--num-gpu-blocks N`: the pool less vLLM's null block, `(N - 1) x block`.
-/// `block` is the block-size flag, or `default_block` without one.
-fn kv_capacity_from_num_gpu_blocks(n: u64, block: Option<u32>, default_block: u32) -> Result<u64> {
+/// M for vLLM's `--num-gpu-blocks N` with blocks of `block` tokens: the pool less vLLM's
+/// null block, `(N - 1) x block`.
+fn kv_capacity_from_num_gpu_blocks(n: u64, block: u32) -> Result<u64> {
     if n < 2 {
         bail!("--num-gpu-blocks: expected at least 2 (vLLM keeps one as its null block), got {n}");
     }
-    let block = u64::from(block.unwrap_or(default_block));
+    let block = u64::from(block);
     (n - 1)
         .checked_mul(block)
         .with_context(|| format!("--num-gpu-blocks {n} x block size {block} overflows"))
@@ -835,21 +835,13 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         ..a.milp.options()?
     };
     // An interrupt writes the best schedule the solver holds by then (not proven optimal).
-    let options = SolveOptions {
-        observer: Some(infersched::solver::progress::Observer::new(
-            infersched::interrupt::SolveInterruptSaver {
-                out: a.out.clone(),
-                workload: w.clone(),
-                limits,
-                cost: cost.clone(),
-                progress: options
-                    .observer
-                    .is_some()
-                    .then(infersched::solver::progress::StderrProgress::default),
-            },
-        )),
-        ..options
-    };
+    let options = infersched::interrupt::SolveInterruptSaver::observing(
+        options,
+        a.out.clone(),
+        &w,
+        limits,
+        &cost,
+    );
     let report = solver::solve(&w, &limits, &cost, objective, &options);
     infersched::interrupt::clear();
     let report = report?;
@@ -969,23 +961,14 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let contenders = Contender::parse_list(&a.schedulers)
         .map_err(anyhow::Error::msg)
         .context("--schedulers")?;
-    let solve = a.milp.options()?;
     // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
-    let solve = SolveOptions {
-        observer: Some(infersched::solver::progress::Observer::new(
-            infersched::interrupt::SolveInterruptSaver {
-                out: a.out.join("optimal"),
-                workload: w.clone(),
-                limits,
-                cost: cost.clone(),
-                progress: solve
-                    .observer
-                    .is_some()
-                    .then(infersched::solver::progress::StderrProgress::default),
-            },
-        )),
-        ..solve
-    };
+    let solve = infersched::interrupt::SolveInterruptSaver::observing(
+        a.milp.options()?,
+        a.out.join("optimal"),
+        &w,
+        limits,
+        &cost,
+    );
     let spec = CompareSpec {
         contenders,
         objective,

@@ -120,16 +120,31 @@ fn choose_victim(sim: &Simulator<'_>, needy: u32, rule: Victim) -> u32 {
 }
 
 /// Gives `c` tokens to running request `i`, preempting victims while its allocation
-/// cannot grow. Returns whether anyone was preempted.
-fn grow_or_preempt(sim: &mut Simulator<'_>, i: u32, c: u64, rule: Victim) -> bool {
+/// cannot grow or fewer than `spare_blocks` blocks are free. Returns whether anyone was
+/// preempted. The spare blocks are only asked for while someone else can be preempted:
+/// a request that would have to preempt itself although its growth fits proceeds (vLLM
+/// v0 would preempt and readmit it forever).
+fn grow_or_preempt(
+    sim: &mut Simulator<'_>,
+    i: u32,
+    c: u64,
+    rule: Victim,
+    spare_blocks: u64,
+) -> bool {
     let mut preempted = false;
     loop {
         let target = sim.held(i) + c;
-        if sim.extra_blocks(i, target) <= sim.free_blocks() {
+        let free = sim.free_blocks();
+        let fits = sim.extra_blocks(i, target) <= free;
+        if fits && free >= spare_blocks {
             sim.process(i, c, target);
             return preempted;
         }
         let v = choose_victim(sim, i, rule);
+        if fits && v == i {
+            sim.process(i, c, target);
+            return preempted;
+        }
         sim.evict(v);
         preempted = true;
         if v == i {
@@ -155,20 +170,7 @@ fn decode_all_v0(sim: &mut Simulator<'_>, order: &[u32], o: PolicyOptions) -> bo
         if sim.scheduled(i) || !sim.running().contains(&i) || !sim.is_decode_ready(i) {
             continue;
         }
-        loop {
-            let target = sim.held(i) + 1;
-            let free = sim.free_blocks();
-            if free >= spare_block && sim.extra_blocks(i, target) <= free {
-                sim.process(i, 1, target);
-                break;
-            }
-            let v = choose_victim(sim, i, o.victim);
-            sim.evict(v);
-            preempted = true;
-            if v == i {
-                break;
-            }
-        }
+        preempted |= grow_or_preempt(sim, i, 1, o.victim, spare_block);
     }
     preempted
 }
@@ -409,7 +411,7 @@ impl Policy for VllmV1 {
             if c == 0 {
                 continue;
             }
-            preempted |= grow_or_preempt(sim, i, c, o.victim);
+            preempted |= grow_or_preempt(sim, i, c, o.victim, 0);
         }
         if !preempted {
             admit_v1(sim, o, per_request_cap);
@@ -668,7 +670,7 @@ impl Policy for Mcsf {
             if sim.extra_blocks(i, target) <= sim.free_blocks() {
                 sim.process(i, c, target);
             } else {
-                grow_or_preempt(sim, i, c, o.victim);
+                grow_or_preempt(sim, i, c, o.victim, 0);
             }
         }
         self.sync_queue(sim);

@@ -91,6 +91,13 @@ fn vllm_v0_needs_a_free_block_before_every_decode() {
     // Sarathi-Serve runs on the same block manager.
     let got = run("sarathi", &w, &knobs(Some(64), 32, 16));
     assert_eq!(got[1], "1:evict 0:1");
+    // Alone, a request whose blocks fill M decodes into its last block's room instead of
+    // preempting itself forever (found by the property test: I = 21, O = 11, M = 32 in
+    // blocks of 4; its refill of 30 tokens takes all 8 blocks).
+    let w = workload(&[(21, 11, 0.0)]);
+    let got = run("vllm", &w, &knobs(Some(64), 32, 4));
+    assert_eq!(got.len(), 11);
+    assert!(got.iter().all(|b| !b.contains("evict")), "{got:?}");
 }
 
 #[test]
