@@ -683,12 +683,10 @@ impl Sweep {
         // sweep goes on and `--resume` does not repeat it.
         let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.measure(p)))
             .unwrap_or_else(|payload| {
-                let what = payload
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| payload.downcast_ref::<&str>().copied())
-                    .unwrap_or("no message");
-                Err(anyhow::anyhow!("internal error: this run panicked: {what}"))
+                Err(anyhow::anyhow!(
+                    "internal error: this run panicked: {}",
+                    crate::solver::panic_message(payload.as_ref())
+                ))
             });
         match measured {
             Ok((status, objective, s, solve)) => {

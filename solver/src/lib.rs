@@ -238,13 +238,20 @@ pub fn solve(
         arcflow::solve_arc_flow(problem)
     }))
     .unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic without a message");
-        Err(SolveError::Highs(format!("the MILP failed: {what}")))
+        Err(SolveError::Highs(format!(
+            "the MILP failed: {}",
+            panic_message(payload.as_ref())
+        )))
     })
+}
+
+/// The message of a caught panic (`std::panic::catch_unwind`'s payload).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message")
 }
 
 /// The largest arrival time, in seconds, the solver takes (about 31.7 years): beyond it the
