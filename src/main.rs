@@ -151,6 +151,11 @@ struct MilpArgs {
     /// past it the best heuristic schedule is returned with a combinatorial bound.
     #[arg(long, default_value_t = 4.0)]
     memory_limit: f64,
+    /// Schedules the priority-list search may try (simulated and replayed) to improve the
+    /// best heuristic schedule, the warm start and the answer where no exact model fits;
+    /// 0 turns it off. It also stops at half the time limit.
+    #[arg(long, default_value_t = SolveOptions::default().list_search_evaluations)]
+    list_search_tries: usize,
 }
 
 impl MilpArgs {
@@ -187,6 +192,7 @@ impl MilpArgs {
             } else {
                 SolveOptions::default().max_search_states
             },
+            list_search_evaluations: self.list_search_tries,
             ..SolveOptions::default()
         })
     }

@@ -695,6 +695,32 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
         r["warm_start"]
     );
     assert!((r["replayed_objective"].as_f64().unwrap() - obj).abs() < 1e-12);
+    // Without the priority-list search the warm start is orca's own schedule.
+    let plain = dir.path().join("plain");
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--kv-capacity",
+        "6",
+        "--token-budget",
+        "5",
+        "--warm-start-from",
+        "orca",
+        "--list-search-tries",
+        "0",
+        "--out",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(plain.join("solve.json")).unwrap()).unwrap();
+    let name = p["warm_start"]["heuristic"].as_str().unwrap();
+    assert!(
+        name.starts_with("orca") && !name.contains("priority-list"),
+        "{name}"
+    );
+    assert!((p["replayed_objective"].as_f64().unwrap() - obj).abs() < 1e-12);
     let o = run(&[
         "solve",
         "--workload",

@@ -80,6 +80,12 @@ impl BoundArgument {
     }
 }
 
+/// The least total cost of `r`'s entries under `cost` (seconds): its prompt's and its
+/// later tokens' minimum work, without any batch's bias.
+pub(crate) fn request_min_work(cost: &LinearCostModel, r: &Request) -> f64 {
+    Theta(cost).request_work(r)
+}
+
 /// Per-feature coefficients in seconds.
 struct Theta<'a>(&'a LinearCostModel);
 

@@ -35,6 +35,7 @@ mod classes;
 mod counting;
 pub mod dominance;
 pub mod graph;
+pub mod list_search;
 mod options;
 mod portfolio;
 pub mod progress;
@@ -48,7 +49,7 @@ pub use report::{
 use graph::StateGraph;
 use infersched_core::{Limits, Workload};
 use infersched_cost_model::LinearCostModel;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A solve, set up step by step: the library's entry point.
 ///
@@ -191,6 +192,19 @@ pub fn solve(
     } else {
         None
     };
+    let warm = warm.map(|start| {
+        if options.list_search_evaluations == 0 {
+            return start;
+        }
+        let budget = list_search::SearchBudget {
+            evaluations: options.list_search_evaluations,
+            deadline: Duration::try_from_secs_f64(options.time_limit_s / 2.0)
+                .ok()
+                .and_then(|half| t_build.checked_add(half))
+                .unwrap_or(t_build),
+        };
+        list_search::improve(w, limits, cost, objective, &model_class, start, budget).0
+    });
     if let (Some(observer), Some(best)) = (&options.observer, &warm) {
         observer.0.incumbent(&best.name, &best.schedule);
     }

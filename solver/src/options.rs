@@ -182,6 +182,10 @@ pub struct SolveOptions {
     /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
     /// many count vectors; 0 goes straight to the MILP.
     pub max_search_states: usize,
+    /// Schedules the priority-list local search (module `list_search`) may simulate and
+    /// replay to improve the best heuristic schedule (it also stops at half the time
+    /// limit); 0 turns it off.
+    pub list_search_evaluations: usize,
 }
 
 impl Default for SolveOptions {
@@ -201,6 +205,7 @@ impl Default for SolveOptions {
             max_arc_columns: 2_000_000,
             memory_limit_bytes: 4 << 30,
             max_search_states: 1_000_000,
+            list_search_evaluations: 2_000,
         }
     }
 }
