@@ -2,11 +2,12 @@
 //!
 //! Split every batch's time among its entries: a batch lasts at least its bias `b` plus
 //! its entries' costs, and its entries together hold at most `M` KV tokens, number at
-//! most `R_max` and process at most `C` tokens. So for any weights `λ_M + λ_R + λ_C = 1`,
-//! `b >= b (λ_M kv_e / M + λ_R / R_max + λ_C c_e / C)` summed over the entries `e`, and the
-//! batch's time covers each entry's *share* `cost_e + b (λ_M kv_e / M + λ_R / R_max +
-//! λ_C c_e / C)` (plus, for batches completing prompts, the prefill flag's surplus over
-//! `b` split by the prompts' KV over `M`). Laying each batch's shares one after the other
+//! most `R = min(R_max, n)` (one entry per request) and process at most `C` tokens. So for
+//! any weights `λ_M + λ_R + λ_C = 1`, `b >= b (λ_M kv_e / M + λ_R / R + λ_C c_e / C)`
+//! summed over the entries `e`, and the batch's time covers each entry's *share*
+//! `cost_e + b (λ_M kv_e / M + λ_R / R + λ_C c_e / C)` (plus, for batches completing
+//! prompts, the prefill flag's surplus over `b` split among the prompts by the same mix of
+//! their KV over `M` and `1 / R`). Laying each batch's shares one after the other
 //! inside the batch gives a preemptive schedule of one machine where request `i` is a job
 //! released at its arrival `T_i` whose processing is at least `p_i`, the least total
 //! share of its entries, and which completes no later than the request does.
@@ -33,11 +34,13 @@ pub(super) enum JobEnd {
     FirstToken,
 }
 
-/// Weights `(λ_M, λ_R, λ_C)` on the limits that are set, on a grid of quarters.
+/// Weights `(λ_M, λ_R, λ_C)` on the limits that are set, on a grid of quarters. The
+/// running-set limit is always set: a batch holds at most one entry per request, so at
+/// most `min(R_max, n)` entries.
 fn weight_grid(limits: &Limits) -> Vec<[f64; 3]> {
     let present = [
         limits.kv_capacity.is_some(),
-        limits.max_running.is_some(),
+        true,
         limits.token_budget.is_some(),
     ];
     let mut grid = Vec::new();
@@ -49,10 +52,6 @@ fn weight_grid(limits: &Limits) -> Vec<[f64; 3]> {
                 grid.push(w);
             }
         }
-    }
-    if grid.is_empty() {
-        // No limit is set: the shares are the entries' costs alone.
-        grid.push([0.0; 3]);
     }
     grid
 }
@@ -115,16 +114,36 @@ impl JobNeeds {
         }
     }
 
-    /// The job's least processing under weights `lambda = (λ_M, λ_R, λ_C)`.
-    fn processing(&self, t: &Theta<'_>, limits: &Limits, lambda: [f64; 3]) -> f64 {
+    /// The job's least processing under weights `lambda = (λ_M, λ_R, λ_C)`, with at most
+    /// `entries_per_batch` entries in a batch.
+    ///
+    /// The prefill flag's surplus is paid once by a batch with prompt entries, which hold
+    /// at most M KV tokens and number at most `entries_per_batch`: it is split by the same
+    /// convex combination of those two packings as the bias (by KV alone where λ puts no
+    /// weight on either).
+    fn processing(
+        &self,
+        t: &Theta<'_>,
+        limits: &Limits,
+        lambda: [f64; 3],
+        entries_per_batch: u64,
+    ) -> f64 {
         let share = |cap: Option<u64>, used: f64| cap.map_or(0.0, |c| used / c.max(1) as f64);
+        let per_batch = Some(entries_per_batch);
         let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
+        let kv_weight = match (limits.kv_capacity, lambda[0] + lambda[1]) {
+            (None, _) => 0.0,
+            (Some(_), w) if w <= 0.0 => 1.0,
+            (Some(_), w) => lambda[0] / w,
+        };
         self.work
             + t.batch_bias()
                 * (lambda[0] * share(limits.kv_capacity, self.area)
-                    + lambda[1] * share(limits.max_running, self.entries)
+                    + lambda[1] * share(per_batch, self.entries)
                     + lambda[2] * share(limits.token_budget, self.tokens))
-            + surplus * share(limits.kv_capacity, self.prompt_kv)
+            + surplus
+                * (kv_weight * share(limits.kv_capacity, self.prompt_kv)
+                    + (1.0 - kv_weight) * share(per_batch, 1.0))
     }
 }
 
@@ -196,12 +215,22 @@ pub(super) fn completion_bounds(
         .iter()
         .map(|r| JobNeeds::of(t, r, limits, end))
         .collect();
+    let entries_per_batch = limits
+        .max_running
+        .unwrap_or(u64::MAX)
+        .min(reqs.len() as u64)
+        .max(1);
     let (mut best_sum, mut best_last) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
     for lambda in weight_grid(limits) {
         let jobs: Vec<(f64, f64)> = reqs
             .iter()
             .zip(&needs)
-            .map(|(r, need)| (r.arrival_s, need.processing(t, limits, lambda)))
+            .map(|(r, need)| {
+                (
+                    r.arrival_s,
+                    need.processing(t, limits, lambda, entries_per_batch),
+                )
+            })
             .collect();
         let srpt = srpt_completions(&jobs);
         let sum: f64 = srpt.iter().zip(&own_sorted).map(|(s, o)| s.max(*o)).sum();
@@ -306,12 +335,22 @@ mod tests {
 
     #[test]
     fn weights_only_on_limits_that_are_set() {
-        assert_eq!(weight_grid(&Limits::unlimited()), vec![[0.0; 3]]);
+        // The running set is always limited (by the number of requests).
+        assert_eq!(weight_grid(&Limits::unlimited()), vec![[0.0, 1.0, 0.0]]);
         let m = Limits {
             kv_capacity: Some(100),
             ..Limits::unlimited()
         };
-        assert_eq!(weight_grid(&m), vec![[1.0, 0.0, 0.0]]);
+        assert_eq!(
+            weight_grid(&m),
+            vec![
+                [0.0, 1.0, 0.0],
+                [0.25, 0.75, 0.0],
+                [0.5, 0.5, 0.0],
+                [0.75, 0.25, 0.0],
+                [1.0, 0.0, 0.0]
+            ]
+        );
         let all = Limits {
             kv_capacity: Some(100),
             max_running: Some(4),
