@@ -29,15 +29,16 @@ run() { # family n objective workload C M block
     --out "$dir" > /dev/null
   read -r wall rss < "$work/time"
   python3 - "$dir/solve.json" "$family" "$n" "$objective" "$c" "$m" "$block" "$wall" "$rss" >> "$csv.tmp" <<'EOF'
-import json, sys
+import csv, json, sys
 r = json.load(open(sys.argv[1]))
 family, n, objective, c, m, block, wall, rss = sys.argv[2:]
 bm = r["bound_method"]
 bm = bm if isinstance(bm, str) else "combinatorial:" + next(iter(bm.values()))
 warm = (r.get("warm_start") or {}).get("heuristic", "")
-print(",".join(str(x) for x in [family, n, objective, c, m, block, r["method"], r["status"],
-    f'{r["replayed_objective"]:.6f}', f'{r["best_bound"]:.6f}', bm, f'{r["certified_gap"]:.5f}',
-    warm, wall, f"{int(rss) / 1024:.1f}"]))
+# The warm start's name has commas (priority-list knobs): quote as CSV does.
+csv.writer(sys.stdout, lineterminator="\n").writerow([family, n, objective, c, m, block,
+    r["method"], r["status"], f'{r["replayed_objective"]:.6f}', f'{r["best_bound"]:.6f}', bm,
+    f'{r["certified_gap"]:.5f}', warm, wall, f"{int(rss) / 1024:.1f}"])
 EOF
 }
 
