@@ -1,8 +1,13 @@
-//! `compare`: the optimal scheduler and heuristics on one workload, one set of limits and
-//! one cost model, each schedule measured by the independent replay.
+//! `compare`: the optimal scheduler and heuristics on one workload and one cost model, each
+//! schedule measured by the independent replay under the limits it ran under.
 //!
-//! Every contender runs under exactly the same [`Limits`]: heuristics through
-//! [`Knobs::matching`], so a ratio to the optimum compares like with like.
+//! Each heuristic runs with [`CompareSpec::knobs`] and its own defaults for the knobs left
+//! unset, exactly as `simulate` runs it (same flags, same schedule); the optimal scheduler
+//! runs under [`CompareSpec::limits`], the limits set explicitly. A heuristic's effective
+//! limits are never looser than those (its knobs include them), so the optimum is the best
+//! schedule under the GPU's and the user's limits, and a ratio to it includes the cost of
+//! the policy's own defaults (its token budget, running-set cap, block size, watermark).
+//! [`Knobs::matching`] runs every heuristic under exactly `limits` instead.
 
 use crate::core::io::write_bytes_atomic;
 use crate::core::{Limits, Replay, Schedule, Summary, Workload, replay};
@@ -68,8 +73,11 @@ pub struct CompareSpec {
     pub contenders: Vec<Contender>,
     /// The objective ratios refer to (and the MILP minimizes).
     pub objective: Objective,
-    /// The limits every contender runs under.
+    /// The limits the optimal scheduler runs under (the MILP has no policy defaults).
     pub limits: Limits,
+    /// The heuristics' knobs: each runs under [`SchedulerKind::limits`] of them (these
+    /// where set, its defaults elsewhere). Must set at least what `limits` sets.
+    pub knobs: Knobs,
     /// Options for the MILP.
     pub solve: SolveOptions,
 }
@@ -83,6 +91,8 @@ pub struct Outcome {
     pub replay: Replay,
     /// Metrics from the replay.
     pub summary: Summary,
+    /// The limits it ran under (and was replayed against).
+    pub limits: Limits,
     /// The MILP's report (optimal only).
     pub solve: Option<SolveReport>,
 }
@@ -92,7 +102,7 @@ pub struct Outcome {
 pub struct Comparison {
     /// Objective compared.
     pub objective: Objective,
-    /// Limits used by every contender.
+    /// The optimal scheduler's limits (each outcome has its own).
     pub limits: Limits,
     /// In the order of [`CompareSpec::contenders`].
     pub results: Vec<(Contender, Result<Outcome, String>)>,
@@ -118,26 +128,27 @@ fn run_one(
     spec: &CompareSpec,
     c: Contender,
 ) -> Result<Outcome, String> {
-    let (schedule, solve) = match c {
+    let (schedule, solve, limits) = match c {
         Contender::Optimal => {
             let report = crate::solver::solve(w, &spec.limits, cost, spec.objective, &spec.solve)
                 .map_err(|e| e.to_string())?;
-            (report.schedule.clone(), Some(report))
+            (report.schedule.clone(), Some(report), spec.limits)
         }
         Contender::Heuristic(kind) => {
             let sim = kind
-                .simulate(w, &Knobs::matching(&spec.limits), cost)
+                .simulate(w, &spec.knobs, cost)
                 .map_err(|e| e.to_string())?;
-            (sim.schedule, None)
+            (sim.schedule, None, sim.limits)
         }
     };
-    let r = replay(w, &spec.limits, cost, &schedule)
+    let r = replay(w, &limits, cost, &schedule)
         .map_err(|e| format!("internal error: the replay rejects the schedule: {e}"))?;
     let summary = Summary::from_replay(&r);
     Ok(Outcome {
         schedule,
         replay: r,
         summary,
+        limits,
         solve,
     })
 }
@@ -209,6 +220,8 @@ pub struct ComparisonRow {
     pub certified_gap: Option<f64>,
     /// MILP: its best bound (s).
     pub best_bound_s: Option<f64>,
+    /// The limits it ran under.
+    pub limits: Limits,
 }
 
 /// Whether the rows hold a proven optimum (the `optimal` row with status `optimal`);
@@ -305,6 +318,7 @@ impl Comparison {
                     mean_kv_utilization: s.mean_kv_utilization,
                     certified_gap: o.solve.as_ref().map(|r| r.certified_gap),
                     best_bound_s: o.solve.as_ref().map(|r| r.best_bound),
+                    limits: o.limits,
                 }
             })
             .collect()
@@ -342,7 +356,18 @@ pub const CSV_COLUMNS: &[&str] = &[
     "mean_kv_utilization",
     "certified_gap",
     "best_bound_s",
+    "C",
+    "P",
+    "M",
+    "R_max",
+    "block_size",
+    "watermark",
 ];
+
+/// A limit in the CSV: empty when unlimited.
+fn limit(v: Option<u64>) -> String {
+    v.map_or(String::new(), |x| x.to_string())
+}
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| x.to_string())
@@ -367,7 +392,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.scheduler,
             r.status,
             objective_name(objective),
@@ -388,6 +413,12 @@ pub fn write_csv(
             opt(r.mean_kv_utilization),
             opt(r.certified_gap),
             opt(r.best_bound_s),
+            limit(r.limits.token_budget),
+            limit(r.limits.effective_prefill_budget()),
+            limit(r.limits.kv_capacity),
+            limit(r.limits.max_running),
+            r.limits.block_size,
+            r.limits.watermark,
         )?;
     }
     Ok(())
@@ -404,7 +435,7 @@ pub struct Setting {
     pub cost_model: String,
     /// Objective.
     pub objective: Objective,
-    /// Limits.
+    /// The limits set explicitly (the optimal scheduler's; each row has its own).
     pub limits: Limits,
     /// MILP time limit (s).
     pub time_limit_s: f64,

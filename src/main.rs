@@ -118,12 +118,15 @@ struct CompareArgs {
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = "llama2-7b-a100")]
     cost_model: String,
-    /// Limits shared by every scheduler (M defaults to the cost model's GPU at --gpu-memory-utilization).
+    /// The heuristics' knobs, as `simulate` takes them: each heuristic runs with these and
+    /// its own defaults for the rest, so its schedule is the one `simulate` gives. The
+    /// optimal scheduler runs under the limits set explicitly (C, P, R_max, the block size
+    /// or 1) and M, with no policy default: the best schedule the GPU and memory allow.
     #[command(flatten)]
-    limits: LimitArgs,
-    /// Fraction of GPU memory for weights, activations and KV when M comes from the cost model's model and GPU (vLLM's --gpu-memory-utilization).
-    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
-    gpu_memory_utilization: f64,
+    knobs: KnobArgs,
+    /// The optimal scheduler's policy class (as `solve`'s).
+    #[command(flatten)]
+    class: ClassArgs,
     #[command(flatten)]
     milp: MilpArgs,
     /// Output directory.
@@ -131,9 +134,45 @@ struct CompareArgs {
     out: PathBuf,
 }
 
+/// The policy class the optimal scheduler searches (the best schedule such a policy can
+/// reach).
+#[derive(Args, Clone)]
+struct ClassArgs {
+    /// Best schedule without evictions.
+    #[arg(long)]
+    no_evict: bool,
+    /// Best schedule where each prefill phase runs in one batch.
+    #[arg(long)]
+    no_chunk: bool,
+    /// Best schedule where no batch mixes prefills and decodes.
+    #[arg(long)]
+    no_mix: bool,
+    /// Best schedule that first admits requests in arrival order.
+    #[arg(long)]
+    fcfs: bool,
+    /// Best schedule where a request reserves I + O - 1 KV tokens from its first step (Orca).
+    #[arg(long)]
+    reserve: bool,
+}
+
+impl ClassArgs {
+    fn constraints(&self) -> PolicyConstraints {
+        PolicyConstraints {
+            no_evict: self.no_evict,
+            no_chunk: self.no_chunk,
+            no_mix: self.no_mix,
+            fcfs: self.fcfs,
+            reserve: self.reserve,
+        }
+    }
+}
+
 /// How HiGHS runs.
 #[derive(Args, Clone)]
 struct MilpArgs {
+    /// Batch slots J [default: provably sufficient for makespan, else 1.5 x the warm start's].
+    #[arg(long)]
+    horizon: Option<usize>,
     /// Time limit for the MILP (HiGHS) in seconds.
     #[arg(long, default_value_t = 60.0)]
     time_limit: f64,
@@ -193,6 +232,7 @@ impl MilpArgs {
                 SolveOptions::default().max_search_states
             },
             list_search_evaluations: self.list_search_tries,
+            horizon: self.horizon,
             ..SolveOptions::default()
         })
     }
@@ -244,12 +284,15 @@ struct LimitArgs {
     /// P: prefill tokens per batch, P <= C [default: C].
     #[arg(long)]
     prefill_budget: Option<u64>,
-    /// M: KV capacity in tokens [default: unlimited].
-    #[arg(long, conflicts_with = "num_gpu_blocks")]
+    /// M: KV capacity in tokens [default: from the cost model's model and GPU at --gpu-memory-utilization].
+    #[arg(long, conflicts_with_all = ["num_gpu_blocks", "gpu_memory_utilization"])]
     kv_capacity: Option<u64>,
     /// vLLM's KV pool in blocks, its null block included: M = (N - 1) x --block-size.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "gpu_memory_utilization")]
     num_gpu_blocks: Option<u64>,
+    /// Fraction of GPU memory for weights, activations and KV when M comes from the cost model's model and GPU (vLLM's --gpu-memory-utilization).
+    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    gpu_memory_utilization: f64,
     /// R_max: requests holding KV [default: unlimited]. vLLM: --max-num-seqs.
     #[arg(long, visible_alias = "max-num-seqs")]
     max_running: Option<u64>,
@@ -262,11 +305,14 @@ struct LimitArgs {
 }
 
 impl LimitArgs {
-    fn limits(&self) -> Result<Limits> {
-        let kv_capacity = match self.num_gpu_blocks {
+    /// The limits; M from --kv-capacity, --num-gpu-blocks, or `cost`'s model and GPU (the
+    /// default every command shares).
+    fn limits(&self, cost: &LinearCostModel) -> Result<Limits> {
+        let flag = match self.num_gpu_blocks {
             Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, self.block_size)?),
             None => self.kv_capacity,
         };
+        let kv_capacity = Some(kv_capacity_for(flag, cost, self.gpu_memory_utilization)?);
         let l = Limits {
             token_budget: self.token_budget,
             prefill_budget: self.prefill_budget,
@@ -343,6 +389,65 @@ impl KnobArgs {
         }
     }
 
+    /// The knobs these flags set (M from the flags or the cost model); refuses a
+    /// --max-model-len shorter than the workload's longest request.
+    fn knobs(&self, w: &infersched::core::Workload, cost: &LinearCostModel) -> Result<Knobs> {
+        if let Some(len) = self.max_model_len {
+            // vLLM rejects a request longer than max_model_len; so does infersched, up front.
+            if let Some((i, r)) = w
+                .requests()
+                .iter()
+                .enumerate()
+                .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len)
+            {
+                bail!(
+                    "--max-model-len {len}: request {i} has I + O = {} tokens (I = {}, O = {}); expected at least the workload's longest request",
+                    u64::from(r.input_tokens) + u64::from(r.output_tokens),
+                    r.input_tokens,
+                    r.output_tokens
+                );
+            }
+        }
+        Ok(Knobs {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: Some(self.kv_capacity(cost)?),
+            max_running: self.max_running,
+            block_size: self.block_size,
+            watermark: self.watermark,
+            no_preemption: self.no_preemption,
+            victim: self
+                .victim
+                .parse::<Victim>()
+                .map_err(anyhow::Error::msg)
+                .context("--victim")?,
+            max_model_len: self.max_model_len,
+            mcsf_order: self
+                .mcsf_order
+                .parse::<McsfOrder>()
+                .map_err(anyhow::Error::msg)
+                .context("--mcsf-order")?,
+            reserve_full_isl: self.reserve_full_isl(),
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+        })
+    }
+
+    /// The limits the flags set explicitly, for the optimal scheduler (which has no policy
+    /// defaults): C, P and R_max where given, M as for the heuristics, the block size given
+    /// or 1, no watermark (a policy's admission rule, not a limit of the GPU).
+    fn explicit_limits(&self, knobs: &Knobs) -> Result<Limits> {
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: knobs.kv_capacity,
+            max_running: self.max_running,
+            block_size: self.block_size.unwrap_or(1),
+            watermark: 0.0,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+
     /// M from --kv-capacity, --num-gpu-blocks, or the cost model's model and GPU.
     fn kv_capacity(&self, cost: &LinearCostModel) -> Result<u64> {
         let flag = match self.num_gpu_blocks {
@@ -405,26 +510,10 @@ struct SolveArgs {
     cost_model: String,
     #[command(flatten)]
     limits: LimitArgs,
-    /// Best schedule without evictions.
-    #[arg(long)]
-    no_evict: bool,
-    /// Best schedule where each prefill phase runs in one batch.
-    #[arg(long)]
-    no_chunk: bool,
-    /// Best schedule where no batch mixes prefills and decodes.
-    #[arg(long)]
-    no_mix: bool,
-    /// Best schedule that first admits requests in arrival order.
-    #[arg(long)]
-    fcfs: bool,
-    /// Best schedule where a request reserves I + O - 1 KV tokens from its first step (Orca).
-    #[arg(long)]
-    reserve: bool,
+    #[command(flatten)]
+    class: ClassArgs,
     #[command(flatten)]
     milp: MilpArgs,
-    /// Batch slots J [default: provably sufficient for makespan, else 1.5 x the warm start's].
-    #[arg(long)]
-    horizon: Option<usize>,
     /// Do not start HiGHS from the best heuristic schedule.
     #[arg(long)]
     no_warm_start: bool,
@@ -595,9 +684,9 @@ fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
 }
 
 fn cmd_replay(a: &ReplayArgs) -> Result<()> {
-    let limits = a.limits.limits()?;
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
+    let limits = a.limits.limits(&cost)?;
     let schedule = Schedule::read(&a.schedule)?;
     let r = replay(&w, &limits, &cost, &schedule).with_context(|| {
         format!(
@@ -658,45 +747,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     if let Some(dup) = kinds.iter().find(|k| !seen.insert(**k)) {
         bail!("--scheduler: {} is listed twice", dup.name());
     }
-    let k = &a.knobs;
-    if let Some(len) = k.max_model_len {
-        // vLLM rejects a request longer than max_model_len; so does infersched, up front.
-        if let Some((i, r)) = w
-            .requests()
-            .iter()
-            .enumerate()
-            .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len)
-        {
-            bail!(
-                "--max-model-len {len}: request {i} has I + O = {} tokens (I = {}, O = {}); expected at least the workload's longest request",
-                u64::from(r.input_tokens) + u64::from(r.output_tokens),
-                r.input_tokens,
-                r.output_tokens
-            );
-        }
-    }
-    let knobs = Knobs {
-        token_budget: k.token_budget,
-        prefill_budget: k.prefill_budget,
-        kv_capacity: Some(k.kv_capacity(&cost)?),
-        max_running: k.max_running,
-        block_size: k.block_size,
-        watermark: k.watermark,
-        no_preemption: k.no_preemption,
-        victim: k
-            .victim
-            .parse::<Victim>()
-            .map_err(anyhow::Error::msg)
-            .context("--victim")?,
-        max_model_len: k.max_model_len,
-        mcsf_order: k
-            .mcsf_order
-            .parse::<McsfOrder>()
-            .map_err(anyhow::Error::msg)
-            .context("--mcsf-order")?,
-        reserve_full_isl: k.reserve_full_isl(),
-        long_prefill_token_threshold: k.long_prefill_token_threshold,
-    };
+    let knobs = a.knobs.knobs(&w, &cost)?;
     let several = kinds.len() > 1;
     // Memory: each simulation holds its whole schedule; estimate before running any.
     let needs: Vec<u64> = kinds
@@ -782,17 +833,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     for (kind, result) in kinds.iter().zip(results) {
         match result {
             Ok((summary, paths, limits)) => {
-                let lim = |v: Option<u64>| v.map_or("unlimited".to_string(), |x| x.to_string());
-                outln!(
-                    "\n{} (C = {}, P = {}, M = {}, R_max = {}, block {}, watermark {})",
-                    kind.name(),
-                    lim(limits.token_budget),
-                    lim(limits.effective_prefill_budget()),
-                    lim(limits.kv_capacity),
-                    lim(limits.max_running),
-                    limits.block_size,
-                    limits.watermark
-                );
+                outln!("\n{} ({limits})", kind.name());
                 out!("{}", infersched::output::summary_text(&summary));
                 outln!("  wrote {}", path_list(&paths));
                 rows.push((kind.name(), summary));
@@ -813,16 +854,15 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
 }
 
 fn cmd_solve(a: &SolveArgs) -> Result<()> {
-    let limits = a.limits.limits()?;
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
+    let limits = a.limits.limits(&cost)?;
     let objective: Objective = a
         .objective
         .parse()
         .map_err(anyhow::Error::msg)
         .context("--objective")?;
     let options = SolveOptions {
-        horizon: a.horizon,
         warm_start: !a.no_warm_start,
         warm_start_from: a
             .warm_start_from
@@ -830,13 +870,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             .map(|n| n.parse::<SchedulerKind>().map_err(anyhow::Error::msg))
             .collect::<Result<_>>()
             .context("--warm-start-from")?,
-        constraints: PolicyConstraints {
-            no_evict: a.no_evict,
-            no_chunk: a.no_chunk,
-            no_mix: a.no_mix,
-            fcfs: a.fcfs,
-            reserve: a.reserve,
-        },
+        constraints: a.class.constraints(),
         log: a.log,
         ..a.milp.options()?
     };
@@ -953,12 +987,8 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     use infersched::compare::{self, CompareSpec, Contender, Setting};
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
-    let mut limits = a.limits.limits()?;
-    limits.kv_capacity = Some(kv_capacity_for(
-        limits.kv_capacity,
-        &cost,
-        a.gpu_memory_utilization,
-    )?);
+    let knobs = a.knobs.knobs(&w, &cost)?;
+    let limits = a.knobs.explicit_limits(&knobs)?;
     let objective: Objective = a
         .objective
         .parse()
@@ -969,7 +999,10 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         .context("--schedulers")?;
     // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
     let solve = infersched::interrupt::SolveInterruptSaver::observing(
-        a.milp.options()?,
+        SolveOptions {
+            constraints: a.class.constraints(),
+            ..a.milp.options()?
+        },
         a.out.join("optimal"),
         &w,
         limits,
@@ -979,6 +1012,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         contenders,
         objective,
         limits,
+        knobs,
         solve,
     };
     let setting = Setting {

@@ -1380,3 +1380,156 @@ fn num_gpu_blocks_means_the_same_m_in_replay_and_compare() {
     ]);
     assert!(!o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn compare_and_simulate_give_the_same_schedule_for_the_same_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "40",
+        "--input",
+        "uniform:16:256",
+        "--output",
+        "uniform:4:64",
+        "--arrival",
+        "poisson:50",
+        "--seed",
+        "7",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let schedulers = "vllm,vllm-v1,sarathi,orca,mcsf";
+    // Only M (each policy's own C, R_max, block and watermark), then every limit given.
+    let flag_sets: [&[&str]; 2] = [
+        &["--kv-capacity", "1200"],
+        &[
+            "--kv-capacity",
+            "1200",
+            "--token-budget",
+            "320",
+            "--max-running",
+            "6",
+            "--block-size",
+            "4",
+            "--watermark",
+            "0.05",
+            "--victim",
+            "oldest",
+        ],
+    ];
+    let mut evictions = 0;
+    for (k, flags) in flag_sets.iter().enumerate() {
+        let sim = dir.path().join(format!("sim{k}"));
+        let cmp = dir.path().join(format!("cmp{k}"));
+        let mut args = vec![
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            schedulers,
+            "--out",
+            sim.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let s = run(&args);
+        assert!(s.status.success(), "{}", stderr(&s));
+        let mut args = vec![
+            "compare",
+            "--workload",
+            w.to_str().unwrap(),
+            "--schedulers",
+            schedulers,
+            "--out",
+            cmp.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let c = run(&args);
+        assert!(c.status.success(), "{}", stderr(&c));
+        let (s_out, c_out) = (
+            String::from_utf8_lossy(&s.stdout).into_owned(),
+            String::from_utf8_lossy(&c.stdout).into_owned(),
+        );
+        for name in schedulers.split(',') {
+            let a = std::fs::read(sim.join(name).join("schedule.json")).unwrap();
+            let b = std::fs::read(cmp.join(name).join("schedule.json")).unwrap();
+            assert!(a == b, "flags {flags:?}: {name}'s schedules differ");
+            // Both print the limits it ran under, the same way.
+            let line = s_out
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} (")))
+                .unwrap_or_else(|| panic!("{s_out}"));
+            let limits = &line[name.len() + 2..line.len() - 1];
+            assert!(
+                c_out.contains(&format!("  {name:<10} {limits}")),
+                "{name}: {limits} not in\n{c_out}"
+            );
+            let summary: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(sim.join(name).join("summary.json")).unwrap(),
+            )
+            .unwrap();
+            evictions += summary["evictions"].as_u64().unwrap();
+        }
+    }
+    // The memory is tight enough that the policies' eviction rules matter.
+    assert!(evictions > 0);
+}
+
+#[test]
+fn compare_takes_the_solvers_policy_class_and_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cmp");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &example("arxiv-4.csv"),
+        "--schedulers",
+        "optimal,orca",
+        "--kv-capacity",
+        "20",
+        "--block-size",
+        "1",
+        "--no-evict",
+        "--fcfs",
+        "--horizon",
+        "12",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("comparison.json")).unwrap()).unwrap();
+    let solve = &c["solve"];
+    assert_eq!(solve["constraints"]["no_evict"], true);
+    assert_eq!(solve["constraints"]["fcfs"], true);
+    assert_eq!(solve["constraints"]["reserve"], false);
+    assert_eq!(solve["horizon"], 12);
+    // The class costs something here: its optimum is above the unconstrained one.
+    let free = dir.path().join("free");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &example("arxiv-4.csv"),
+        "--schedulers",
+        "optimal",
+        "--kv-capacity",
+        "20",
+        "--block-size",
+        "1",
+        "--out",
+        free.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(free.join("comparison.json")).unwrap()).unwrap();
+    let value = |v: &serde_json::Value| v["rows"][0]["objective_s"].as_f64().unwrap();
+    assert!(
+        value(&c) > value(&f) * 1.01,
+        "{} vs {}",
+        value(&c),
+        value(&f)
+    );
+}

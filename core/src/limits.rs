@@ -65,6 +65,24 @@ pub enum Infeasibility {
     },
 }
 
+/// `C = 4074, P = 4074, M = 16384, R_max = 256, block 16, watermark 0.01` (P is the
+/// effective prefill budget; an absent limit is `unlimited`).
+impl std::fmt::Display for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lim = |v: Option<u64>| v.map_or("unlimited".to_string(), |x| x.to_string());
+        write!(
+            f,
+            "C = {}, P = {}, M = {}, R_max = {}, block {}, watermark {}",
+            lim(self.token_budget),
+            lim(self.effective_prefill_budget()),
+            lim(self.kv_capacity),
+            lim(self.max_running),
+            self.block_size,
+            self.watermark
+        )
+    }
+}
+
 impl Limits {
     /// No limits at all, block size 1, no watermark.
     pub const fn unlimited() -> Self {
@@ -159,6 +177,26 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_print_every_limit_with_p_defaulting_to_c() {
+        let l = Limits {
+            token_budget: Some(4074),
+            kv_capacity: Some(16384),
+            max_running: Some(256),
+            block_size: 16,
+            watermark: 0.01,
+            ..Limits::unlimited()
+        };
+        assert_eq!(
+            l.to_string(),
+            "C = 4074, P = 4074, M = 16384, R_max = 256, block 16, watermark 0.01"
+        );
+        assert_eq!(
+            Limits::unlimited().to_string(),
+            "C = unlimited, P = unlimited, M = unlimited, R_max = unlimited, block 1, watermark 0"
+        );
+    }
     use crate::request::Request;
 
     #[test]

@@ -41,12 +41,12 @@ echo "   (Llama-3-70B TP4 on A100s, the InferMax setting: M = 100,000 KV tokens,
   --scheduler vllm,vllm-v1,sarathi,orca,orca-max,static --cost-model llama3-70b-tp4-a100 \
   --kv-capacity 100000 --token-budget 16384 --block-size 1 --out "$OUT/simulate" | tail -n 8
 echo
-echo "== 7. How far from optimal? 4 arXiv requests (lengths scaled down), M = 20 KV tokens, Llama-2-7B on an A100"
+echo "== 7. How far from optimal? 4 arXiv requests (lengths scaled down), M = 20 KV tokens in blocks of 1, Llama-2-7B on an A100"
 echo "   (made with: workload sample --trace notebooks-data/traces/arxiv_summarization.csv --random 4 --seed 3"
 echo "    --prefill-scale 0.003 --decode-scale 0.02 --max-total-tokens 16)"
 "$BIN" compare --workload notebooks-data/examples/arxiv-4.csv \
-  --schedulers optimal,vllm,vllm-v1,sarathi,orca,static --kv-capacity 20 --time-limit 60 \
-  --out "$OUT/compare"
+  --schedulers optimal,vllm,vllm-v1,sarathi,orca,static --kv-capacity 20 --block-size 1 \
+  --time-limit 60 --out "$OUT/compare"
 echo
 echo "Done. Open $OUT/compare/report.html: the table, each scheduler's batch timeline, KV memory,"
 echo "latency CDFs and the objective against the optimum and its proven bound. Also in $OUT/:"

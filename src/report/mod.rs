@@ -152,6 +152,10 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
             r.batches
         );
     }
+    t.push_str("\nlimits each ran under (heuristics: the limits given and their own defaults):\n");
+    for r in rows {
+        let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
+    }
     t
 }
 
@@ -261,16 +265,27 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
     );
     row("cost model", setting.cost_model.clone());
     row("objective", objective_label(setting.objective).to_string());
-    row("C (tokens per batch)", limit_text(l.token_budget));
-    row(
-        "P (prefill tokens per batch)",
-        limit_text(l.effective_prefill_budget()),
-    );
     row("M (KV tokens)", limit_text(l.kv_capacity));
-    row("R_max (running requests)", limit_text(l.max_running));
-    row("KV block size", l.block_size.to_string());
     if optimal_row.is_some() {
         row("solver time limit", format!("{} s", setting.time_limit_s));
+    }
+    h.push_str("</table>\n");
+    h.push_str(
+        "<h2>Limits</h2>\n<p>Each heuristic runs with the limits given and its own defaults for the rest (as <code>simulate</code> runs it); the optimal scheduler runs under the limits given alone, the best schedule they allow.</p>\n<table>\n<tr><th>scheduler</th><th>C (tokens per batch)</th><th>P (prefill tokens)</th><th>M (KV tokens)</th><th>R_max (running)</th><th>KV block</th><th>watermark</th></tr>\n",
+    );
+    for r in &rows {
+        let l = &r.limits;
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            html_escape(&r.scheduler),
+            limit_text(l.token_budget),
+            limit_text(l.effective_prefill_budget()),
+            limit_text(l.kv_capacity),
+            limit_text(l.max_running),
+            l.block_size,
+            l.watermark
+        );
     }
     h.push_str("</table>\n");
     let failures = c.failures();
