@@ -92,6 +92,69 @@ pub fn write_replay_outputs(
     Ok(paths.to_vec())
 }
 
+/// A cell of [`text_table`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Text as is.
+    Text(String),
+    /// A time in seconds (`None`: not defined, shown as `-`), printed in its column's unit.
+    Time(Option<f64>),
+}
+
+/// A terminal table: the first column left-aligned, the others right-aligned; every
+/// column of times in one unit, named in its header (`s` when its largest value is at least
+/// 10 s, else `ms`), so a column never mixes units.
+pub fn text_table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
+    let mut columns: Vec<Vec<String>> = Vec::with_capacity(headers.len());
+    for (c, h) in headers.iter().enumerate() {
+        let times: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| match r.get(c) {
+                Some(Cell::Time(Some(x))) => Some(*x),
+                _ => None,
+            })
+            .collect();
+        let is_time = rows.iter().any(|r| matches!(r.get(c), Some(Cell::Time(_))));
+        let in_s = times.iter().any(|x| x.abs() >= 10.0);
+        let mut col = vec![if is_time {
+            format!("{h} ({})", if in_s { "s" } else { "ms" })
+        } else {
+            h.to_string()
+        }];
+        for r in rows {
+            col.push(match r.get(c) {
+                Some(Cell::Text(t)) => t.clone(),
+                Some(Cell::Time(Some(x))) if in_s => format!("{x:.2}"),
+                Some(Cell::Time(Some(x))) => format!("{:.3}", x * 1e3),
+                Some(Cell::Time(None)) | None => "-".into(),
+            });
+        }
+        columns.push(col);
+    }
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|c| c.iter().map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut t = String::new();
+    for line in 0..=rows.len() {
+        let cells: Vec<String> = columns
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (col, &w))| {
+                if c == 0 {
+                    format!("{:<w$}", col[line])
+                } else {
+                    format!("{:>w$}", col[line])
+                }
+            })
+            .collect();
+        t.push_str(cells.join("  ").trim_end());
+        t.push('\n');
+    }
+    t
+}
+
 fn ms(x: f64) -> String {
     if x >= 10.0 {
         format!("{x:.2} s")
@@ -165,30 +228,66 @@ pub fn summary_text(s: &Summary) -> String {
 
 /// A table comparing schedulers' main metrics, one row each.
 pub fn comparison_table(rows: &[(&str, Summary)]) -> String {
-    let mut t = format!(
-        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>9} {:>8}\n",
-        "scheduler",
-        "makespan",
-        "mean E2E",
-        "mean TTFT",
-        "p99 TBT",
-        "throughput",
-        "evictions",
-        "batches"
-    );
-    for (name, s) in rows {
-        t.push_str(&format!(
-            "{:<10} {:>12} {:>12} {:>12} {:>12} {:>14} {:>9} {:>8}\n",
-            name,
-            ms(s.makespan_s),
-            ms(s.mean_e2e_s),
-            ms(s.mean_ttft_s),
-            s.p99_tbt_s.map_or("-".into(), ms),
-            s.throughput_tok_s
-                .map_or("-".into(), |x| format!("{x:.1} tok/s")),
-            s.evictions,
-            s.batches
-        ));
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|(name, s)| {
+            vec![
+                Cell::Text(name.to_string()),
+                Cell::Time(Some(s.makespan_s)),
+                Cell::Time(Some(s.e2e_s.mean)),
+                Cell::Time(Some(s.e2e_s.p99)),
+                Cell::Time(Some(s.ttft_s.mean)),
+                Cell::Time(Some(s.ttft_s.p99)),
+                Cell::Time(s.tpot_s.as_ref().map(|d| d.mean)),
+                Cell::Time(s.p99_tbt_s),
+                Cell::Text(s.throughput_tok_s.map_or("-".into(), |x| format!("{x:.1}"))),
+                Cell::Text(s.evictions.to_string()),
+                Cell::Text(s.batches.to_string()),
+            ]
+        })
+        .collect();
+    text_table(
+        &[
+            "scheduler",
+            "makespan",
+            "mean E2E",
+            "p99 E2E",
+            "mean TTFT",
+            "p99 TTFT",
+            "mean TPOT",
+            "p99 TBT",
+            "tok/s",
+            "evictions",
+            "batches",
+        ],
+        &cells,
+    )
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn a_time_column_keeps_one_unit_named_in_its_header() {
+        let rows = vec![
+            vec![
+                Cell::Text("a".into()),
+                Cell::Time(Some(12.5)),
+                Cell::Time(Some(0.0123)),
+            ],
+            vec![
+                Cell::Text("bb".into()),
+                Cell::Time(Some(0.5)),
+                Cell::Time(None),
+            ],
+        ];
+        let t = text_table(&["name", "makespan", "TTFT"], &rows);
+        assert_eq!(
+            t,
+            "name  makespan (s)  TTFT (ms)\n\
+             a            12.50     12.300\n\
+             bb            0.50          -\n"
+        );
     }
-    t
 }

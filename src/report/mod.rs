@@ -119,39 +119,51 @@ fn fmt_ratio(x: Option<f64>) -> String {
 
 /// The comparison table for the terminal.
 pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
+    use crate::output::{Cell, text_table};
     let reference = match compare::reference(rows) {
         Reference::Optimum | Reference::NoSolver => "/optimum",
         Reference::BestFound => "/best found",
     };
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.status.clone()),
+                Cell::Text(fmt_ratio(r.ratio_to_optimum)),
+                Cell::Text(fmt_ratio(r.ratio_to_bound)),
+                Cell::Time(Some(r.makespan_s)),
+                Cell::Time(Some(r.e2e_s.mean)),
+                Cell::Time(Some(r.e2e_s.p99)),
+                Cell::Time(Some(r.ttft_s.mean)),
+                Cell::Time(Some(r.ttft_s.p99)),
+                Cell::Time(r.tpot_s.map(|q| q.mean)),
+                Cell::Text(r.evictions.to_string()),
+                Cell::Text(r.batches.to_string()),
+            ]
+        })
+        .collect();
     let mut t = format!(
-        "{:<10} {:<11} {:>14} {:>11} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
-        "scheduler",
-        "status",
-        objective_label(objective),
-        reference,
-        "/bound",
-        "makespan",
-        "mean E2E",
-        "mean TTFT",
-        "evictions",
-        "batches"
+        "ratios are of the {} (the objective)\n",
+        objective_label(objective)
     );
-    for r in rows {
-        let _ = writeln!(
-            t,
-            "{:<10} {:<11} {:>14} {:>11} {:>9} {:>13} {:>13} {:>13} {:>9} {:>8}",
-            r.scheduler,
-            r.status,
-            fmt_s(r.objective_s),
-            fmt_ratio(r.ratio_to_optimum),
-            fmt_ratio(r.ratio_to_bound),
-            fmt_s(r.makespan_s),
-            fmt_s(r.e2e_s.mean),
-            fmt_s(r.ttft_s.mean),
-            r.evictions,
-            r.batches
-        );
-    }
+    t.push_str(&text_table(
+        &[
+            "scheduler",
+            "status",
+            reference,
+            "/bound",
+            "makespan",
+            "mean E2E",
+            "p99 E2E",
+            "mean TTFT",
+            "p99 TTFT",
+            "mean TPOT",
+            "evictions",
+            "batches",
+        ],
+        &cells,
+    ));
     t.push_str("\nlimits each ran under (heuristics: the limits given and their own defaults):\n");
     for r in rows {
         let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
