@@ -1067,23 +1067,36 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
             .position(|c| *c == name)
             .expect("column")
     };
+    let setting_of = |r: &csv::StringRecord| {
+        let key = &r[col("key")];
+        key[..key.rfind(";scheduler=").unwrap_or(key.len())].to_string()
+    };
     let ok: Vec<&csv::StringRecord> = recs
         .iter()
         .filter(|r| &r[col("status")] != "error")
         .collect();
-    // The optimal scheduler's objective per setting.
-    let mut optimum: BTreeMap<String, f64> = BTreeMap::new();
+    // The optimal scheduler's objective per setting, its proven bound, and whether it is
+    // proven optimal (else the ratios are to the best schedule found).
+    let mut optimum: BTreeMap<String, (f64, Option<f64>, bool)> = BTreeMap::new();
     for r in &ok {
-        if &r[col("scheduler")] == "optimal" {
-            let key = &r[col("key")];
-            let setting = key[..key.rfind(";scheduler=").unwrap_or(key.len())].to_string();
-            if let Ok(v) = r[col("objective_s")].parse() {
-                optimum.insert(setting, v);
-            }
+        if &r[col("scheduler")] == "optimal"
+            && let Ok(v) = r[col("objective_s")].parse::<f64>()
+        {
+            let bound = r[col("best_bound_s")].parse::<f64>().ok();
+            let proven = &r[col("status")] == "optimal";
+            optimum.insert(setting_of(r), (v, bound, proven));
         }
     }
-    let objectives: HashSet<&str> = ok.iter().map(|r| &r[col("objective")]).collect();
+    let objectives: HashSet<&str> = recs.iter().map(|r| &r[col("objective")]).collect();
     let several_objectives = objectives.len() > 1;
+    let series_name = |r: &csv::StringRecord| {
+        let name = r[col("scheduler")].to_string();
+        if several_objectives {
+            format!("{name} ({})", &r[col("objective")])
+        } else {
+            name
+        }
+    };
     let mut plots = Vec::new();
     let title = sweep.spec.name.clone().unwrap_or("sweep".into());
     // Seeds are replicates: averaged over, not plotted against.
@@ -1092,27 +1105,37 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
             if metric == "ratio_to_optimal" && optimum.is_empty() {
                 continue;
             }
-            // series name -> x -> values
-            let mut data: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+            // series name -> x -> (value, the other end of its bar, proven) per run
+            type Runs = Vec<(f64, Option<f64>, bool)>;
+            let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
             let mut order: Vec<String> = Vec::new();
             for r in &ok {
-                let y = if metric == "ratio_to_optimal" {
-                    let key = &r[col("key")];
-                    let setting = &key[..key.rfind(";scheduler=").unwrap_or(key.len())];
-                    match (optimum.get(setting), r[col("objective_s")].parse::<f64>()) {
-                        (Some(o), Ok(v)) if *o > 0.0 => v / o,
+                let is_optimal = &r[col("scheduler")] == "optimal";
+                let point = if metric == "ratio_to_optimal" {
+                    // Without a proof the true ratio lies between v / best and v / bound.
+                    match (
+                        optimum.get(&setting_of(r)),
+                        r[col("objective_s")].parse::<f64>(),
+                    ) {
+                        (Some(&(o, bound, proven)), Ok(v)) if o > 0.0 => (
+                            v / o,
+                            bound.filter(|b| !proven && *b > 0.0).map(|b| v / b),
+                            proven,
+                        ),
                         _ => continue,
                     }
                 } else {
-                    match r[col(metric)].parse::<f64>() {
-                        Ok(v) => v,
-                        Err(_) => continue,
-                    }
+                    let Ok(v) = r[col(metric)].parse::<f64>() else {
+                        continue;
+                    };
+                    let proven = !is_optimal || &r[col("status")] == "optimal";
+                    // The optimal row's objective reaches down to its proven bound.
+                    let bound = (metric == "objective_s" && !proven)
+                        .then(|| r[col("best_bound_s")].parse::<f64>().ok())
+                        .flatten();
+                    (v, bound, proven)
                 };
-                let mut name = r[col("scheduler")].to_string();
-                if several_objectives {
-                    name = format!("{name} ({})", &r[col("objective")]);
-                }
+                let name = series_name(r);
                 if !order.contains(&name) {
                     order.push(name.clone());
                 }
@@ -1120,21 +1143,54 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
                     .or_default()
                     .entry(r[col(param)].to_string())
                     .or_default()
-                    .push(y);
+                    .push(point);
             }
+            // Failed runs, by series.
+            let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for r in recs.iter().filter(|r| &r[col("status")] == "error") {
+                let name = series_name(r);
+                if !order.contains(&name) {
+                    order.push(name.clone());
+                }
+                let x = axis_value(&r[col(param)]);
+                let xs = failed.entry(name).or_default();
+                if !xs.contains(&x) {
+                    xs.push(x);
+                }
+            }
+            let mean = |v: &mut dyn Iterator<Item = f64>| {
+                let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+                sum / n as f64
+            };
             let series: Vec<svg::Series> = order
                 .iter()
                 .map(|name| {
-                    let mut pts: Vec<(f64, f64)> = data[name]
-                        .iter()
-                        .map(|(x, ys)| (axis_value(x), ys.iter().sum::<f64>() / ys.len() as f64))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let mut pts: Vec<((f64, f64), bool, Option<(f64, f64)>)> =
+                        data.get(name)
+                            .into_iter()
+                            .flatten()
+                            .map(|(x, runs)| {
+                                let y = mean(&mut runs.iter().map(|r| r.0));
+                                let unproven = runs.iter().any(|r| !r.2);
+                                // The bar: the mean of each run's other end (its own value
+                                // where it has none).
+                                let bar = runs.iter().any(|r| r.1.is_some()).then(|| {
+                                    (y, mean(&mut runs.iter().map(|r| r.1.unwrap_or(r.0))))
+                                });
+                                ((axis_value(x), y), unproven, bar)
+                            })
+                            .collect();
+                    pts.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
+                    let mut xs = failed.get(name).cloned().unwrap_or_default();
+                    xs.sort_by(f64::total_cmp);
                     svg::Series {
                         name: name.clone(),
-                        points: pts,
+                        points: pts.iter().map(|p| p.0).collect(),
                         step: false,
                         markers: true,
+                        unproven: pts.iter().map(|p| p.1).collect(),
+                        bars: pts.iter().map(|p| p.2).collect(),
+                        failed: xs,
                     }
                 })
                 .collect();

@@ -345,6 +345,47 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
             .iter()
             .any(|p| p.ends_with("plots/ratio_to_optimal-vs-M.svg"))
     );
+    // Every point here is proven and no run failed: filled markers, no notes.
+    let plots = sweep::sweep_plots(&s, &recs);
+    let ratio = plots
+        .iter()
+        .find(|p| p.stem == "ratio_to_optimal-vs-M")
+        .unwrap()
+        .svg
+        .finish();
+    assert!(!ratio.contains("fill=\"#ffffff\" stroke="), "hollow marker");
+    assert!(!ratio.contains("not proven") && !ratio.contains("failed"));
+    // The same results with the M = 5 optimum unproven (its bound 20% lower) and vllm
+    // failed at M = 8: hollow markers with bars at M = 5, a cross at M = 8, and both notes.
+    let edited: Vec<csv::StringRecord> = recs
+        .iter()
+        .filter_map(|r| {
+            let mut v: Vec<String> = r.iter().map(str::to_string).collect();
+            let (m, scheduler) = (v[col("M")].clone(), v[col("scheduler")].clone());
+            if m == "5" && scheduler == "optimal" {
+                v[col("status")] = "time-limit".into();
+                let value: f64 = v[col("objective_s")].parse().unwrap();
+                v[col("best_bound_s")] = (0.8 * value).to_string();
+            }
+            if m == "8" && scheduler == "vllm" {
+                v[col("status")] = "error".into();
+                for c in ["objective_s", "makespan_s", "mean_e2e_s"] {
+                    v[col(c)] = String::new();
+                }
+            }
+            Some(csv::StringRecord::from(v))
+        })
+        .collect();
+    let plots = sweep::sweep_plots(&s, &edited);
+    for stem in ["ratio_to_optimal-vs-M", "objective_s-vs-M"] {
+        let svg = plots.iter().find(|p| p.stem == stem).unwrap().svg.finish();
+        assert!(
+            svg.contains("fill=\"#ffffff\" stroke="),
+            "{stem}: no hollow marker"
+        );
+        assert!(svg.contains("hollow: not proven optimal"), "{stem}");
+        assert!(svg.contains("a run failed"), "{stem}");
+    }
 }
 
 #[test]

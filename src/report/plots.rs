@@ -271,6 +271,7 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
                 points: thin(pts, 4000),
                 step: true,
                 markers: false,
+                ..Default::default()
             }
         })
         .collect();
@@ -331,6 +332,7 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
                     points: thin(pts, 2000),
                     step: true,
                     markers: false,
+                    ..Default::default()
                 }
             })
             .collect();
@@ -460,6 +462,7 @@ pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
             ),
             step: false,
             markers: o.replay.batches.len() <= 200,
+            ..Default::default()
         })
         .collect();
     let mut s = Svg::new(960, 420);

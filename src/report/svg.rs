@@ -152,6 +152,14 @@ impl Svg {
         );
     }
 
+    /// A hollow circle: white inside, `stroke` around.
+    pub fn circle_outline(&mut self, x: f64, y: f64, r: f64, stroke: &str) {
+        let _ = writeln!(
+            self.body,
+            "<circle cx=\"{x:.2}\" cy=\"{y:.2}\" r=\"{r:.2}\" fill=\"#ffffff\" stroke=\"{stroke}\" stroke-width=\"1.50\"/>"
+        );
+    }
+
     /// A filled circle.
     pub fn circle(&mut self, x: f64, y: f64, r: f64, fill: &str) {
         let _ = writeln!(
@@ -465,7 +473,7 @@ pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, &str)]) {
 }
 
 /// One named line of a line chart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Series {
     /// Legend name.
     pub name: String,
@@ -475,6 +483,13 @@ pub struct Series {
     pub step: bool,
     /// Draw markers at the points.
     pub markers: bool,
+    /// Per point (empty: none): whether the value is not proven (a hollow marker).
+    pub unproven: Vec<bool>,
+    /// Per point (empty: none): a vertical bar between two values (e.g. from a schedule's
+    /// value to the proven bound).
+    pub bars: Vec<Option<(f64, f64)>>,
+    /// x values where a run of this series failed: a cross on the x axis.
+    pub failed: Vec<f64>,
 }
 
 /// A labelled horizontal reference line.
@@ -498,10 +513,17 @@ pub fn line_chart(
     refs: &[RefLine],
     y_from_zero: bool,
 ) {
-    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let xs = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0).chain(s.failed.iter().copied()));
     let ys = series
         .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.1)
+                .chain(s.bars.iter().flatten().flat_map(|&(lo, hi)| [lo, hi]))
+        })
         .chain(refs.iter().map(|r| r.y));
     let frame = Frame {
         x0: bounds.0 + 64.0,
@@ -536,14 +558,48 @@ pub fn line_chart(
             pts.push((frame.px(x), frame.py(y)));
         }
         svg.polyline(&pts, c, 1.8);
-        if s.markers {
-            for &(x, y) in &s.points {
-                svg.circle(frame.px(x), frame.py(y), 2.5, c);
+        for (k, &(x, _)) in s.points.iter().enumerate() {
+            if let Some(Some((lo, hi))) = s.bars.get(k) {
+                let px = frame.px(x);
+                svg.line(px, frame.py(*lo), px, frame.py(*hi), c, 1.2, "");
+                svg.line(px - 3.0, frame.py(*lo), px + 3.0, frame.py(*lo), c, 1.2, "");
             }
+        }
+        if s.markers {
+            for (k, &(x, y)) in s.points.iter().enumerate() {
+                if s.unproven.get(k).copied().unwrap_or(false) {
+                    svg.circle_outline(frame.px(x), frame.py(y), 3.5, c);
+                } else {
+                    svg.circle(frame.px(x), frame.py(y), 2.5, c);
+                }
+            }
+        }
+        for &x in &s.failed {
+            let (px, py) = (frame.px(x), frame.y1 - 6.0);
+            svg.line(px - 4.0, py - 4.0, px + 4.0, py + 4.0, c, 2.0, "");
+            svg.line(px - 4.0, py + 4.0, px + 4.0, py - 4.0, c, 2.0, "");
         }
         items.push((s.name.clone(), c));
     }
     legend(svg, &frame, &items);
+    let mut notes = Vec::new();
+    if series.iter().any(|s| s.unproven.iter().any(|&u| u)) {
+        notes.push("hollow: not proven optimal (bar: to the proven bound)");
+    }
+    if series.iter().any(|s| !s.failed.is_empty()) {
+        notes.push("x on the axis: a run failed");
+    }
+    if !notes.is_empty() {
+        svg.text(
+            frame.x0,
+            frame.y0 - 1.0,
+            &notes.join("; "),
+            10.0,
+            Anchor::Start,
+            0.0,
+            false,
+        );
+    }
 }
 
 #[cfg(test)]
