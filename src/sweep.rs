@@ -1058,8 +1058,13 @@ pub const PLOTTED_METRICS: &[(&str, &str)] = &[
     ("evictions", "evictions"),
 ];
 
+/// A plotted point: (x, y), whether it is unproven, and its bar (from y to the bound).
+type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>);
+
 /// Plots of each metric against each swept parameter: one line per scheduler (and
-/// objective, when several), averaged over the other parameters.
+/// objective, when several), averaged over the other parameters. A point whose optimum is
+/// not proven has a hollow marker and a bar to the proven bound; failed runs are crosses
+/// on the x axis.
 pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
     let col = |name: &str| {
         RESULT_COLUMNS
@@ -1165,7 +1170,7 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
             let series: Vec<svg::Series> = order
                 .iter()
                 .map(|name| {
-                    let mut pts: Vec<((f64, f64), bool, Option<(f64, f64)>)> =
+                    let mut pts: Vec<PlotPoint> =
                         data.get(name)
                             .into_iter()
                             .flatten()
