@@ -359,7 +359,7 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
     // failed at M = 8: hollow markers with bars at M = 5, a cross at M = 8, and both notes.
     let edited: Vec<csv::StringRecord> = recs
         .iter()
-        .filter_map(|r| {
+        .map(|r| {
             let mut v: Vec<String> = r.iter().map(str::to_string).collect();
             let (m, scheduler) = (v[col("M")].clone(), v[col("scheduler")].clone());
             if m == "5" && scheduler == "optimal" {
@@ -373,7 +373,7 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
                     v[col(c)] = String::new();
                 }
             }
-            Some(csv::StringRecord::from(v))
+            csv::StringRecord::from(v)
         })
         .collect();
     let plots = sweep::sweep_plots(&s, &edited);
