@@ -127,6 +127,12 @@ struct CompareArgs {
     /// The optimal scheduler's policy class (as `solve`'s).
     #[command(flatten)]
     class: ClassArgs,
+    /// Write no plots (report.html without figures; plots/ is not written).
+    #[arg(long)]
+    no_plots: bool,
+    /// Write no Chrome traces (trace-<scheduler>.json), the largest files on long runs.
+    #[arg(long)]
+    no_traces: bool,
     #[command(flatten)]
     milp: MilpArgs,
     /// Output directory.
@@ -492,9 +498,10 @@ struct SimulateArgs {
     /// available].
     #[arg(long)]
     memory_limit: Option<f64>,
-    /// Output directory (with several schedulers, one subdirectory each).
+    /// Output directory (with several schedulers, one subdirectory each) [default: none:
+    /// print the summaries and write nothing].
     #[arg(long)]
-    out: PathBuf,
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -806,10 +813,13 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     )
                 })?;
                 let summary = Summary::from_replay(&r);
+                let Some(out) = &a.out else {
+                    return Ok((summary, Vec::new(), sim.limits));
+                };
                 let dir = if several {
-                    a.out.join(kind.name())
+                    out.join(kind.name())
                 } else {
-                    a.out.clone()
+                    out.clone()
                 };
                 let schedule_path = dir.join("schedule.json");
                 sim.schedule.write(&schedule_path)?;
@@ -835,7 +845,9 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
             Ok((summary, paths, limits)) => {
                 outln!("\n{} ({limits})", kind.name());
                 out!("{}", infersched::output::summary_text(&summary));
-                outln!("  wrote {}", path_list(&paths));
+                if !paths.is_empty() {
+                    outln!("  wrote {}", path_list(&paths));
+                }
                 rows.push((kind.name(), summary));
             }
             Err(e) => {
@@ -1032,7 +1044,11 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     );
     let c = compare::run(&w, &cost, &spec);
     infersched::interrupt::clear();
-    infersched::report::write_comparison(&a.out, &w, &setting, &c)
+    let parts = infersched::report::ReportParts {
+        plots: !a.no_plots,
+        traces: !a.no_traces,
+    };
+    infersched::report::write_comparison_parts(&a.out, &w, &setting, &c, parts)
         .with_context(|| format!("writing the comparison to {}", a.out.display()))?;
     let rows = c.rows();
     outln!(
@@ -1060,8 +1076,14 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         eprintln!("error: {name}: {e}");
     }
     outln!(
-        "report: {}  (tables: comparison.csv, comparison.json; plots/; trace-<scheduler>.json)",
-        a.out.join("report.html").display()
+        "report: {}  (tables: comparison.csv, comparison.json{}{})",
+        a.out.join("report.html").display(),
+        if a.no_plots { "" } else { "; plots/" },
+        if a.no_traces {
+            ""
+        } else {
+            "; trace-<scheduler>.json"
+        }
     );
     if !failures.is_empty() {
         bail!(

@@ -1533,3 +1533,67 @@ fn compare_takes_the_solvers_policy_class_and_horizon() {
         value(&f)
     );
 }
+
+#[test]
+fn simulate_without_out_prints_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args([
+            "simulate",
+            "--workload",
+            &example("arxiv-4.csv"),
+            "--scheduler",
+            "vllm,orca",
+            "--kv-capacity",
+            "64",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("makespan") && out.contains("orca ("), "{out}");
+    assert!(!out.contains("wrote"), "{out}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn compare_can_skip_plots_and_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cmp");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &example("arxiv-4.csv"),
+        "--schedulers",
+        "vllm,orca",
+        "--kv-capacity",
+        "64",
+        "--no-plots",
+        "--no-traces",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("report.html").is_file() && out.join("comparison.csv").is_file());
+    assert!(out.join("vllm/schedule.json").is_file());
+    assert!(!out.join("plots").exists());
+    assert!(!out.join("trace-vllm.json").exists());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!html.contains("<svg"), "the report has no figures");
+    // By default both are written.
+    let full = dir.path().join("full");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &example("arxiv-4.csv"),
+        "--schedulers",
+        "vllm,orca",
+        "--kv-capacity",
+        "64",
+        "--out",
+        full.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(full.join("plots").is_dir() && full.join("trace-vllm.json").is_file());
+}

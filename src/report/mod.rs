@@ -416,6 +416,36 @@ pub fn write_comparison(
     setting: &Setting,
     c: &Comparison,
 ) -> io::Result<Vec<PathBuf>> {
+    write_comparison_parts(dir, w, setting, c, ReportParts::default())
+}
+
+/// The optional parts of a comparison's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportParts {
+    /// `plots/` and the figures in `report.html`.
+    pub plots: bool,
+    /// `trace-<scheduler>.json` (Chrome traces).
+    pub traces: bool,
+}
+
+impl Default for ReportParts {
+    fn default() -> Self {
+        Self {
+            plots: true,
+            traces: true,
+        }
+    }
+}
+
+/// [`write_comparison`] with only the `parts` asked for (the tables, each scheduler's
+/// files and `report.html` are always written).
+pub fn write_comparison_parts(
+    dir: &Path,
+    w: &Workload,
+    setting: &Setting,
+    c: &Comparison,
+    parts: ReportParts,
+) -> io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut paths = Vec::new();
     let mut links = Vec::new();
@@ -436,12 +466,14 @@ pub fn write_comparison(
             write_bytes_atomic(&p, text.as_bytes())?;
             paths.push(p);
         }
-        let trace_path = dir.join(format!("trace-{name}.json"));
-        let text =
-            serde_json::to_string(&trace::chrome_trace(w, name, o)).map_err(io::Error::other)?;
-        write_bytes_atomic(&trace_path, text.as_bytes())?;
-        paths.push(trace_path);
-        links.push(format!("trace-{name}.json"));
+        if parts.traces {
+            let trace_path = dir.join(format!("trace-{name}.json"));
+            let text = serde_json::to_string(&trace::chrome_trace(w, name, o))
+                .map_err(io::Error::other)?;
+            write_bytes_atomic(&trace_path, text.as_bytes())?;
+            paths.push(trace_path);
+            links.push(format!("trace-{name}.json"));
+        }
         links.push(format!("{name}/summary.json"));
     }
     let rows = c.rows();
@@ -455,8 +487,14 @@ pub fn write_comparison(
         0..0,
         ["comparison.csv".to_string(), "comparison.json".to_string()],
     );
-    let plots = comparison_plots(w, c);
-    paths.extend(write_plots(&dir.join("plots"), &plots)?);
+    let plots = if parts.plots {
+        comparison_plots(w, c)
+    } else {
+        Vec::new()
+    };
+    if parts.plots {
+        paths.extend(write_plots(&dir.join("plots"), &plots)?);
+    }
     let html_path = dir.join("report.html");
     write_bytes_atomic(
         &html_path,
