@@ -407,7 +407,14 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         let xa = frame.px(i as f64 + 0.15);
         let xb = frame.px(i as f64 + 0.85);
         let y = frame.py(*v);
-        s.rect(xa, y, xb - xa, frame.y1 - y, svg::color(i), 1.0);
+        s.rect(
+            xa,
+            y,
+            xb - xa,
+            frame.y1 - y,
+            svg::series_style(&r.scheduler, i).color,
+            1.0,
+        );
         s.text(
             (xa + xb) / 2.0,
             y - 5.0,

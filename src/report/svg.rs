@@ -23,6 +23,129 @@ pub fn color(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
+/// A marker's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// A circle.
+    Circle,
+    /// A square.
+    Square,
+    /// A triangle, point up.
+    Triangle,
+    /// A diamond.
+    Diamond,
+}
+
+/// How one series is drawn: colour, dash pattern (empty: solid) and marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// Stroke and fill colour.
+    pub color: &'static str,
+    /// SVG `stroke-dasharray`, or empty for a solid line.
+    pub dash: &'static str,
+    /// Marker shape.
+    pub marker: Marker,
+}
+
+/// The fixed style of each scheduler, the same in every plot and report; two series with
+/// identical values stay distinguishable by dash and marker.
+const SCHEDULER_STYLES: [(&str, Style); 8] = [
+    (
+        "optimal",
+        Style {
+            color: "#000000",
+            dash: "",
+            marker: Marker::Circle,
+        },
+    ),
+    (
+        "vllm",
+        Style {
+            color: "#D55E00",
+            dash: "",
+            marker: Marker::Square,
+        },
+    ),
+    (
+        "vllm-v1",
+        Style {
+            color: "#0072B2",
+            dash: "7 3",
+            marker: Marker::Triangle,
+        },
+    ),
+    (
+        "sarathi",
+        Style {
+            color: "#009E73",
+            dash: "2 2",
+            marker: Marker::Diamond,
+        },
+    ),
+    (
+        "orca",
+        Style {
+            color: "#E69F00",
+            dash: "9 3 2 3",
+            marker: Marker::Circle,
+        },
+    ),
+    (
+        "orca-max",
+        Style {
+            color: "#56B4E9",
+            dash: "4 4",
+            marker: Marker::Square,
+        },
+    ),
+    (
+        "static",
+        Style {
+            color: "#CC79A7",
+            dash: "1 3",
+            marker: Marker::Triangle,
+        },
+    ),
+    (
+        "mcsf",
+        Style {
+            color: "#882255",
+            dash: "12 4",
+            marker: Marker::Diamond,
+        },
+    ),
+];
+
+/// Dash patterns for series without a fixed style, by index.
+const DASHES: [&str; 4] = ["", "7 3", "2 2", "9 3 2 3"];
+
+/// The style of series `name` (its scheduler's when the name starts with one, e.g.
+/// `vllm (makespan)`; a policy-constrained optimum such as `optimal+no-evict` keeps the
+/// optimum's colour with a dash of its own), else a palette style by `index`.
+pub fn series_style(name: &str, index: usize) -> Style {
+    let base = name.split([' ', '+']).next().unwrap_or(name);
+    match SCHEDULER_STYLES.iter().find(|(n, _)| *n == base) {
+        Some((_, style)) if base.len() == name.len() || name.as_bytes()[base.len()] == b' ' => {
+            *style
+        }
+        Some((_, style)) => Style {
+            dash: DASHES[1 + index % (DASHES.len() - 1)],
+            marker: [Marker::Square, Marker::Triangle, Marker::Diamond][index % 3],
+            ..*style
+        },
+        None => Style {
+            color: color(index),
+            dash: DASHES[index % DASHES.len()],
+            marker: [
+                Marker::Circle,
+                Marker::Square,
+                Marker::Triangle,
+                Marker::Diamond,
+            ][index % 4],
+        },
+    }
+}
+
 /// Escapes text for XML.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -152,11 +275,65 @@ impl Svg {
         );
     }
 
-    /// A hollow circle: white inside, `stroke` around.
-    pub fn circle_outline(&mut self, x: f64, y: f64, r: f64, stroke: &str) {
+    /// A marker of `shape` at a point: filled with `color`, or white inside when `hollow`.
+    pub fn marker(&mut self, x: f64, y: f64, shape: Marker, color: &str, hollow: bool) {
+        let r = if hollow { 3.5 } else { 3.0 };
+        let (fill, stroke) = if hollow {
+            ("#ffffff", color)
+        } else {
+            (color, color)
+        };
+        let points: Vec<(f64, f64)> = match shape {
+            Marker::Circle => {
+                let _ = writeln!(
+                    self.body,
+                    "<circle cx=\"{x:.2}\" cy=\"{y:.2}\" r=\"{r:.2}\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"1.50\"/>"
+                );
+                return;
+            }
+            Marker::Square => vec![
+                (x - r, y - r),
+                (x + r, y - r),
+                (x + r, y + r),
+                (x - r, y + r),
+            ],
+            Marker::Triangle => vec![
+                (x, y - r * 1.2),
+                (x + r * 1.1, y + r * 0.8),
+                (x - r * 1.1, y + r * 0.8),
+            ],
+            Marker::Diamond => vec![(x, y - r * 1.3), (x + r, y), (x, y + r * 1.3), (x - r, y)],
+        };
+        let pts: Vec<String> = points
+            .iter()
+            .map(|(px, py)| format!("{px:.2},{py:.2}"))
+            .collect();
         let _ = writeln!(
             self.body,
-            "<circle cx=\"{x:.2}\" cy=\"{y:.2}\" r=\"{r:.2}\" fill=\"#ffffff\" stroke=\"{stroke}\" stroke-width=\"1.50\"/>"
+            "<polygon points=\"{}\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"1.50\"/>",
+            pts.join(" ")
+        );
+    }
+
+    /// A polyline with a dash pattern (empty: solid).
+    pub fn polyline_dashed(&mut self, points: &[(f64, f64)], stroke: &str, width: f64, dash: &str) {
+        if dash.is_empty() {
+            return self.polyline(points, stroke, width);
+        }
+        if points.is_empty() {
+            return;
+        }
+        self.body
+            .push_str("<polyline fill=\"none\" stroke-linejoin=\"round\" points=\"");
+        for (i, (x, y)) in points.iter().enumerate() {
+            if i > 0 {
+                self.body.push(' ');
+            }
+            let _ = write!(self.body, "{x:.2},{y:.2}");
+        }
+        let _ = writeln!(
+            self.body,
+            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\" stroke-dasharray=\"{dash}\"/>"
         );
     }
 
@@ -450,6 +627,38 @@ impl Frame {
     }
 }
 
+/// Draws a legend box of `(name, style)` at the top right inside the frame: each entry's
+/// line in its dash with its marker.
+pub fn styled_legend(svg: &mut Svg, frame: &Frame, items: &[(String, Style)]) {
+    if items.is_empty() {
+        return;
+    }
+    let longest = items
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    let w = 42.0 + longest * 7.0;
+    let h = 8.0 + items.len() as f64 * 16.0;
+    let x = frame.x1 - w - 8.0;
+    let y = frame.y0 + 8.0;
+    svg.rect(x, y, w, h, "#ffffff", 0.85);
+    for (i, (name, st)) in items.iter().enumerate() {
+        let yy = y + 14.0 + i as f64 * 16.0;
+        svg.line(
+            x + 6.0,
+            yy - 4.0,
+            x + 34.0,
+            yy - 4.0,
+            st.color,
+            2.0,
+            st.dash,
+        );
+        svg.marker(x + 20.0, yy - 4.0, st.marker, st.color, false);
+        svg.text(x + 38.0, yy, name, 11.0, Anchor::Start, 0.0, false);
+    }
+}
+
 /// Draws a legend box of `(name, colour)` at the top right inside the frame.
 pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, &str)]) {
     if items.is_empty() {
@@ -549,7 +758,8 @@ pub fn line_chart(
     }
     let mut items = Vec::new();
     for (i, s) in series.iter().enumerate() {
-        let c = color(i);
+        let style = series_style(&s.name, i);
+        let c = style.color;
         let mut pts = Vec::with_capacity(s.points.len() * 2);
         for (k, &(x, y)) in s.points.iter().enumerate() {
             if s.step && k > 0 {
@@ -557,7 +767,7 @@ pub fn line_chart(
             }
             pts.push((frame.px(x), frame.py(y)));
         }
-        svg.polyline(&pts, c, 1.8);
+        svg.polyline_dashed(&pts, c, 1.8, style.dash);
         for (k, &(x, _)) in s.points.iter().enumerate() {
             if let Some(Some((lo, hi))) = s.bars.get(k) {
                 let px = frame.px(x);
@@ -567,11 +777,8 @@ pub fn line_chart(
         }
         if s.markers {
             for (k, &(x, y)) in s.points.iter().enumerate() {
-                if s.unproven.get(k).copied().unwrap_or(false) {
-                    svg.circle_outline(frame.px(x), frame.py(y), 3.5, c);
-                } else {
-                    svg.circle(frame.px(x), frame.py(y), 2.5, c);
-                }
+                let hollow = s.unproven.get(k).copied().unwrap_or(false);
+                svg.marker(frame.px(x), frame.py(y), style.marker, c, hollow);
             }
         }
         for &x in &s.failed {
@@ -579,9 +786,9 @@ pub fn line_chart(
             svg.line(px - 4.0, py - 4.0, px + 4.0, py + 4.0, c, 2.0, "");
             svg.line(px - 4.0, py + 4.0, px + 4.0, py - 4.0, c, 2.0, "");
         }
-        items.push((s.name.clone(), c));
+        items.push((s.name.clone(), style));
     }
-    legend(svg, &frame, &items);
+    styled_legend(svg, &frame, &items);
     let mut notes = Vec::new();
     if series.iter().any(|s| s.unproven.iter().any(|&u| u)) {
         notes.push("hollow: not proven optimal (bar: to the proven bound)");
@@ -617,6 +824,27 @@ mod tests {
         assert!(t.iter().all(|v| (v * 2.0).fract() == 0.0), "{t:?}");
         let flat = Axis::covering([5.0, 5.0], false);
         assert!(flat.lo < 5.0 && flat.hi > 5.0);
+    }
+
+    #[test]
+    fn a_scheduler_has_one_style_everywhere_and_no_two_look_alike() {
+        // The same whatever its place among the series or the objective in its name.
+        assert_eq!(series_style("vllm", 0), series_style("vllm", 5));
+        assert_eq!(series_style("vllm", 0), series_style("vllm (makespan)", 2));
+        assert_eq!(series_style("vllm", 1).color, "#D55E00");
+        let styles: Vec<Style> = SCHEDULER_STYLES.iter().map(|(_, s)| *s).collect();
+        for (i, a) in styles.iter().enumerate() {
+            for b in &styles[i + 1..] {
+                assert_ne!(a.color, b.color);
+                assert!(a.dash != b.dash || a.marker != b.marker, "{a:?} {b:?}");
+            }
+        }
+        // A constrained optimum: the optimum's colour, a line of its own.
+        let constrained = series_style("optimal+no-evict", 1);
+        assert_eq!(constrained.color, series_style("optimal", 0).color);
+        assert_ne!(constrained.dash, series_style("optimal", 0).dash);
+        // "vllm-v1" is not "vllm" with a suffix.
+        assert_eq!(series_style("vllm-v1", 0).color, "#0072B2");
     }
 
     #[test]
