@@ -373,14 +373,6 @@ fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| x.to_string())
 }
 
-fn objective_name(o: Objective) -> &'static str {
-    match o {
-        Objective::Makespan => "makespan",
-        Objective::MeanLatency => "mean-latency",
-        Objective::MeanTtft => "mean-ttft",
-    }
-}
-
 /// Writes `comparison.csv`.
 pub fn write_csv(
     rows: &[ComparisonRow],
@@ -395,7 +387,7 @@ pub fn write_csv(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.scheduler,
             r.status,
-            objective_name(objective),
+            objective.name(),
             r.objective_s,
             opt(r.ratio_to_optimum),
             opt(r.ratio_to_bound),

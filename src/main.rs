@@ -114,7 +114,7 @@ struct CompareArgs {
     schedulers: String,
     /// Objective the ratios refer to and the MILP minimizes: makespan, mean-latency, mean-ttft.
     #[arg(long, default_value = "makespan")]
-    objective: String,
+    objective: Objective,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = "llama2-7b-a100")]
     cost_model: String,
@@ -364,13 +364,13 @@ struct KnobArgs {
     no_preemption: bool,
     /// Victim on a memory shortfall: newest, oldest, shortest, longest (by KV held).
     #[arg(long, default_value = "newest")]
-    victim: String,
+    victim: Victim,
     /// Context length reserved by orca-max and used in vllm's default budget [default: the workload's largest I + O].
     #[arg(long)]
     max_model_len: Option<u64>,
     /// MC-SF's admission order, shortest first by: output (O, the paper's rule), tokens (I + O) or kv-area (O I + O (O - 1) / 2).
     #[arg(long, default_value = "output")]
-    mcsf_order: String,
+    mcsf_order: McsfOrder,
     /// vllm-v1: admit a waiting or preempted request only if blocks for all its known tokens (the prompt, or I + G on a refill) plus the watermark are free, as vLLM 0.32 does by default [default: on].
     #[arg(long, overrides_with = "no_scheduler_reserve_full_isl")]
     scheduler_reserve_full_isl: bool,
@@ -422,17 +422,9 @@ impl KnobArgs {
             block_size: self.block_size,
             watermark: self.watermark,
             no_preemption: self.no_preemption,
-            victim: self
-                .victim
-                .parse::<Victim>()
-                .map_err(anyhow::Error::msg)
-                .context("--victim")?,
+            victim: self.victim,
             max_model_len: self.max_model_len,
-            mcsf_order: self
-                .mcsf_order
-                .parse::<McsfOrder>()
-                .map_err(anyhow::Error::msg)
-                .context("--mcsf-order")?,
+            mcsf_order: self.mcsf_order,
             reserve_full_isl: self.reserve_full_isl(),
             long_prefill_token_threshold: self.long_prefill_token_threshold,
         })
@@ -511,7 +503,7 @@ struct SolveArgs {
     workload: PathBuf,
     /// makespan, mean-latency or mean-ttft.
     #[arg(long, default_value = "makespan")]
-    objective: String,
+    objective: Objective,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = "llama2-7b-a100")]
     cost_model: String,
@@ -869,11 +861,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
-    let objective: Objective = a
-        .objective
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("--objective")?;
+    let objective = a.objective;
     let options = SolveOptions {
         warm_start: !a.no_warm_start,
         warm_start_from: a
@@ -917,7 +905,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         "{} ({} requests), objective {}, cost model {}",
         a.workload.display(),
         w.len(),
-        a.objective,
+        objective.name(),
         cost.name
     );
     outln!(
@@ -1001,11 +989,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let cost = cost_model::resolve(&a.cost_model)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
     let limits = a.knobs.explicit_limits(&knobs)?;
-    let objective: Objective = a
-        .objective
-        .parse()
-        .map_err(anyhow::Error::msg)
-        .context("--objective")?;
+    let objective = a.objective;
     let contenders = Contender::parse_list(&a.schedulers)
         .map_err(anyhow::Error::msg)
         .context("--schedulers")?;
@@ -1040,7 +1024,7 @@ fn cmd_compare(a: &CompareArgs) -> Result<()> {
         w.len(),
         a.workload.display(),
         cost.name,
-        a.objective
+        objective.name()
     );
     let c = compare::run(&w, &cost, &spec);
     infersched::interrupt::clear();

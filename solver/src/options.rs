@@ -32,6 +32,15 @@ impl std::str::FromStr for Objective {
 }
 
 impl Objective {
+    /// The name `--objective` takes and outputs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Makespan => "makespan",
+            Self::MeanLatency => "mean-latency",
+            Self::MeanTtft => "mean-ttft",
+        }
+    }
+
     /// The objective's value in a replay summary (seconds).
     pub fn of(self, s: &Summary) -> f64 {
         match self {
