@@ -258,21 +258,7 @@ impl Svg {
 
     /// A polyline through `points`.
     pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64) {
-        if points.is_empty() {
-            return;
-        }
-        self.body
-            .push_str("<polyline fill=\"none\" stroke-linejoin=\"round\" points=\"");
-        for (i, (x, y)) in points.iter().enumerate() {
-            if i > 0 {
-                self.body.push(' ');
-            }
-            let _ = write!(self.body, "{x:.2},{y:.2}");
-        }
-        let _ = writeln!(
-            self.body,
-            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\"/>"
-        );
+        self.polyline_dashed(points, stroke, width, "");
     }
 
     /// A marker of `shape` at a point: filled with `color`, or white inside when `hollow`.
@@ -317,9 +303,6 @@ impl Svg {
 
     /// A polyline with a dash pattern (empty: solid).
     pub fn polyline_dashed(&mut self, points: &[(f64, f64)], stroke: &str, width: f64, dash: &str) {
-        if dash.is_empty() {
-            return self.polyline(points, stroke, width);
-        }
         if points.is_empty() {
             return;
         }
@@ -331,10 +314,14 @@ impl Svg {
             }
             let _ = write!(self.body, "{x:.2},{y:.2}");
         }
-        let _ = writeln!(
+        let _ = write!(
             self.body,
-            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\" stroke-dasharray=\"{dash}\"/>"
+            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
         );
+        if !dash.is_empty() {
+            let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
+        }
+        self.body.push_str("/>\n");
     }
 
     /// A filled circle.
@@ -629,7 +616,7 @@ impl Frame {
 
 /// Draws a legend box of `(name, style)` at the top right inside the frame: each entry's
 /// line in its dash with its marker.
-pub fn styled_legend(svg: &mut Svg, frame: &Frame, items: &[(String, Style)]) {
+pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, Style)]) {
     if items.is_empty() {
         return;
     }
@@ -656,28 +643,6 @@ pub fn styled_legend(svg: &mut Svg, frame: &Frame, items: &[(String, Style)]) {
         );
         svg.marker(x + 20.0, yy - 4.0, st.marker, st.color, false);
         svg.text(x + 38.0, yy, name, 11.0, Anchor::Start, 0.0, false);
-    }
-}
-
-/// Draws a legend box of `(name, colour)` at the top right inside the frame.
-pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, &str)]) {
-    if items.is_empty() {
-        return;
-    }
-    let longest = items
-        .iter()
-        .map(|(n, _)| n.chars().count())
-        .max()
-        .unwrap_or(0) as f64;
-    let w = 30.0 + longest * 7.0;
-    let h = 8.0 + items.len() as f64 * 16.0;
-    let x = frame.x1 - w - 8.0;
-    let y = frame.y0 + 8.0;
-    svg.rect(x, y, w, h, "#ffffff", 0.85);
-    for (i, (name, c)) in items.iter().enumerate() {
-        let yy = y + 14.0 + i as f64 * 16.0;
-        svg.line(x + 6.0, yy - 4.0, x + 22.0, yy - 4.0, c, 3.0, "");
-        svg.text(x + 26.0, yy, name, 11.0, Anchor::Start, 0.0, false);
     }
 }
 
@@ -788,7 +753,7 @@ pub fn line_chart(
         }
         items.push((s.name.clone(), style));
     }
-    styled_legend(svg, &frame, &items);
+    legend(svg, &frame, &items);
     let mut notes = Vec::new();
     if series.iter().any(|s| s.unproven.iter().any(|&u| u)) {
         notes.push("hollow: not proven optimal (bar: to the proven bound)");
