@@ -201,6 +201,11 @@ struct MilpArgs {
     /// 0 turns it off. It also stops at half the time limit.
     #[arg(long, default_value_t = SolveOptions::default().list_search_evaluations)]
     list_search_tries: usize,
+    /// Skip the phase relaxation, the mean-latency bound solved as a small MILP before the
+    /// exact model (up to 48 requests; it takes up to a quarter of the time limit, or all
+    /// of it where no exact model fits).
+    #[arg(long)]
+    no_phase_relaxation: bool,
 }
 
 impl MilpArgs {
@@ -238,6 +243,7 @@ impl MilpArgs {
                 SolveOptions::default().max_search_states
             },
             list_search_evaluations: self.list_search_tries,
+            phase_relaxation: !self.no_phase_relaxation,
             horizon: self.horizon,
             ..SolveOptions::default()
         })

@@ -33,6 +33,9 @@
 //! memory included).
 
 mod machine;
+mod phases;
+
+pub use phases::MAX_REQUESTS as PHASE_RELAXATION_MAX_REQUESTS;
 
 use crate::Objective;
 use infersched_core::{Feature, Limits, Request, Workload};
@@ -65,6 +68,9 @@ pub enum BoundArgument {
     /// Mean latency or TTFT: the single-machine relaxation's shortest-remaining-first
     /// completion times, each the larger of that and a request's own minimum time.
     MachineSrpt,
+    /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
+    /// order of completions, module `bounds::phases`), at least the machine bound.
+    PhaseRelaxation,
 }
 
 impl BoundArgument {
@@ -76,6 +82,7 @@ impl BoundArgument {
             Self::OwnMinimumTime => "own-minimum-time",
             Self::MachineRelease => "machine-release",
             Self::MachineSrpt => "machine-srpt",
+            Self::PhaseRelaxation => "phase-relaxation",
         }
     }
 }
@@ -348,6 +355,37 @@ pub fn lower_bound(
             }
         }
     }
+}
+
+/// The phase relaxation's bound on the mean latency (seconds; module `phases`), solved by
+/// HiGHS within `time_limit_s` on `threads`. None when it does not apply (another
+/// objective, more than [`PHASE_RELAXATION_MAX_REQUESTS`] requests, a negative cost
+/// coefficient, too little time) or HiGHS gives no bound; the bound is never below the
+/// machine bound, whose position-by-position completions it starts from.
+pub fn phase_relaxation_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    time_limit_s: f64,
+    threads: u32,
+) -> Option<CombinatorialBound> {
+    if objective != Objective::MeanLatency {
+        return None;
+    }
+    let t = Theta(cost);
+    let reqs = w.requests();
+    if reqs.is_empty() || reqs.len() > PHASE_RELAXATION_MAX_REQUESTS {
+        return None;
+    }
+    let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + t.own_time(r)).collect();
+    let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
+    phases::mean_latency_bound(&t, reqs, limits, &positions, time_limit_s, threads).map(|value_s| {
+        CombinatorialBound {
+            value_s,
+            argument: BoundArgument::PhaseRelaxation,
+        }
+    })
 }
 
 #[cfg(test)]

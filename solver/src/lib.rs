@@ -208,7 +208,20 @@ pub fn solve(
     if let (Some(observer), Some(best)) = (&options.observer, &warm) {
         observer.0.incumbent(&best.name, &best.schedule);
     }
-    if graph_bytes > options.memory_limit_bytes {
+    let no_exact_model = graph_bytes > options.memory_limit_bytes;
+    // The phase relaxation's bound: all the time left where no exact model follows, else a
+    // quarter of it (the exact model's own bound may do better).
+    let with_phase_bound = |share: f64| {
+        if !options.phase_relaxation {
+            return combinatorial;
+        }
+        let left = options.time_limit_s - t_build.elapsed().as_secs_f64();
+        bounds::phase_relaxation_bound(w, limits, cost, objective, left * share, options.threads)
+            .filter(|b| b.value_s > combinatorial.value_s)
+            .unwrap_or(combinatorial)
+    };
+    if no_exact_model {
+        let combinatorial = with_phase_bound(0.9);
         let note = format!(
             "no exact model: the requests' state graphs alone would take about {} MiB, over the memory limit of {} MiB",
             graph_bytes / (1 << 20),
@@ -236,6 +249,7 @@ pub fn solve(
     {
         return Ok(report);
     }
+    let combinatorial = with_phase_bound(0.25);
     let problem = arcflow::ArcFlowProblem {
         w,
         limits,

@@ -195,6 +195,12 @@ pub struct SolveOptions {
     /// replay to improve the best heuristic schedule (it also stops at half the time
     /// limit); 0 turns it off.
     pub list_search_evaluations: usize,
+    /// For `mean-latency` with at most [`PHASE_RELAXATION_MAX_REQUESTS`] requests, solve
+    /// the phase relaxation (module `bounds::phases`) for a stronger bound: with all the
+    /// time left where no exact model follows, else a quarter of it.
+    ///
+    /// [`PHASE_RELAXATION_MAX_REQUESTS`]: crate::bounds::PHASE_RELAXATION_MAX_REQUESTS
+    pub phase_relaxation: bool,
 }
 
 impl Default for SolveOptions {
@@ -215,6 +221,7 @@ impl Default for SolveOptions {
             memory_limit_bytes: 4 << 30,
             max_search_states: 1_000_000,
             list_search_evaluations: 2_000,
+            phase_relaxation: true,
         }
     }
 }

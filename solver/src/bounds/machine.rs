@@ -199,18 +199,13 @@ pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
     done
 }
 
-/// The best machine bound on the sum of completion times (of the last or first token),
-/// over the weight grid: `sum_k max(srpt_k, own_k)`, with `own[i] = T_i + own time`.
-/// Also returns the last completion (a makespan bound for `JobEnd::LastToken`).
-pub(super) fn completion_bounds(
+/// Per weight of the grid, the shortest-remaining-first machine's completions, sorted.
+fn machine_completions(
     t: &Theta<'_>,
     reqs: &[Request],
     limits: &Limits,
-    own: &[f64],
     end: JobEnd,
-) -> (f64, f64) {
-    let mut own_sorted = own.to_vec();
-    own_sorted.sort_by(f64::total_cmp);
+) -> Vec<Vec<f64>> {
     let needs: Vec<JobNeeds> = reqs
         .iter()
         .map(|r| JobNeeds::of(t, r, limits, end))
@@ -220,24 +215,61 @@ pub(super) fn completion_bounds(
         .unwrap_or(u64::MAX)
         .min(reqs.len() as u64)
         .max(1);
-    let (mut best_sum, mut best_last) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    for lambda in weight_grid(limits) {
-        let jobs: Vec<(f64, f64)> = reqs
-            .iter()
-            .zip(&needs)
-            .map(|(r, need)| {
-                (
-                    r.arrival_s,
-                    need.processing(t, limits, lambda, entries_per_batch),
-                )
-            })
-            .collect();
-        let srpt = srpt_completions(&jobs);
-        let sum: f64 = srpt.iter().zip(&own_sorted).map(|(s, o)| s.max(*o)).sum();
-        best_sum = best_sum.max(sum);
-        best_last = best_last.max(srpt.last().copied().unwrap_or(0.0));
+    weight_grid(limits)
+        .into_iter()
+        .map(|lambda| {
+            let jobs: Vec<(f64, f64)> = reqs
+                .iter()
+                .zip(&needs)
+                .map(|(r, need)| {
+                    (
+                        r.arrival_s,
+                        need.processing(t, limits, lambda, entries_per_batch),
+                    )
+                })
+                .collect();
+            srpt_completions(&jobs)
+        })
+        .collect()
+}
+
+/// Per position `k`, a bound on any schedule's `k`-th smallest completion (of the last or
+/// first token): the larger of the `k`-th smallest `own[i] = T_i + own time` and, over the
+/// weight grid, the largest shortest-remaining-first machine's `k`-th completion (each
+/// weight gives a valid machine, so the largest per position is valid).
+pub(super) fn position_bounds(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    own: &[f64],
+    end: JobEnd,
+) -> Vec<f64> {
+    let mut best = own.to_vec();
+    best.sort_by(f64::total_cmp);
+    for srpt in machine_completions(t, reqs, limits, end) {
+        for (b, s) in best.iter_mut().zip(srpt) {
+            *b = b.max(s);
+        }
     }
-    (best_sum, best_last)
+    best
+}
+
+/// The machine bound on the sum of completion times (of the last or first token): the sum
+/// of [`position_bounds`]. Also returns the machine's last completion (a makespan bound
+/// for `JobEnd::LastToken`).
+pub(super) fn completion_bounds(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    own: &[f64],
+    end: JobEnd,
+) -> (f64, f64) {
+    let positions = position_bounds(t, reqs, limits, own, end);
+    let last = machine_completions(t, reqs, limits, end)
+        .iter()
+        .filter_map(|srpt| srpt.last().copied())
+        .fold(0.0, f64::max);
+    (positions.iter().sum(), last)
 }
 
 #[cfg(test)]

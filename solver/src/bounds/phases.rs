@@ -1,0 +1,341 @@
+//! The phase relaxation (milp.md, "The phase relaxation"): a lower bound on the mean
+//! latency that knows a batch's bias is shared only by requests in it at the same time.
+//!
+//! Sort any schedule's completions `C_(1) <= ... <= C_(n)` and call the time between two
+//! consecutive ones a *phase*; every batch ends inside one phase (completions happen at
+//! batch ends) and the sum of latencies is `sum_m C_(m) - sum_i T_i`. The relaxation keeps,
+//! per request `i` and phase `m`, only aggregates of what the schedule did:
+//!
+//! * which request completes `m`-th (`a[i][m]`, an assignment), whether `i`'s prompt is
+//!   done by the end of `m` (`y`), whether `i` (or any request arriving no earlier) has
+//!   begun by then (`v`, `g`);
+//! * `i`'s prompt work in `m` (its first prefill's chunks, scaled down to the least prompt
+//!   work), its later tokens' work and how many of them it generates there (`xp`, `xd`,
+//!   `sd`), and how many prefill batches hold its prompt chunks (`sp`);
+//! * how many batches of each kind (decode only, prefill only, mixed) the phase has.
+//!
+//! A phase lasts at least its batches' biases plus its entries' work; a request has at
+//! most one entry per batch, so its entries there are at most the phase's batches; the
+//! request completing `m`-th has done all its work by then, and nothing after; its later
+//! tokens come after its prompt; everything a request does happens after its arrival, and
+//! all the work of requests arriving at or after `T_i` fits between `T_i` and the phase's
+//! end; the `m`-th completion is at least the `m`-th smallest own minimum time and the
+//! single-machine relaxation's `m`-th completion (cuts from [`super::machine`]). Every
+//! schedule maps onto a point of this MILP with the same sum of completions, so HiGHS's
+//! dual bound on it (at optimality or at its time limit) bounds the optimum.
+//!
+//! What the machine relaxation gives away and this keeps: a request decoding alone pays
+//! every batch's full bias, and the requests waiting meanwhile pay it too; sharing it
+//! means doing their work in the same batches, which lengthens those batches for the
+//! request being decoded. On 8 Splitwise requests (README family (b)) it raises the bound
+//! from 432 to 529 ms against a 585 ms schedule.
+
+use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, highs, variable};
+use infersched_core::{Feature, Limits, Request};
+
+use super::Theta;
+
+/// The most requests the relaxation is built for: it has `4 n^2` binaries and `~10 n^2`
+/// columns, and past a few dozen requests HiGHS cannot improve on its root in useful time.
+pub const MAX_REQUESTS: usize = 48;
+
+/// The least time worth giving HiGHS for this bound (seconds).
+const MIN_TIME_S: f64 = 0.2;
+
+/// What the relaxation needs of one request (milliseconds).
+struct RequestNeeds {
+    arrival: f64,
+    prompt_work: f64,
+    later_work: f64,
+    later_tokens: f64,
+    /// The least and the most one later token's entry costs.
+    later_min: f64,
+    later_max: f64,
+    /// The least number of batches its prompt takes (at most C, P tokens each).
+    prompt_batches: f64,
+    prompt_tokens: f64,
+    /// Arrival plus its own minimum time.
+    own_completion: f64,
+}
+
+/// A lower bound on the mean latency (seconds), or None when the relaxation does not apply
+/// (too many requests, a negative coefficient, too little time) or HiGHS gives no bound.
+/// `position_bounds[m]` bounds the `(m + 1)`-th smallest completion (absolute seconds).
+pub(super) fn mean_latency_bound(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    position_bounds: &[f64],
+    time_limit_s: f64,
+    threads: u32,
+) -> Option<f64> {
+    let n = reqs.len();
+    if n == 0 || n > MAX_REQUESTS || time_limit_s < MIN_TIME_S {
+        return None;
+    }
+    if Feature::ALL.iter().any(|&f| !(t.get(f) >= 0.0)) {
+        return None;
+    }
+    // good_lp panics where HiGHS reports an error: no bound then, never a panic.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        solve_relaxation(t, reqs, limits, position_bounds, time_limit_s, threads)
+    }))
+    .ok()
+    .flatten()
+}
+
+fn needs(t: &Theta<'_>, r: &Request, limits: &Limits) -> RequestNeeds {
+    let ms = 1e3;
+    let get = |f| t.get(f) * ms;
+    let (tok, np, pa, pc) = (
+        get(Feature::Tokens),
+        get(Feature::NPrefill),
+        get(Feature::PrefillAttn),
+        get(Feature::PrefillCtx),
+    );
+    let (dkv, nd) = (get(Feature::DecodeKv), get(Feature::NDecode));
+    // With non-negative coefficients each option grows with the known tokens, so the
+    // cheapest later token is the first one.
+    let known = f64::from(r.input_tokens) + 1.0;
+    let later_min = (tok + dkv * known + nd)
+        .min(tok + pa * (2.0 * known - 1.0) + pc * (known - 1.0) + np)
+        .min(tok * known + pa * known * known + np);
+    let all = f64::from(r.input_tokens) + f64::from(r.output_tokens);
+    let later_max = tok * all + pa * all * all + pc * all + np + dkv * all + nd;
+    let per_batch = limits
+        .token_budget
+        .unwrap_or(u64::MAX)
+        .min(limits.prefill_budget.unwrap_or(u64::MAX))
+        .max(1);
+    RequestNeeds {
+        arrival: r.arrival_s * ms,
+        prompt_work: t.first_token_work(r) * ms,
+        later_work: t.later_tokens_work(r) * ms,
+        later_tokens: f64::from(r.output_tokens.saturating_sub(1)),
+        later_min,
+        later_max,
+        prompt_batches: u64::from(r.input_tokens).div_ceil(per_batch).max(1) as f64,
+        prompt_tokens: f64::from(r.input_tokens),
+        own_completion: (r.arrival_s + t.own_time(r)) * ms,
+    }
+}
+
+/// Columns of one request in one phase.
+struct PhaseCols {
+    /// Completes `m`-th; prompt done by the end of `m`; begun by then; some request
+    /// arriving no earlier has begun by then.
+    a: Variable,
+    y: Variable,
+    v: Variable,
+    g: Variable,
+    /// Prompt work, later tokens' work, later tokens generated, prompt batches.
+    xp: Variable,
+    xd: Variable,
+    sd: Variable,
+    sp: Variable,
+    /// Cumulative to the end of `m`: completed, prompt work, later tokens, work, entries.
+    done: Variable,
+    cum_xp: Variable,
+    cum_sd: Variable,
+    cum_x: Variable,
+    cum_s: Variable,
+}
+
+fn solve_relaxation(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    position_bounds: &[f64],
+    time_limit_s: f64,
+    threads: u32,
+) -> Option<f64> {
+    let n = reqs.len();
+    let need: Vec<RequestNeeds> = reqs.iter().map(|r| needs(t, r, limits)).collect();
+    let ms = 1e3;
+    let (one, hp, hd) = (
+        t.get(Feature::One) * ms,
+        t.get(Feature::HasPrefill) * ms,
+        t.get(Feature::HasDecode) * ms,
+    );
+    let (bias_decode, bias_prefill, bias_min) = (one + hd, one + hp, one + hp.min(hd));
+    let per_batch = limits.max_running.unwrap_or(u64::MAX).min(n as u64) as f64;
+
+    let mut vars = ProblemVariables::new();
+    let mut rows: Vec<good_lp::Constraint> = Vec::new();
+    let mut cols: Vec<Vec<PhaseCols>> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut row = Vec::with_capacity(n);
+        for _ in 0..n {
+            row.push(PhaseCols {
+                a: vars.add(variable().binary()),
+                y: vars.add(variable().binary()),
+                v: vars.add(variable().binary()),
+                g: vars.add(variable().binary()),
+                xp: vars.add(variable().min(0.0)),
+                xd: vars.add(variable().min(0.0)),
+                sd: vars.add(variable().min(0.0)),
+                sp: vars.add(variable().min(0.0)),
+                done: vars.add(variable().min(0.0)),
+                cum_xp: vars.add(variable().min(0.0)),
+                cum_sd: vars.add(variable().min(0.0)),
+                cum_x: vars.add(variable().min(0.0)),
+                cum_s: vars.add(variable().min(0.0)),
+            });
+        }
+        cols.push(row);
+    }
+    let decode_only: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
+    let prefill_only: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
+    let mixed: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
+    let ends: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
+
+    // One request completes per phase, each request in one phase.
+    for i in 0..n {
+        rows.push(constraint!(
+            cols[i].iter().map(|c| c.a).sum::<Expression>() == 1.0
+        ));
+    }
+    for m in 0..n {
+        rows.push(constraint!(
+            (0..n).map(|i| cols[i][m].a).sum::<Expression>() == 1.0
+        ));
+    }
+    for m in 0..n {
+        let batches = decode_only[m] + prefill_only[m] + mixed[m];
+        // A phase lasts at least its batches' biases and its entries' work.
+        let work: Expression = (0..n).map(|i| cols[i][m].xp + cols[i][m].xd).sum();
+        let previous: Expression = if m == 0 {
+            Expression::from(0.0)
+        } else {
+            ends[m - 1].into()
+        };
+        rows.push(constraint!(
+            ends[m] - previous
+                >= bias_decode * decode_only[m]
+                    + bias_prefill * prefill_only[m]
+                    + (bias_prefill + hd) * mixed[m]
+                    + work
+        ));
+        // At most R entries per batch.
+        let entries: Expression = (0..n).map(|i| cols[i][m].sp + cols[i][m].sd).sum();
+        rows.push(constraint!(entries <= per_batch * batches.clone()));
+        // The m-th completion: its own time and the machine relaxation's m-th.
+        let own: Expression = (0..n).map(|i| need[i].own_completion * cols[i][m].a).sum();
+        rows.push(constraint!(ends[m] >= own));
+        if let Some(b) = position_bounds.get(m) {
+            rows.push(constraint!(ends[m] >= b * ms));
+        }
+        for i in 0..n {
+            let c = &cols[i][m];
+            let r = &need[i];
+            // One entry per request per batch; prompt chunks are in prefill batches.
+            rows.push(constraint!(c.sp <= prefill_only[m] + mixed[m]));
+            rows.push(constraint!(c.sp + c.sd <= batches.clone()));
+            rows.push(constraint!(c.xp <= r.prompt_work * c.sp));
+            rows.push(constraint!(c.xd >= r.later_min * c.sd));
+            rows.push(constraint!(c.xd <= r.later_max * c.sd));
+            // Cumulative sums.
+            let (done0, xp0, sd0, x0, s0): (
+                Expression,
+                Expression,
+                Expression,
+                Expression,
+                Expression,
+            ) = if m == 0 {
+                (0.0.into(), 0.0.into(), 0.0.into(), 0.0.into(), 0.0.into())
+            } else {
+                let p = &cols[i][m - 1];
+                (
+                    p.done.into(),
+                    p.cum_xp.into(),
+                    p.cum_sd.into(),
+                    p.cum_x.into(),
+                    p.cum_s.into(),
+                )
+            };
+            rows.push(constraint!(c.done == done0.clone() + c.a));
+            rows.push(constraint!(c.cum_xp == xp0 + c.xp));
+            rows.push(constraint!(c.cum_sd == sd0 + c.sd));
+            rows.push(constraint!(c.cum_x == x0 + c.xp + c.xd));
+            rows.push(constraint!(c.cum_s == s0 + c.sp + c.sd));
+            // Completed by m: all its work is done; nothing after its completion.
+            rows.push(constraint!(c.cum_xp >= r.prompt_work * c.done));
+            rows.push(constraint!(c.cum_sd >= r.later_tokens * c.done));
+            if m > 0 {
+                rows.push(constraint!(
+                    c.xp + r.prompt_work * done0.clone() <= r.prompt_work
+                ));
+                let most = r.prompt_tokens + r.later_tokens;
+                rows.push(constraint!(c.sp + c.sd + most * done0 <= most));
+            }
+            // Later tokens only once the prompt is done.
+            rows.push(constraint!(c.cum_sd <= r.later_tokens * c.y));
+            rows.push(constraint!(c.cum_xp >= r.prompt_work * c.y));
+            rows.push(constraint!(c.y >= c.done));
+            // Everything it did by m is after its arrival, one batch per entry.
+            let most = r.prompt_tokens + r.later_tokens;
+            rows.push(constraint!(c.cum_s <= most * c.v));
+            rows.push(constraint!(
+                ends[m]
+                    >= r.arrival * c.v
+                        + c.cum_x
+                        + (bias_prefill - bias_min) * (c.cum_s - c.cum_sd)
+                        + bias_min * c.cum_s
+            ));
+        }
+    }
+    // The work of the requests arriving at or after T_i fits between T_i and the phase's end.
+    for i in 0..n {
+        let later: Vec<usize> = (0..n)
+            .filter(|&k| need[k].arrival >= need[i].arrival)
+            .collect();
+        if later.len() <= 1 {
+            continue;
+        }
+        let most: f64 = later
+            .iter()
+            .map(|&k| need[k].prompt_tokens + need[k].later_tokens)
+            .sum();
+        for m in 0..n {
+            let started: Expression = later.iter().map(|&k| cols[k][m].cum_s).sum();
+            let work: Expression = later.iter().map(|&k| cols[k][m].cum_x).sum();
+            rows.push(constraint!(started <= most * cols[i][m].g));
+            rows.push(constraint!(
+                ends[m] >= need[i].arrival * cols[i][m].g + work
+            ));
+        }
+    }
+    // Totals: the whole prompt (scaled to its least work), every later token.
+    for i in 0..n {
+        let r = &need[i];
+        let sum = |f: &dyn Fn(&PhaseCols) -> Variable| -> Expression {
+            cols[i].iter().map(|c| f(c)).sum()
+        };
+        rows.push(constraint!(sum(&|c| c.xp) == r.prompt_work));
+        rows.push(constraint!(sum(&|c| c.xd) >= r.later_work));
+        rows.push(constraint!(sum(&|c| c.sd) == r.later_tokens));
+        rows.push(constraint!(sum(&|c| c.sp) >= r.prompt_batches));
+        rows.push(constraint!(sum(&|c| c.sp) <= r.prompt_tokens));
+    }
+
+    let objective: Expression = ends.iter().sum();
+    let mut problem = vars.minimise(objective).using(highs);
+    for r in rows {
+        problem.add_constraint(r);
+    }
+    let mut model = problem.into_inner();
+    model.make_quiet();
+    model.set_option("time_limit", time_limit_s);
+    model.set_option("threads", threads.max(1) as i32);
+    model.set_option("mip_rel_gap", 1e-6);
+    model.set_option("random_seed", 0);
+    let solved = model.try_solve().ok()?;
+    let bound_ms = solved
+        .double_info_value(c"mip_dual_bound")
+        .ok()
+        .filter(|b| b.is_finite())?;
+    let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
+    // HiGHS's tolerances: keep a margin below its bound.
+    let bound = (bound_ms * (1.0 - 1e-6) - 1e-6) / ms;
+    Some(((bound - arrivals) / n as f64).max(0.0))
+}
