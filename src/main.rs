@@ -952,7 +952,8 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     }
     match report.method {
         infersched::solver::SolveMethod::BestHeuristic => outln!(
-            "  method                best heuristic schedule with a combinatorial bound (no exact model was solved)"
+            "  method                best heuristic schedule with a bound that needs no exact model ({}; no exact model was solved)",
+            report.bound_method.name()
         ),
         infersched::solver::SolveMethod::CountingSearch => outln!(
             "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",

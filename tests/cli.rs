@@ -818,6 +818,58 @@ fn calibrate_without_a_gpu_says_so_and_refits_recorded_samples() {
 }
 
 #[test]
+fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
+    // The first 8 Splitwise requests: no exact model fits, and the phase relaxation's
+    // bound is above the machine bound (what --no-phase-relaxation leaves), both valid.
+    let dir = tempfile::tempdir().unwrap();
+    let trace =
+        std::fs::read_to_string(root().join("notebooks-data/traces/splitwise_code.csv")).unwrap();
+    let w = dir.path().join("w.csv");
+    std::fs::write(
+        &w,
+        trace.lines().take(9).collect::<Vec<_>>().join("\n") + "\n",
+    )
+    .unwrap();
+    let solve = |extra: &[&str], name: &str| -> serde_json::Value {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "solve",
+            "--workload",
+            w.to_str().unwrap(),
+            "--objective",
+            "mean-latency",
+            "--token-budget",
+            "2048",
+            "--time-limit",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap()
+    };
+    let with = solve(&[], "with");
+    let without = solve(&["--no-phase-relaxation"], "without");
+    assert_eq!(
+        with["bound_method"]["combinatorial"], "phase-relaxation",
+        "{with}"
+    );
+    assert_eq!(
+        without["bound_method"]["combinatorial"], "machine-srpt",
+        "{without}"
+    );
+    let bound = |r: &serde_json::Value| r["best_bound"].as_f64().unwrap();
+    let obj = with["replayed_objective"].as_f64().unwrap();
+    assert_eq!(obj, without["replayed_objective"].as_f64().unwrap());
+    assert!(
+        bound(&without) < bound(&with) && bound(&with) <= obj,
+        "{with}\n{without}"
+    );
+}
+
+#[test]
 fn solve_on_real_request_lengths_returns_a_schedule_and_a_positive_bound() {
     // The first 10 Splitwise requests (prompts up to 7,433 tokens) under C = 2,048: the
     // exact model's state graphs would take tens of GiB, so the solver must say so and

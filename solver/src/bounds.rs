@@ -440,7 +440,7 @@ mod tests {
             SchedulerKind::Sarathi,
             SchedulerKind::Orca,
         ];
-        let mut checked = 0;
+        let (mut checked, mut stronger) = (0, 0);
         for case in 0..60 {
             let n = rng.random_range(1..12);
             let reqs: Vec<Request> = (0..n)
@@ -476,6 +476,16 @@ mod tests {
                 .iter()
                 .map(|kind| kind.simulate(&w, &Knobs::matching(&limits), &cost()))
                 .chain(lists);
+            // The phase relaxation (HiGHS, 0.3 s: its dual bound at the limit is valid too).
+            let phase =
+                phase_relaxation_bound(&w, &limits, &cost(), Objective::MeanLatency, 0.3, 1)
+                    .expect("applies to mean latency with few requests");
+            let machine = lower_bound(&w, &limits, &cost(), Objective::MeanLatency).value_s;
+            assert!(
+                phase.value_s >= machine * (1.0 - 1e-5),
+                "case {case}: {phase:?} below {machine}"
+            );
+            stronger += usize::from(phase.value_s > machine * 1.001);
             for sim in sims {
                 let Ok(sim) = sim else {
                     continue;
@@ -491,6 +501,13 @@ mod tests {
                 ] {
                     let b = lower_bound(&w, &limits, &cost(), objective).value_s;
                     let v = objective.of(&s);
+                    if objective == Objective::MeanLatency {
+                        assert!(
+                            phase.value_s <= v * (1.0 + 1e-9),
+                            "case {case}: phase relaxation {} above a schedule's {v}",
+                            phase.value_s
+                        );
+                    }
                     assert!(b > 0.0, "case {case}: zero bound");
                     assert!(
                         b <= v * (1.0 + 1e-9),
@@ -501,6 +518,9 @@ mod tests {
             }
         }
         assert!(checked > 200, "{checked}");
+        // The phase relaxation is stronger than the machine bound in many cases.
+        eprintln!("stronger in {stronger} cases");
+        assert!(stronger >= 10, "{stronger}");
     }
 
     #[test]

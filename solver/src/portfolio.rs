@@ -178,7 +178,8 @@ pub(crate) fn heuristic_with_bound(
         certified_gap: gap(replayed, best_bound),
         bound_method: BoundMethod::Combinatorial(bound.argument),
         note: Some(format!(
-            "{note}; the best heuristic schedule ({name}) is returned with a combinatorial bound"
+            "{note}; the best heuristic schedule ({name}) is returned with the {} bound",
+            bound.argument.name()
         )),
         horizon: schedule.batches.len(),
         horizon_proven_sufficient: false,

@@ -73,7 +73,10 @@ pub(super) fn mean_latency_bound(
     if n == 0 || n > MAX_REQUESTS || time_limit_s < MIN_TIME_S {
         return None;
     }
-    if Feature::ALL.iter().any(|&f| !(t.get(f) >= 0.0)) {
+    if Feature::ALL
+        .iter()
+        .any(|&f| !t.get(f).is_finite() || t.get(f) < 0.0)
+    {
         return None;
     }
     // good_lp panics where HiGHS reports an error: no bound then, never a panic.
@@ -141,6 +144,8 @@ struct PhaseCols {
     cum_s: Variable,
 }
 
+// The rows read as the relaxation's algebra, indexed by request i and phase m.
+#[allow(clippy::needless_range_loop)]
 fn solve_relaxation(
     t: &Theta<'_>,
     reqs: &[Request],
@@ -308,9 +313,8 @@ fn solve_relaxation(
     // Totals: the whole prompt (scaled to its least work), every later token.
     for i in 0..n {
         let r = &need[i];
-        let sum = |f: &dyn Fn(&PhaseCols) -> Variable| -> Expression {
-            cols[i].iter().map(|c| f(c)).sum()
-        };
+        let sum =
+            |f: &dyn Fn(&PhaseCols) -> Variable| -> Expression { cols[i].iter().map(f).sum() };
         rows.push(constraint!(sum(&|c| c.xp) == r.prompt_work));
         rows.push(constraint!(sum(&|c| c.xd) >= r.later_work));
         rows.push(constraint!(sum(&|c| c.sd) == r.later_tokens));
