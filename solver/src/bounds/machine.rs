@@ -244,19 +244,24 @@ pub(super) fn position_bounds(
     own: &[f64],
     end: JobEnd,
 ) -> Vec<f64> {
+    positions(own, &machine_completions(t, reqs, limits, end))
+}
+
+/// [`position_bounds`] from the machines' sorted completions.
+fn positions(own: &[f64], machines: &[Vec<f64>]) -> Vec<f64> {
     let mut best = own.to_vec();
     best.sort_by(f64::total_cmp);
-    for srpt in machine_completions(t, reqs, limits, end) {
+    for srpt in machines {
         for (b, s) in best.iter_mut().zip(srpt) {
-            *b = b.max(s);
+            *b = b.max(*s);
         }
     }
     best
 }
 
 /// The machine bound on the sum of completion times (of the last or first token): the sum
-/// of [`position_bounds`]. Also returns the machine's last completion (a makespan bound
-/// for `JobEnd::LastToken`).
+/// of [`position_bounds`]. Also returns the machines' latest last completion (a makespan
+/// bound for `JobEnd::LastToken`).
 pub(super) fn completion_bounds(
     t: &Theta<'_>,
     reqs: &[Request],
@@ -264,12 +269,12 @@ pub(super) fn completion_bounds(
     own: &[f64],
     end: JobEnd,
 ) -> (f64, f64) {
-    let positions = position_bounds(t, reqs, limits, own, end);
-    let last = machine_completions(t, reqs, limits, end)
+    let machines = machine_completions(t, reqs, limits, end);
+    let last = machines
         .iter()
         .filter_map(|srpt| srpt.last().copied())
         .fold(0.0, f64::max);
-    (positions.iter().sum(), last)
+    (positions(own, &machines).iter().sum(), last)
 }
 
 #[cfg(test)]

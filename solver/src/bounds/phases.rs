@@ -233,6 +233,8 @@ fn solve_relaxation(
         for i in 0..n {
             let c = &cols[i][m];
             let r = &need[i];
+            // The most entries it can have: a batch per prompt token and later token.
+            let most = r.prompt_tokens + r.later_tokens;
             // One entry per request per batch; prompt chunks are in prefill batches.
             rows.push(constraint!(c.sp <= prefill_only[m] + mixed[m]));
             rows.push(constraint!(c.sp + c.sd <= batches.clone()));
@@ -270,7 +272,6 @@ fn solve_relaxation(
                 rows.push(constraint!(
                     c.xp + r.prompt_work * done0.clone() <= r.prompt_work
                 ));
-                let most = r.prompt_tokens + r.later_tokens;
                 rows.push(constraint!(c.sp + c.sd + most * done0 <= most));
             }
             // Later tokens only once the prompt is done.
@@ -278,7 +279,6 @@ fn solve_relaxation(
             rows.push(constraint!(c.cum_xp >= r.prompt_work * c.y));
             rows.push(constraint!(c.y >= c.done));
             // Everything it did by m is after its arrival, one batch per entry.
-            let most = r.prompt_tokens + r.later_tokens;
             rows.push(constraint!(c.cum_s <= most * c.v));
             rows.push(constraint!(
                 ends[m]
