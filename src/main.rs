@@ -955,6 +955,10 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             "  method                best heuristic schedule with a bound that needs no exact model ({}; no exact model was solved)",
             report.bound_method.name()
         ),
+        infersched::solver::SolveMethod::IndependentGroups => outln!(
+            "  method                independent groups: each burst of requests solved on its own, schedules concatenated, bounds averaged ({}; see the note)",
+            report.bound_method.name()
+        ),
         infersched::solver::SolveMethod::CountingSearch => outln!(
             "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
             report.states_expanded.unwrap_or(0),

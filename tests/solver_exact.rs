@@ -634,3 +634,104 @@ fn counting_search_equals_the_milp_on_identical_requests() {
         );
     }
 }
+
+#[test]
+fn independent_groups_agree_with_the_whole_workload_milp() {
+    // Two bursts of tiny requests with arrivals, mostly far apart (the best heuristic serves
+    // each burst before the next arrives), some close enough to compete. Reference: the
+    // arc-flow MILP on the whole workload (3 s; its schedule at the limit is a schedule
+    // too, and its bound a bound). Forced off exact models (memory limit 0), the solve
+    // splits the bursts and solves each alone: its bound is at most the MILP's schedule.
+    // With exact models, each burst's MILP: where both prove optimality they agree.
+    let cost = preset("llama2-7b-a100").unwrap();
+    let (mut split_count, mut stronger, mut both_proven, mut only_groups) = (0, 0, 0, 0);
+    for seed in 400..420 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut reqs = Vec::new();
+        let mut t = 0.0;
+        for _ in 0..2 {
+            for _ in 0..rng.random_range(1..=2) {
+                reqs.push(Request {
+                    input_tokens: rng.random_range(1..=6),
+                    output_tokens: rng.random_range(1..=3),
+                    arrival_s: t + rng.random_range(0.0..0.002),
+                });
+            }
+            t += if rng.random_bool(0.75) { 1.0 } else { 0.004 };
+        }
+        let w = Workload::new(reqs).unwrap();
+        let limits = Limits {
+            token_budget: Some(rng.random_range(3..=8)),
+            kv_capacity: Some(support::largest_kv_need(&w) + rng.random_range(0..=4)),
+            ..Limits::unlimited()
+        };
+        let run = |options: SolveOptions| {
+            let r = solve(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
+            // The returned schedule replays to the value reported.
+            let replayed = replay(&w, &limits, &cost, &r.schedule).unwrap();
+            let value = Summary::from_replay(&replayed).mean_e2e_s;
+            assert!((value - r.replayed_objective).abs() <= 1e-12, "seed {seed}");
+            assert!(r.best_bound <= r.replayed_objective, "seed {seed}");
+            r
+        };
+        let quick = SolveOptions {
+            time_limit_s: 3.0,
+            threads: 1,
+            ..exact_options(PolicyConstraints::default())
+        };
+        let whole = run(SolveOptions {
+            independent_groups: false,
+            ..quick.clone()
+        });
+        assert_eq!(whole.method, SolveMethod::Milp, "seed {seed}");
+        let split = run(SolveOptions {
+            memory_limit_bytes: 0,
+            ..quick.clone()
+        });
+        let grouped = run(quick);
+        for (name, r) in [("split", &split), ("grouped", &grouped)] {
+            assert!(
+                r.best_bound <= whole.replayed_objective * (1.0 + 1e-9),
+                "seed {seed}: {name} bound {} ({}) above the MILP's schedule {}",
+                r.best_bound,
+                r.bound_method.name(),
+                whole.replayed_objective
+            );
+            assert!(
+                whole.best_bound <= r.replayed_objective * (1.0 + 1e-9),
+                "seed {seed}: {name} schedule {} below the MILP's bound {}",
+                r.replayed_objective,
+                whole.best_bound
+            );
+        }
+        if split.method == SolveMethod::IndependentGroups {
+            split_count += 1;
+            let machine =
+                infersched::solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency)
+                    .value_s;
+            stronger += usize::from(split.best_bound > machine * 1.001);
+        }
+        if grouped.status == SolveStatus::Optimal {
+            if whole.status == SolveStatus::Optimal {
+                both_proven += 1;
+                let rel = (grouped.replayed_objective - whole.replayed_objective).abs()
+                    / whole.replayed_objective;
+                assert!(rel < 1e-6, "seed {seed}: {grouped:?} vs {whole:?}");
+            } else {
+                only_groups += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{split_count} split, {stronger} stronger than the machine bound, {both_proven} proven by both, {only_groups} only by the groups"
+    );
+    assert!(split_count >= 15, "{split_count} of 20 split");
+    assert!(stronger >= 3, "{stronger} of {split_count} stronger");
+    // Each burst's MILP is tiny: the groups prove optimality where the whole MILP, over
+    // the idle second between the bursts, often stops at its limit.
+    assert!(
+        both_proven + only_groups >= 6,
+        "{both_proven} + {only_groups} proven by the groups"
+    );
+    assert!(both_proven >= 2, "{both_proven} proven by both");
+}

@@ -71,6 +71,9 @@ pub enum BoundArgument {
     /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
     /// order of completions, module `bounds::phases`), at least the machine bound.
     PhaseRelaxation,
+    /// Mean latency or TTFT: the size-weighted mean of the bounds of groups of requests
+    /// solved on their own (module `groups`).
+    IndependentGroups,
 }
 
 impl BoundArgument {
@@ -83,6 +86,7 @@ impl BoundArgument {
             Self::MachineRelease => "machine-release",
             Self::MachineSrpt => "machine-srpt",
             Self::PhaseRelaxation => "phase-relaxation",
+            Self::IndependentGroups => "independent-groups",
         }
     }
 }

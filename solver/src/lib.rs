@@ -35,6 +35,7 @@ mod classes;
 mod counting;
 pub mod dominance;
 pub mod graph;
+pub mod groups;
 pub mod list_search;
 mod options;
 mod portfolio;
@@ -192,6 +193,73 @@ pub fn solve(
     } else {
         None
     };
+    let no_exact_model = graph_bytes > options.memory_limit_bytes;
+    // Bursts the best heuristic serves one after another are solved one at a time (module
+    // `groups`): all the time where no exact model fits the whole workload, else half of
+    // it, the whole workload's exact model going on from the groups' schedule and bound
+    // unless the groups prove it optimal.
+    let by_groups = match &warm {
+        Some(whole)
+            if options.independent_groups
+                && objective != Objective::Makespan
+                && options.horizon.is_none() =>
+        {
+            let parts = groups::independent_groups(w, &whole.replay);
+            if parts.len() >= 2 {
+                if let Some(observer) = &options.observer {
+                    observer.0.incumbent(&whole.name, &whole.schedule);
+                }
+                let left = options.time_limit_s - t_build.elapsed().as_secs_f64();
+                let share = if no_exact_model { 1.0 } else { 0.5 };
+                groups::solve_by_groups(
+                    w,
+                    limits,
+                    cost,
+                    objective,
+                    options,
+                    &parts,
+                    whole,
+                    combinatorial,
+                    left * share,
+                    t_build,
+                )?
+            } else {
+                None
+            }
+        }
+        _ => None,
+    };
+    let (warm, combinatorial) = match by_groups {
+        Some(report) if no_exact_model || report.status == SolveStatus::Optimal => {
+            return Ok(report);
+        }
+        Some(report) => {
+            let bound = match report.bound_method {
+                BoundMethod::Combinatorial(argument) => bounds::CombinatorialBound {
+                    value_s: report.best_bound,
+                    argument,
+                },
+                _ => combinatorial,
+            };
+            let better = warm
+                .as_ref()
+                .is_none_or(|whole| report.replayed_objective < whole.objective_value(objective));
+            let warm = if better {
+                let replay = infersched_core::replay(w, limits, cost, &report.schedule)?;
+                Some(portfolio::BestHeuristic {
+                    name: report
+                        .warm_start
+                        .map_or_else(|| "independent-groups".to_string(), |s| s.heuristic),
+                    schedule: report.schedule,
+                    replay,
+                })
+            } else {
+                warm
+            };
+            (warm, bound)
+        }
+        None => (warm, combinatorial),
+    };
     let warm = warm.map(|start| {
         if options.list_search_evaluations == 0 {
             return start;
@@ -208,7 +276,6 @@ pub fn solve(
     if let (Some(observer), Some(best)) = (&options.observer, &warm) {
         observer.0.incumbent(&best.name, &best.schedule);
     }
-    let no_exact_model = graph_bytes > options.memory_limit_bytes;
     // The phase relaxation's bound: all the time left where no exact model follows, else a
     // quarter of it (the exact model's own bound may do better).
     let with_phase_bound = |share: f64| {

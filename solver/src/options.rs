@@ -201,6 +201,10 @@ pub struct SolveOptions {
     ///
     /// [`PHASE_RELAXATION_MAX_REQUESTS`]: crate::bounds::PHASE_RELAXATION_MAX_REQUESTS
     pub phase_relaxation: bool,
+    /// For mean latency and mean TTFT where no exact model fits the whole workload, split
+    /// it where the best heuristic schedule has served every earlier request before the
+    /// next arrives, and solve each group on its own (module `groups`).
+    pub independent_groups: bool,
 }
 
 impl Default for SolveOptions {
@@ -222,6 +226,7 @@ impl Default for SolveOptions {
             max_search_states: 1_000_000,
             list_search_evaluations: 2_000,
             phase_relaxation: true,
+            independent_groups: true,
         }
     }
 }

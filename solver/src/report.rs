@@ -81,6 +81,10 @@ pub enum SolveMethod {
     /// No exact model was solved (too large for the limits, see the report's note): the
     /// best schedule of the heuristic portfolio, with a combinatorial bound.
     BestHeuristic,
+    /// The workload split into bursts the best heuristic schedule serves one after another;
+    /// each solved on its own (module `groups`), the schedules concatenated and the
+    /// bounds' size-weighted mean taken.
+    IndependentGroups,
 }
 
 impl SolveMethod {
@@ -90,6 +94,7 @@ impl SolveMethod {
             Self::Milp => "milp",
             Self::CountingSearch => "counting-search",
             Self::BestHeuristic => "best-heuristic",
+            Self::IndependentGroups => "independent-groups",
         }
     }
 }

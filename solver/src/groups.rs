@@ -1,0 +1,290 @@
+//! Independent groups: a workload whose requests come in bursts is solved one burst at a
+//! time.
+//!
+//! **The bound.** Take any schedule of the whole workload and drop every entry of the
+//! requests outside a subset `S`: batches get shorter (no cost coefficient is negative) or
+//! vanish, and with start times `max(previous end, latest arrival)` no batch starts later,
+//! so no request of `S` completes (or gets its first token) later, and memory, budgets and
+//! every policy constraint still hold. So the restriction is a schedule of `S` alone, and
+//! for any partition of the requests into groups, the sum over groups of each group's
+//! least total latency (or TTFT) is at most the whole workload's: the mean of the groups'
+//! lower bounds, weighted by their sizes, is a lower bound. The partition is free; it is
+//! strong where the groups do not compete for the machine, so the groups are cut where the
+//! best heuristic schedule has completed every earlier request before the next arrives.
+//!
+//! **The schedule.** Each group is solved on its own (its own heuristics, priority-list
+//! search, phase relaxation or exact model) and the groups' schedules are concatenated in
+//! arrival order. The replay judges the concatenation; the whole workload's best heuristic
+//! schedule is kept where it is better.
+//!
+//! Sum objectives only (mean latency, mean TTFT): for makespan the single-machine release
+//! bound already sees the bursts, and one group's makespan says nothing of another's.
+
+use crate::bounds::{self, BoundArgument, CombinatorialBound};
+use crate::portfolio::BestHeuristic;
+use crate::report::gap;
+use crate::{
+    BoundMethod, Objective, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
+    WarmStart,
+};
+use infersched_core::{Batch, Entry, Limits, Replay, Request, Schedule, Summary, Workload, replay};
+use infersched_cost_model::LinearCostModel;
+use std::time::Instant;
+
+/// The requests of each group (ids in `w`, ascending), groups in arrival order: a new group
+/// starts at a request (in arrival order) that arrives no earlier than every earlier
+/// request's completion in `served`.
+pub fn independent_groups(w: &Workload, served: &Replay) -> Vec<Vec<u32>> {
+    let mut groups: Vec<Vec<u32>> = Vec::new();
+    let mut done_by = f64::NEG_INFINITY;
+    for i in w.fcfs_order() {
+        let r = &served.requests[i as usize];
+        match groups.last_mut() {
+            Some(group) if r.arrival_s < done_by => group.push(i),
+            _ => groups.push(vec![i]),
+        }
+        done_by = done_by.max(r.completion_s);
+    }
+    for group in &mut groups {
+        group.sort_unstable();
+    }
+    groups
+}
+
+/// One group's solve.
+struct GroupResult {
+    requests: Vec<u32>,
+    report: SolveReport,
+}
+
+/// Solves each of `groups` (at least two) on its own within `time_s` seconds and combines
+/// them (module docs). `whole` is the whole workload's best heuristic schedule and `bound`
+/// its combinatorial bound; the report keeps whichever of each is better. `None` when a
+/// group's solve fails (the caller goes on with the whole workload).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn solve_by_groups(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    groups: &[Vec<u32>],
+    whole: &BestHeuristic,
+    bound: CombinatorialBound,
+    time_s: f64,
+    started: Instant,
+) -> Result<Option<SolveReport>, SolveError> {
+    let begun = Instant::now();
+    debug_assert!(groups.len() >= 2 && objective != Objective::Makespan);
+    let reqs = w.requests();
+    // Time goes to the groups in turn, each its share of what is left by its weight. The
+    // phase relaxation's model grows with the square of a group's size; groups beyond its
+    // reach need only the heuristics and the list search, so they go first (what they
+    // leave goes to the others) and weigh by their size.
+    let relaxed = |g: &[u32]| {
+        objective == Objective::MeanLatency
+            && options.phase_relaxation
+            && g.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS
+    };
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by_key(|&k| relaxed(&groups[k]));
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&k| {
+            let size = groups[k].len() as f64;
+            if relaxed(&groups[k]) {
+                size * size
+            } else {
+                size
+            }
+        })
+        .collect();
+    let mut solved: Vec<Option<GroupResult>> = (0..groups.len()).map(|_| None).collect();
+    for (turn, &k) in order.iter().enumerate() {
+        let requests = groups[k].clone();
+        let left = (time_s - begun.elapsed().as_secs_f64()).max(0.0);
+        let share = weights[turn] / weights[turn..].iter().sum::<f64>();
+        let sub = Workload::new(
+            requests
+                .iter()
+                .map(|&i| reqs[i as usize])
+                .collect::<Vec<Request>>(),
+        )
+        .map_err(|e| SolveError::Internal(format!("a group of requests: {e}")))?;
+        let sub_options = SolveOptions {
+            time_limit_s: left * share,
+            observer: None,
+            independent_groups: false,
+            ..options.clone()
+        };
+        match crate::solve(&sub, limits, cost, objective, &sub_options) {
+            Ok(report) => solved[k] = Some(GroupResult { requests, report }),
+            Err(_) => return Ok(None),
+        }
+    }
+    let solved: Vec<GroupResult> = solved.into_iter().flatten().collect();
+    let n = w.len() as f64;
+    let group_bound: f64 = solved
+        .iter()
+        .map(|g| g.report.best_bound * g.requests.len() as f64)
+        .sum::<f64>()
+        / n;
+    // The concatenation, in arrival order, with the ids of the whole workload.
+    let batches: Vec<Batch> = solved
+        .iter()
+        .flat_map(|g| {
+            g.report.schedule.batches.iter().map(|b| {
+                Batch::new(
+                    b.entries
+                        .iter()
+                        .map(|e| Entry {
+                            request: g.requests[e.request as usize],
+                            action: e.action,
+                        })
+                        .collect(),
+                )
+            })
+        })
+        .collect();
+    let concatenated = Schedule::new(batches);
+    let joined = replay(w, limits, cost, &concatenated)
+        .ok()
+        .filter(|_| options.constraints.admits(w, limits, &concatenated))
+        .map(|r| objective.of(&Summary::from_replay(&r)));
+    let whole_value = whole.objective_value(objective);
+    let sizes: Vec<String> = solved
+        .iter()
+        .map(|g| g.requests.len().to_string())
+        .collect();
+    let (schedule, replayed, warm_start) = match joined {
+        Some(v) if v < whole_value => {
+            let names: Vec<String> = solved
+                .iter()
+                .map(|g| {
+                    g.report
+                        .warm_start
+                        .as_ref()
+                        .map_or(g.report.method.name().to_string(), |s| {
+                            format!("{} ({})", s.heuristic, g.report.method.name())
+                        })
+                })
+                .collect();
+            let name = format!("independent-groups[{}]", names.join("; "));
+            (
+                concatenated,
+                v,
+                WarmStart {
+                    heuristic: name,
+                    objective: v,
+                },
+            )
+        }
+        _ => (
+            whole.schedule.clone(),
+            whole_value,
+            WarmStart {
+                heuristic: whole.name.clone(),
+                objective: whole_value,
+            },
+        ),
+    };
+    let (value, bound_method) = if group_bound > bound.value_s {
+        (
+            group_bound,
+            BoundMethod::Combinatorial(BoundArgument::IndependentGroups),
+        )
+    } else {
+        (bound.value_s, BoundMethod::Combinatorial(bound.argument))
+    };
+    let best_bound = value.min(replayed).max(0.0);
+    let proven = solved
+        .iter()
+        .all(|g| g.report.status == SolveStatus::Optimal)
+        && replayed <= best_bound * (1.0 + 1e-9);
+    let group_bounds: Vec<String> = solved
+        .iter()
+        .map(|g| g.report.bound_method.name().to_string())
+        .collect();
+    let note = format!(
+        "the workload splits into {} independent groups of {} requests (the best heuristic \
+         schedule completes each group before the next one arrives); each group is solved on \
+         its own (bounds: {}), the bound is their size-weighted mean and the schedule their \
+         concatenation{}",
+        solved.len(),
+        sizes.join(", "),
+        group_bounds.join(", "),
+        if warm_start.heuristic == whole.name {
+            ", which the whole workload's best heuristic schedule beats"
+        } else {
+            ""
+        }
+    );
+    Ok(Some(SolveReport {
+        status: if proven {
+            SolveStatus::Optimal
+        } else {
+            SolveStatus::NotProven
+        },
+        method: SolveMethod::IndependentGroups,
+        objective,
+        constraints: options.constraints,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: gap(replayed, best_bound),
+        bound_method,
+        note: Some(note),
+        horizon: schedule.batches.len(),
+        horizon_proven_sufficient: false,
+        model: None,
+        build_s: started.elapsed().as_secs_f64(),
+        solve_s: solved.iter().map(|g| g.report.solve_s).sum(),
+        nodes: None,
+        states_expanded: None,
+        warm_start: Some(warm_start),
+        schedule,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_schedulers::{Knobs, SchedulerKind};
+
+    fn served(reqs: &[(u32, u32, f64)]) -> (Workload, Replay) {
+        let w = Workload::new(
+            reqs.iter()
+                .map(|&(input_tokens, output_tokens, arrival_s)| Request {
+                    input_tokens,
+                    output_tokens,
+                    arrival_s,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let limits = Limits::unlimited();
+        let sim = SchedulerKind::Sarathi
+            .simulate(&w, &Knobs::matching(&limits), &cost)
+            .unwrap();
+        let r = replay(&w, &limits, &cost, &sim.schedule).unwrap();
+        (w, r)
+    }
+
+    #[test]
+    fn groups_start_where_every_earlier_request_is_done() {
+        // Ids out of arrival order: the groups list ids ascending, in arrival order.
+        let (w, r) = served(&[(64, 4, 10.0), (32, 8, 0.0), (16, 2, 0.001), (8, 3, 10.002)]);
+        assert_eq!(independent_groups(&w, &r), vec![vec![1, 2], vec![0, 3]]);
+        // A request arriving while an earlier one still runs joins its group.
+        let (w, r) = served(&[(512, 64, 0.0), (8, 2, 0.01), (8, 2, 30.0)]);
+        assert!(r.requests[0].completion_s > 0.01);
+        assert_eq!(independent_groups(&w, &r), vec![vec![0, 1], vec![2]]);
+        // An arrival exactly at the last completion starts a group (the machine is free).
+        let (w, r) = served(&[(8, 2, 0.0)]);
+        let done = r.requests[0].completion_s;
+        let (w2, r2) = served(&[(8, 2, 0.0), (8, 2, done)]);
+        assert_eq!(independent_groups(&w, &r), vec![vec![0]]);
+        assert_eq!(independent_groups(&w2, &r2), vec![vec![0], vec![1]]);
+    }
+}
