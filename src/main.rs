@@ -206,6 +206,10 @@ struct MilpArgs {
     /// of it where no exact model fits).
     #[arg(long)]
     no_phase_relaxation: bool,
+    /// Solve the whole workload at once for mean latency and TTFT, instead of one burst at
+    /// a time where the best heuristic schedule serves each burst before the next arrives.
+    #[arg(long)]
+    no_independent_groups: bool,
 }
 
 impl MilpArgs {
@@ -244,6 +248,7 @@ impl MilpArgs {
             },
             list_search_evaluations: self.list_search_tries,
             phase_relaxation: !self.no_phase_relaxation,
+            independent_groups: !self.no_independent_groups,
             horizon: self.horizon,
             ..SolveOptions::default()
         })
