@@ -30,8 +30,11 @@
 //! machine processing one job per request after its arrival. The work-conserving machine's
 //! last completion bounds the makespan; shortest-remaining-first's completions, each raised
 //! to a request's own minimum time, bound the sums of completion times (queueing for
-//! memory included).
+//! memory included). Position by position, the **batch-count** argument (module
+//! `bounds::batch_count`) joins them: the first m completions after a release need the
+//! largest batch count among them in whole biases plus all their work.
 
+mod batch_count;
 mod machine;
 mod phases;
 
@@ -66,7 +69,8 @@ pub enum BoundArgument {
     /// entries), all work after the release dates.
     MachineRelease,
     /// Mean latency or TTFT: the single-machine relaxation's shortest-remaining-first
-    /// completion times, each the larger of that and a request's own minimum time.
+    /// completion times, each the larger of that, a request's own minimum time and the
+    /// batch-count position bound (module `bounds::batch_count`).
     MachineSrpt,
     /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
     /// order of completions, module `bounds::phases`), at least the machine bound.
@@ -498,6 +502,30 @@ mod tests {
                     continue;
                 };
                 let s = Summary::from_replay(&rep);
+                // The batch-count positions, each against the schedule's sorted completions.
+                for end in [machine::JobEnd::LastToken, machine::JobEnd::FirstToken] {
+                    let mut done: Vec<f64> = rep
+                        .requests
+                        .iter()
+                        .map(|r| match end {
+                            machine::JobEnd::LastToken => r.completion_s,
+                            machine::JobEnd::FirstToken => r.first_token_s,
+                        })
+                        .collect();
+                    done.sort_by(f64::total_cmp);
+                    let bounds = batch_count::batch_count_positions(
+                        &Theta(&cost()),
+                        w.requests(),
+                        &limits,
+                        end,
+                    );
+                    for (k, (b, d)) in bounds.iter().zip(&done).enumerate() {
+                        assert!(
+                            *b <= d + 1e-9 * d.abs().max(1.0),
+                            "case {case} {end:?}: position {k} bound {b} after the schedule's {d}"
+                        );
+                    }
+                }
                 for objective in [
                     Objective::Makespan,
                     Objective::MeanLatency,

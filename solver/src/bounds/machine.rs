@@ -199,7 +199,8 @@ pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
     done
 }
 
-/// Per weight of the grid, the shortest-remaining-first machine's completions, sorted.
+/// Per weight of the grid, the shortest-remaining-first machine's completions, sorted; and
+/// last the batch-count position bounds (module `batch_count`), valid per position too.
 fn machine_completions(
     t: &Theta<'_>,
     reqs: &[Request],
@@ -230,6 +231,9 @@ fn machine_completions(
                 .collect();
             srpt_completions(&jobs)
         })
+        .chain(std::iter::once(super::batch_count::batch_count_positions(
+            t, reqs, limits, end,
+        )))
         .collect()
 }
 
