@@ -10,12 +10,13 @@
 //! least total latency (or TTFT) is at most the whole workload's: the mean of the groups'
 //! lower bounds, weighted by their sizes, is a lower bound. The partition is free; it is
 //! strong where the groups do not compete for the machine, so the groups are cut where the
-//! best heuristic schedule has completed every earlier request before the next arrives.
+//! best schedule found so far (the portfolio's, improved by the list search) has completed
+//! every earlier request before the next arrives.
 //!
 //! **The schedule.** Each group is solved on its own (its own heuristics, priority-list
 //! search, phase relaxation or exact model) and the groups' schedules are concatenated in
-//! arrival order. The replay judges the concatenation; the whole workload's best heuristic
-//! schedule is kept where it is better.
+//! arrival order. The replay judges the concatenation; the whole workload's best
+//! schedule so far is kept where it is better.
 //!
 //! Sum objectives only (mean latency, mean TTFT): for makespan the single-machine release
 //! bound already sees the bursts, and one group's makespan says nothing of another's.
@@ -58,7 +59,7 @@ struct GroupResult {
 }
 
 /// Solves each of `groups` (at least two) on its own within `time_s` seconds and combines
-/// them (module docs). `whole` is the whole workload's best heuristic schedule and `bound`
+/// them (module docs). `whole` is the whole workload's best schedule so far and `bound`
 /// its combinatorial bound; the report keeps whichever of each is better. `None` when a
 /// group's solve fails (the caller goes on with the whole workload).
 #[allow(clippy::too_many_arguments)]
@@ -206,15 +207,15 @@ pub(crate) fn solve_by_groups(
         .map(|g| g.report.bound_method.name().to_string())
         .collect();
     let note = format!(
-        "the workload splits into {} independent groups of {} requests (the best heuristic \
-         schedule completes each group before the next one arrives); each group is solved on \
+        "the workload splits into {} independent groups of {} requests (the best schedule \
+         found completes each group before the next one arrives); each group is solved on \
          its own (bounds: {}), the bound is their size-weighted mean and the schedule their \
          concatenation{}",
         solved.len(),
         sizes.join(", "),
         group_bounds.join(", "),
         if warm_start.heuristic == whole.name {
-            ", which the whole workload's best heuristic schedule beats"
+            ", which the whole workload's best schedule found beats"
         } else {
             ""
         }

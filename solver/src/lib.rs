@@ -193,11 +193,28 @@ pub fn solve(
     } else {
         None
     };
+    let warm = warm.map(|start| {
+        if options.list_search_evaluations == 0 {
+            return start;
+        }
+        let budget = list_search::SearchBudget {
+            evaluations: options.list_search_evaluations,
+            deadline: Duration::try_from_secs_f64(options.time_limit_s / 2.0)
+                .ok()
+                .and_then(|half| t_build.checked_add(half))
+                .unwrap_or(t_build),
+        };
+        list_search::improve(w, limits, cost, objective, &model_class, start, budget).0
+    });
+    if let (Some(observer), Some(best)) = (&options.observer, &warm) {
+        observer.0.incumbent(&best.name, &best.schedule);
+    }
     let no_exact_model = graph_bytes > options.memory_limit_bytes;
-    // Bursts the best heuristic serves one after another are solved one at a time (module
-    // `groups`): all the time where no exact model fits the whole workload, else half of
-    // it, the whole workload's exact model going on from the groups' schedule and bound
-    // unless the groups prove it optimal.
+    // Bursts the best schedule so far serves one after another are solved one at a time
+    // (module `groups`; the whole workload's schedule is kept where it is better): all the
+    // time left where no exact model fits the whole workload, else half of it, the whole
+    // workload's exact model going on from the groups' schedule and bound unless the
+    // groups prove it optimal.
     let by_groups = match &warm {
         Some(whole)
             if options.independent_groups
@@ -206,9 +223,6 @@ pub fn solve(
         {
             let parts = groups::independent_groups(w, &whole.replay);
             if parts.len() >= 2 {
-                if let Some(observer) = &options.observer {
-                    observer.0.incumbent(&whole.name, &whole.schedule);
-                }
                 let left = options.time_limit_s - t_build.elapsed().as_secs_f64();
                 let share = if no_exact_model { 1.0 } else { 0.5 };
                 groups::solve_by_groups(
@@ -260,22 +274,6 @@ pub fn solve(
         }
         None => (warm, combinatorial),
     };
-    let warm = warm.map(|start| {
-        if options.list_search_evaluations == 0 {
-            return start;
-        }
-        let budget = list_search::SearchBudget {
-            evaluations: options.list_search_evaluations,
-            deadline: Duration::try_from_secs_f64(options.time_limit_s / 2.0)
-                .ok()
-                .and_then(|half| t_build.checked_add(half))
-                .unwrap_or(t_build),
-        };
-        list_search::improve(w, limits, cost, objective, &model_class, start, budget).0
-    });
-    if let (Some(observer), Some(best)) = (&options.observer, &warm) {
-        observer.0.incumbent(&best.name, &best.schedule);
-    }
     // The phase relaxation's bound: all the time left where no exact model follows, else a
     // quarter of it (the exact model's own bound may do better).
     let with_phase_bound = |share: f64| {
