@@ -23,6 +23,35 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `solve` for mean latency with C = 2,048 on workload `w`, writing to `out`: what it
+/// printed and its solve.json.
+fn solve_mean_latency(
+    w: &Path,
+    out: &Path,
+    time_limit: &str,
+    extra: &[&str],
+) -> (String, serde_json::Value) {
+    let mut args = vec![
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--objective",
+        "mean-latency",
+        "--token-budget",
+        "2048",
+        "--time-limit",
+        time_limit,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report =
+        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap();
+    (stdout(&o), report)
+}
+
 fn example(name: &str) -> String {
     root()
         .join("notebooks-data/examples")
@@ -834,26 +863,8 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
         trace.lines().take(9).collect::<Vec<_>>().join("\n") + "\n",
     )
     .unwrap();
-    let solve = |extra: &[&str], name: &str| -> serde_json::Value {
-        let out = dir.path().join(name);
-        let mut args = vec![
-            "solve",
-            "--workload",
-            w.to_str().unwrap(),
-            "--objective",
-            "mean-latency",
-            "--token-budget",
-            "2048",
-            "--time-limit",
-            "8",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let o = run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap()
-    };
+    let solve =
+        |extra: &[&str], name: &str| solve_mean_latency(&w, &dir.path().join(name), "8", extra).1;
     let with = solve(&[], "with");
     let without = solve(&["--no-phase-relaxation"], "without");
     assert_eq!(
@@ -886,31 +897,14 @@ fn solve_takes_bursts_one_at_a_time_for_mean_latency() {
          0,374,14\n0.01,34,12\n0.02,201,24\n5,137,9\n5.01,1145,7\n5.02,34,23\n",
     )
     .unwrap();
-    let solve = |extra: &[&str], name: &str| -> serde_json::Value {
-        let out = dir.path().join(name);
-        let mut args = vec![
-            "solve",
-            "--workload",
-            w.to_str().unwrap(),
-            "--objective",
-            "mean-latency",
-            "--token-budget",
-            "2048",
-            "--time-limit",
-            "6",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let o = run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
+    let solve = |extra: &[&str], name: &str| {
+        let (printed, report) = solve_mean_latency(&w, &dir.path().join(name), "6", extra);
         assert_eq!(
-            stdout(&o).contains("independent-groups"),
+            printed.contains("independent-groups"),
             extra.is_empty(),
-            "{}",
-            stdout(&o)
+            "{printed}"
         );
-        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap()
+        report
     };
     let grouped = solve(&[], "grouped");
     let whole = solve(&["--no-independent-groups"], "whole");

@@ -95,11 +95,11 @@ pub(super) fn batch_count_positions(
             .map(|(_, &need)| need)
             .collect();
         let before = n - after.len();
-        after.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
         // Bucket boundaries on the batch counts: each bucket is the range (lo, hi]; a set
         // whose largest count is in it pays at least the bias times its least count and
         // has its members among the requests with counts up to hi.
         let mut counts: Vec<u64> = after.iter().map(|a| a.0).collect();
+        counts.sort_unstable();
         counts.dedup();
         let his: Vec<u64> = if counts.len() <= MAX_THRESHOLDS {
             counts.clone()
@@ -110,30 +110,20 @@ pub(super) fn batch_count_positions(
             v.dedup();
             v
         };
+        // In order of work, a bucket's k least works are its first k members.
+        after.sort_by(|a, b| a.1.total_cmp(&b.1));
         // least[k - 1]: the least of b * count + the k least works, over the buckets.
         let mut least = vec![f64::INFINITY; after.len()];
-        let mut works: Vec<f64> = Vec::with_capacity(after.len());
-        let (mut next, mut lo_count) = (0usize, 0u64);
+        let mut lo = 0u64;
         for hi in his {
-            // The least count a set whose largest count is in (previous hi, hi] can have.
-            let pay = counts
-                .iter()
-                .find(|&&c| c > lo_count)
-                .copied()
-                .unwrap_or(hi)
-                .min(hi);
-            while next < after.len() && after[next].0 <= hi {
-                let w = after[next].1;
-                let at = works.partition_point(|&x| x <= w);
-                works.insert(at, w);
-                next += 1;
-            }
+            // The least count in (lo, hi] (hi is a count, so there is one).
+            let pay = counts[counts.partition_point(|&c| c <= lo)];
             let mut sum = 0.0;
-            for (k, w) in works.iter().enumerate() {
+            for (k, &(_, w)) in after.iter().filter(|a| a.0 <= hi).enumerate() {
                 sum += w;
                 least[k] = least[k].min(bias * pay as f64 + sum);
             }
-            lo_count = hi;
+            lo = hi;
         }
         for (k, value) in least.into_iter().enumerate() {
             let position = before + k;
