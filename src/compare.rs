@@ -11,7 +11,7 @@
 
 use crate::core::io::write_bytes_atomic;
 use crate::core::{Limits, Replay, Schedule, Summary, Workload, replay};
-use crate::cost_model::LinearCostModel;
+use crate::cost_model::{LinearCostModel, TimeBreakdown};
 use crate::schedulers::{Knobs, SchedulerKind};
 use crate::solver::{Objective, SolveOptions, SolveReport, SolveStatus};
 use rayon::prelude::*;
@@ -95,6 +95,8 @@ pub struct Outcome {
     pub limits: Limits,
     /// The MILP's report (optimal only).
     pub solve: Option<SolveReport>,
+    /// Where its makespan goes, term by term of the cost model.
+    pub time_split: TimeBreakdown,
 }
 
 /// The result of a comparison: per contender an outcome or the reason it failed.
@@ -144,12 +146,14 @@ fn run_one(
     let r = replay(w, &limits, cost, &schedule)
         .map_err(|e| format!("internal error: the replay rejects the schedule: {e}"))?;
     let summary = Summary::from_replay(&r);
+    let time_split = TimeBreakdown::of(cost, w, &schedule, &r);
     Ok(Outcome {
         schedule,
         replay: r,
         summary,
         limits,
         solve,
+        time_split,
     })
 }
 
@@ -222,6 +226,8 @@ pub struct ComparisonRow {
     pub best_bound_s: Option<f64>,
     /// The limits it ran under.
     pub limits: Limits,
+    /// Where its makespan goes (the cost model's terms and idle time).
+    pub time_split: TimeBreakdown,
 }
 
 /// Whether the rows hold a proven optimum (the `optimal` row with status `optimal`);
@@ -319,6 +325,7 @@ impl Comparison {
                     certified_gap: o.solve.as_ref().map(|r| r.certified_gap),
                     best_bound_s: o.solve.as_ref().map(|r| r.best_bound),
                     limits: o.limits,
+                    time_split: o.time_split,
                 }
             })
             .collect()
@@ -362,6 +369,12 @@ pub const CSV_COLUMNS: &[&str] = &[
     "R_max",
     "block_size",
     "watermark",
+    "split_batch_bias_s",
+    "split_entry_overhead_s",
+    "split_linear_tokens_s",
+    "split_attention_s",
+    "split_recomputation_s",
+    "split_idle_s",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -384,7 +397,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.scheduler,
             r.status,
             objective.name(),
@@ -411,6 +424,12 @@ pub fn write_csv(
             limit(r.limits.max_running),
             r.limits.block_size,
             r.limits.watermark,
+            r.time_split
+                .terms()
+                .iter()
+                .map(f64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
         )?;
     }
     Ok(())

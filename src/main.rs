@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use infersched::core::{Limits, Schedule, Summary, replay};
-use infersched::cost_model::{self, LinearCostModel, Samples};
+use infersched::cost_model::{self, LinearCostModel, Samples, TimeBreakdown};
 use infersched::schedulers::{Knobs, McsfOrder, SchedulerKind, Victim};
 use infersched::solver::{self, Objective, PolicyConstraints, SolveOptions};
 use infersched::workload::{
@@ -706,6 +706,7 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         )
     })?;
     let summary = Summary::from_replay(&r);
+    let split = TimeBreakdown::of(&cost, &w, &schedule, &r);
     let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(
@@ -715,6 +716,7 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         cost.name
     );
     out!("{}", infersched::output::summary_text(&summary));
+    out!("{}", infersched::output::time_split_text(&split));
     outln!("wrote {}", path_list(&paths));
     Ok(())
 }
@@ -804,7 +806,8 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         }
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
-    let results: Vec<Result<(Summary, Vec<PathBuf>, Limits)>> = pool.install(|| {
+    type Simulated = (Summary, TimeBreakdown, Vec<PathBuf>, Limits);
+    let results: Vec<Result<Simulated>> = pool.install(|| {
         kinds
             .par_iter()
             .map(|kind| -> Result<_> {
@@ -816,8 +819,9 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     )
                 })?;
                 let summary = Summary::from_replay(&r);
+                let split = TimeBreakdown::of(&cost, &w, &sim.schedule, &r);
                 let Some(out) = &a.out else {
-                    return Ok((summary, Vec::new(), sim.limits));
+                    return Ok((summary, split, Vec::new(), sim.limits));
                 };
                 let dir = if several {
                     out.join(kind.name())
@@ -831,7 +835,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     infersched::output::write_replay_outputs(&dir, &r, &summary)
                         .with_context(|| format!("writing results to {}", dir.display()))?,
                 );
-                Ok((summary, paths, sim.limits))
+                Ok((summary, split, paths, sim.limits))
             })
             .collect()
     });
@@ -843,15 +847,18 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     );
     let mut failed = 0;
     let mut rows = Vec::new();
+    let mut splits = Vec::new();
     for (kind, result) in kinds.iter().zip(results) {
         match result {
-            Ok((summary, paths, limits)) => {
+            Ok((summary, split, paths, limits)) => {
                 outln!("\n{} ({limits})", kind.name());
                 out!("{}", infersched::output::summary_text(&summary));
+                out!("{}", infersched::output::time_split_text(&split));
                 if !paths.is_empty() {
                     outln!("  wrote {}", path_list(&paths));
                 }
                 rows.push((kind.name(), summary));
+                splits.push((kind.name(), split));
             }
             Err(e) => {
                 failed += 1;
@@ -861,6 +868,10 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     }
     if rows.len() > 1 {
         outln!("\n{}", infersched::output::comparison_table(&rows));
+        outln!(
+            "where the makespan goes\n{}",
+            infersched::output::time_split_table(&splits, None)
+        );
     }
     if failed > 0 {
         bail!("{failed} of {} schedulers failed", kinds.len());
@@ -995,6 +1006,10 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         }
     }
     out!("{}", infersched::output::summary_text(&summary));
+    out!(
+        "{}",
+        infersched::output::time_split_text(&TimeBreakdown::of(&cost, &w, &report.schedule, &r))
+    );
     outln!("wrote {}", path_list(&paths));
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 use crate::core::io::write_atomic;
 use crate::core::{Replay, Summary};
+use crate::cost_model::TimeBreakdown;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -226,6 +227,65 @@ pub fn summary_text(s: &Summary) -> String {
     t
 }
 
+/// The short names of the time-split terms in tables, in [`TimeBreakdown::terms`] order.
+pub const TIME_SPLIT_HEADERS: [&str; 6] = [
+    "batch bias",
+    "per entry",
+    "tokens",
+    "attention",
+    "recompute",
+    "idle",
+];
+
+/// One line for the terminal: where the makespan goes, term by term with its share.
+pub fn time_split_text(b: &TimeBreakdown) -> String {
+    let total = b.total_s();
+    let parts: Vec<String> = TIME_SPLIT_HEADERS
+        .iter()
+        .zip(b.terms())
+        .map(|(name, x)| {
+            let share = if total > 0.0 { x / total * 100.0 } else { 0.0 };
+            format!("{name} {} ({share:.1}%)", ms(x))
+        })
+        .collect();
+    format!("  {:<22}{}\n", "makespan split", parts.join(", "))
+}
+
+/// A table of where each scheduler's makespan goes (the cost model's terms and idle
+/// time), one row each; with `reference`, a second table of each row's difference to it
+/// term by term (what it spends more, negative where less).
+pub fn time_split_table(rows: &[(&str, TimeBreakdown)], reference: Option<&str>) -> String {
+    let mut headers = vec!["scheduler"];
+    headers.extend(TIME_SPLIT_HEADERS);
+    headers.push("makespan");
+    let row = |name: &str, terms: [f64; 6]| -> Vec<Cell> {
+        let mut cells = vec![Cell::Text(name.to_string())];
+        cells.extend(terms.iter().map(|&x| Cell::Time(Some(x))));
+        cells.push(Cell::Time(Some(terms.iter().sum())));
+        cells
+    };
+    let cells: Vec<Vec<Cell>> = rows.iter().map(|(n, b)| row(n, b.terms())).collect();
+    let mut t = text_table(&headers, &cells);
+    let base = reference.and_then(|r| rows.iter().find(|(n, _)| *n == r));
+    if let Some((base_name, base)) = base {
+        let diffs: Vec<Vec<Cell>> = rows
+            .iter()
+            .filter(|(n, _)| n != base_name)
+            .map(|(n, b)| {
+                row(
+                    n,
+                    b.minus(base).map(|x| if x.abs() < 1e-12 { 0.0 } else { x }),
+                )
+            })
+            .collect();
+        if !diffs.is_empty() {
+            t.push_str(&format!("\nmore than {base_name} (negative: less)\n"));
+            t.push_str(&text_table(&headers, &diffs));
+        }
+    }
+    t
+}
+
 /// A table comparing schedulers' main metrics, one row each.
 pub fn comparison_table(rows: &[(&str, Summary)]) -> String {
     let cells: Vec<Vec<Cell>> = rows
@@ -267,6 +327,49 @@ pub fn comparison_table(rows: &[(&str, Summary)]) -> String {
 #[cfg(test)]
 mod table_tests {
     use super::*;
+
+    #[test]
+    fn the_time_split_table_shows_each_term_and_the_difference_to_the_reference() {
+        let a = TimeBreakdown {
+            batch_bias_s: 0.010,
+            entry_overhead_s: 0.001,
+            linear_tokens_s: 0.020,
+            attention_s: 0.004,
+            recomputation_s: 0.0,
+            idle_s: 0.005,
+        };
+        let b = TimeBreakdown {
+            batch_bias_s: 0.016,
+            recomputation_s: 0.002,
+            ..a
+        };
+        let t = time_split_table(&[("optimal", a), ("vllm", b)], Some("optimal"));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "scheduler  batch bias (ms)  per entry (ms)  tokens (ms)  attention (ms)  recompute (ms)  idle (ms)  makespan (ms)"
+        );
+        assert!(
+            lines[1].starts_with("optimal") && lines[1].ends_with("40.000"),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("vllm") && lines[2].ends_with("48.000"),
+            "{t}"
+        );
+        assert_eq!(lines[4], "more than optimal (negative: less)");
+        // vllm pays 6 ms more bias and 2 ms of recomputation: 8 ms in all.
+        let diff: Vec<&str> = lines[6].split_whitespace().collect();
+        assert_eq!(
+            diff,
+            [
+                "vllm", "6.000", "0.000", "0.000", "0.000", "2.000", "0.000", "8.000"
+            ]
+        );
+        let line = time_split_text(&a);
+        assert!(line.contains("batch bias 10.00 ms (25.0%)"), "{line}");
+        assert!(line.contains("idle 5.00 ms (12.5%)"), "{line}");
+    }
 
     #[test]
     fn a_time_column_keeps_one_unit_named_in_its_header() {

@@ -491,6 +491,14 @@ fn simulate_runs_several_schedulers_into_their_own_directories() {
         stdout.contains("scheduler") && stdout.contains("sarathi"),
         "{stdout}"
     );
+    // Each scheduler's makespan split, and the table of all of them.
+    assert_eq!(stdout.matches("makespan split").count(), 3, "{stdout}");
+    let table = stdout
+        .split("where the makespan goes\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no time-split table: {stdout}"));
+    assert!(table.starts_with("scheduler  batch bias"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("orca ")).count(), 1, "{table}");
     for name in ["vllm", "sarathi", "orca"] {
         for f in [
             "schedule.json",

@@ -94,6 +94,7 @@ fn compare_writes_a_consistent_well_formed_report() {
     let opt_value: f64 = rows[0][col("objective_s")].parse().unwrap();
     assert_eq!(&rows[0][col("scheduler")], "optimal");
     assert_eq!(&rows[0][col("ratio_to_optimum")], "1");
+    let mut recomputing = 0;
     for (row, (name, outcome)) in rows.iter().zip(c.succeeded()) {
         assert_eq!(&row[col("scheduler")], name);
         // Each row's numbers are the replay of that scheduler's schedule.
@@ -109,7 +110,17 @@ fn compare_writes_a_consistent_well_formed_report() {
             row[col("evictions")].parse::<u64>().unwrap(),
             again.evictions
         );
+        // The time split adds up to the makespan; evicting schedulers pay recomputation.
+        let split: Vec<f64> = infersched::cost_model::TERM_NAMES
+            .iter()
+            .map(|t| row[col(&format!("split_{t}_s"))].parse().unwrap())
+            .collect();
+        let makespan: f64 = row[col("makespan_s")].parse().unwrap();
+        assert!((split.iter().sum::<f64>() - makespan).abs() < 1e-12, "{name}: {split:?}");
+        assert_eq!(split[4] > 0.0, again.recomputed_tokens > 0, "{name}: {split:?}");
+        recomputing += usize::from(again.recomputed_tokens > 0);
     }
+    assert!(recomputing > 0, "no heuristic evicts: the recomputation column is untested");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("comparison.json")).unwrap())
             .unwrap();
@@ -164,6 +175,8 @@ fn compare_writes_a_consistent_well_formed_report() {
     assert!(links >= 10, "{links} links");
     assert_eq!(html.matches("<svg ").count(), stems.len());
     assert!(html.contains("sarathi") && html.contains("M (KV tokens)"));
+    assert!(html.contains("<h2>Where the time goes</h2>"));
+    assert!(html.contains("What each scheduler spends more than the solver's schedule"));
 
     // Chrome traces: one complete slice per batch with its entries, KV counters.
     for (name, o) in c.succeeded() {

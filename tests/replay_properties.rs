@@ -10,7 +10,7 @@ mod support;
 use infersched::core::{
     Action, Batch, Entry, Limits, Replay, ReplayError, Schedule, Summary, Workload, replay,
 };
-use infersched::cost_model::preset;
+use infersched::cost_model::{TimeBreakdown, preset};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -189,6 +189,12 @@ proptest! {
         prop_assert_eq!(r.batches.iter().map(|b| b.features.tokens).sum::<u64>(), processed);
         let s = Summary::from_replay(&r);
         prop_assert!((s.busy_s + s.idle_s - s.makespan_s).abs() < 1e-9);
+        // The time breakdown splits the makespan exactly; refills are its recomputation.
+        let parts = TimeBreakdown::of(&cost, &w, &schedule, &r);
+        prop_assert!((parts.total_s() - s.makespan_s).abs() < 1e-9 * s.makespan_s.max(1.0), "{:?}", parts);
+        prop_assert!((parts.idle_s - s.idle_s).abs() < 1e-9, "{:?}", parts);
+        prop_assert!(parts.terms().iter().all(|&x| x >= 0.0), "{:?}", parts);
+        prop_assert_eq!(parts.recomputation_s > 0.0, s.recomputed_tokens > 0);
         prop_assert!(s.ttft_s.p50 <= s.ttft_s.p99 && s.ttft_s.p99 <= s.ttft_s.max);
         // Identical input, identical bytes.
         let r2 = replay(&w, &limits, &cost, &schedule).unwrap();

@@ -11,12 +11,14 @@
 //! * [`fit`]: non-negative least squares from a samples CSV (or Vidur's `mlp.csv`),
 //!   with R^2 and absolute-percentage-error statistics.
 
+pub mod breakdown;
 pub mod fit;
 pub mod hardware;
 pub mod linear;
 pub mod presets;
 pub mod roofline;
 
+pub use breakdown::{TERM_NAMES, TimeBreakdown};
 pub use fit::{FitError, FitReport, FitStats, Samples, fit_nnls, nnls};
 pub use hardware::{
     DEFAULT_GPU_MEMORY_UTILIZATION, GpuSpec, HardwareError, ModelSpec, kv_capacity_tokens,

@@ -8,6 +8,7 @@ pub mod trace;
 use crate::compare::{self, Comparison, ComparisonRow, Reference, Setting};
 use crate::core::Workload;
 use crate::core::io::write_bytes_atomic;
+use crate::cost_model::TimeBreakdown;
 use crate::solver::Objective;
 use rayon::prelude::*;
 use std::fmt::Write as _;
@@ -168,7 +169,71 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     for r in rows {
         let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
     }
+    let splits: Vec<(&str, TimeBreakdown)> = rows
+        .iter()
+        .map(|r| (r.scheduler.as_str(), r.time_split))
+        .collect();
+    let _ = write!(
+        t,
+        "\nwhere the makespan goes (the cost model's terms, and idle time waiting for arrivals):\n{}",
+        crate::output::time_split_table(&splits, Some(compare::Contender::Optimal.name()))
+    );
     t
+}
+
+/// The "Where the time goes" section of the report: each scheduler's makespan split into
+/// the cost model's terms, and (with the solver's row) each one's difference to it.
+fn time_split_html(rows: &[ComparisonRow]) -> String {
+    let mut h = String::from(
+        "<h2>Where the time goes</h2>\n<p>Each makespan split into the cost model's terms: \
+<i>batch bias</i> is paid once per batch (launch, weight reads: many small batches make it large), \
+<i>per entry</i> once per request in a batch, <i>tokens</i> by the linear layers per token, \
+<i>attention</i> grows with context, <i>recompute</i> re-processes tokens an eviction dropped, \
+<i>idle</i> is time with nothing to run (waiting for arrivals). They add up to the makespan.</p>\n",
+    );
+    let table = |h: &mut String, rows: &[(String, [f64; 6])]| {
+        h.push_str("<table>\n<tr><th>scheduler</th>");
+        for head in crate::output::TIME_SPLIT_HEADERS {
+            let _ = write!(h, "<th>{}</th>", html_escape(head));
+        }
+        h.push_str("<th>makespan</th></tr>\n");
+        for (name, terms) in rows {
+            let _ = write!(h, "<tr><td>{}</td>", html_escape(name));
+            for x in terms.iter().chain(std::iter::once(&terms.iter().sum())) {
+                let _ = write!(h, "<td>{}</td>", html_escape(&fmt_s(*x)));
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table>\n");
+    };
+    let split: Vec<(String, [f64; 6])> = rows
+        .iter()
+        .map(|r| (r.scheduler.clone(), r.time_split.terms()))
+        .collect();
+    table(&mut h, &split);
+    let solver = compare::Contender::Optimal.name();
+    if let Some(base) = rows.iter().find(|r| r.scheduler == solver) {
+        let diffs: Vec<(String, [f64; 6])> = rows
+            .iter()
+            .filter(|r| r.scheduler != solver)
+            .map(|r| {
+                let d = r.time_split.minus(&base.time_split);
+                (
+                    r.scheduler.clone(),
+                    d.map(|x| if x.abs() < 1e-12 { 0.0 } else { x }),
+                )
+            })
+            .collect();
+        if !diffs.is_empty() {
+            let _ = writeln!(
+                h,
+                "<p>What each scheduler spends more than the solver's schedule ({}), term by term (negative: less):</p>",
+                html_escape(&base.status)
+            );
+            table(&mut h, &diffs);
+        }
+    }
+    h
 }
 
 fn html_escape(s: &str) -> String {
@@ -387,7 +452,9 @@ so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<t
         }
         h.push_str("</tr>\n");
     }
-    h.push_str("</table>\n<h2>Plots</h2>\n");
+    h.push_str("</table>\n");
+    h.push_str(&time_split_html(&rows));
+    h.push_str("<h2>Plots</h2>\n");
     for p in plots {
         let _ = writeln!(
             h,
