@@ -505,6 +505,11 @@ struct SimulateArgs {
     /// print the summaries and write nothing].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also write trace.json beside each schedule: a Chrome trace (Perfetto,
+    /// chrome://tracing) with the batches, KV and running counters, and one track per
+    /// request (the first 1,000): waiting, prefill, decode, holding KV, evicted.
+    #[arg(long, requires = "out")]
+    trace: bool,
 }
 
 #[derive(Args)]
@@ -835,6 +840,17 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     infersched::output::write_replay_outputs(&dir, &r, &summary)
                         .with_context(|| format!("writing results to {}", dir.display()))?,
                 );
+                if a.trace {
+                    let trace_path = dir.join("trace.json");
+                    let trace =
+                        infersched::report::trace::chrome_trace(&w, kind.name(), &sim.schedule, &r);
+                    infersched::core::io::write_bytes_atomic(
+                        &trace_path,
+                        serde_json::to_string(&trace)?.as_bytes(),
+                    )
+                    .with_context(|| format!("writing {}", trace_path.display()))?;
+                    paths.push(trace_path);
+                }
                 Ok((summary, split, paths, sim.limits))
             })
             .collect()

@@ -498,7 +498,11 @@ fn simulate_runs_several_schedulers_into_their_own_directories() {
         .nth(1)
         .unwrap_or_else(|| panic!("no time-split table: {stdout}"));
     assert!(table.starts_with("scheduler  batch bias"), "{table}");
-    assert_eq!(table.lines().filter(|l| l.starts_with("orca ")).count(), 1, "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("orca ")).count(),
+        1,
+        "{table}"
+    );
     for name in ["vllm", "sarathi", "orca"] {
         for f in [
             "schedule.json",
@@ -1717,4 +1721,106 @@ fn compare_can_skip_plots_and_traces() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(full.join("plots").is_dir() && full.join("trace-vllm.json").is_file());
+}
+
+#[test]
+fn simulate_traces_every_request_from_arrival_to_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let out = dir.path().join("sim");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "12",
+        "--input",
+        "uniform:16:200",
+        "--output",
+        "uniform:2:20",
+        "--arrival",
+        "poisson:40",
+        "--seed",
+        "3",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // --trace needs somewhere to write.
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm",
+        "--trace",
+    ]);
+    assert!(!o.status.success());
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm",
+        "--kv-capacity",
+        "400",
+        "--trace",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let mut rdr = csv::Reader::from_path(out.join("requests.csv")).unwrap();
+    let mut requests = 0;
+    for rec in rdr.deserialize::<std::collections::HashMap<String, String>>() {
+        let rec = rec.unwrap();
+        let id: u64 = rec["request"].parse().unwrap();
+        let t = |k: &str| rec[k].parse::<f64>().unwrap() * 1e6;
+        let slices: Vec<(f64, f64, String)> = events
+            .iter()
+            .filter(|e| e["pid"] == 2 && e["ph"] == "X" && e["tid"] == id)
+            .map(|e| {
+                let ts = e["ts"].as_f64().unwrap();
+                (
+                    ts,
+                    ts + e["dur"].as_f64().unwrap(),
+                    e["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert!(!slices.is_empty(), "request {id} has no track");
+        // From arrival to completion without gaps, ending in the step that finishes it.
+        assert!(
+            (slices[0].0 - t("arrival_s")).abs() < 1e-3,
+            "request {id}: {slices:?}"
+        );
+        assert!(
+            (slices.last().unwrap().1 - t("completion_s")).abs() < 1e-3,
+            "request {id}"
+        );
+        for pair in slices.windows(2) {
+            assert!(
+                (pair[1].0 - pair[0].1).abs() < 1e-3,
+                "request {id}: gap in {slices:?}"
+            );
+        }
+        assert!(
+            slices.iter().any(|s| s.2 == "prefill"),
+            "request {id}: {slices:?}"
+        );
+        let name = events
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["pid"] == 2 && e["tid"] == id)
+            .unwrap();
+        assert!(
+            name["args"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("request {id} (I = "))
+        );
+        requests += 1;
+    }
+    assert_eq!(requests, 12);
+    assert_eq!(trace["otherData"]["request_tracks"], 12);
 }

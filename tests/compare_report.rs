@@ -116,11 +116,21 @@ fn compare_writes_a_consistent_well_formed_report() {
             .map(|t| row[col(&format!("split_{t}_s"))].parse().unwrap())
             .collect();
         let makespan: f64 = row[col("makespan_s")].parse().unwrap();
-        assert!((split.iter().sum::<f64>() - makespan).abs() < 1e-12, "{name}: {split:?}");
-        assert_eq!(split[4] > 0.0, again.recomputed_tokens > 0, "{name}: {split:?}");
+        assert!(
+            (split.iter().sum::<f64>() - makespan).abs() < 1e-12,
+            "{name}: {split:?}"
+        );
+        assert_eq!(
+            split[4] > 0.0,
+            again.recomputed_tokens > 0,
+            "{name}: {split:?}"
+        );
         recomputing += usize::from(again.recomputed_tokens > 0);
     }
-    assert!(recomputing > 0, "no heuristic evicts: the recomputation column is untested");
+    assert!(
+        recomputing > 0,
+        "no heuristic evicts: the recomputation column is untested"
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("comparison.json")).unwrap())
             .unwrap();
@@ -183,7 +193,16 @@ fn compare_writes_a_consistent_well_formed_report() {
         let text = std::fs::read_to_string(dir.path().join(format!("trace-{name}.json"))).unwrap();
         let t: serde_json::Value = serde_json::from_str(&text).unwrap();
         let events = t["traceEvents"].as_array().unwrap();
-        let slices: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+        let slices: Vec<_> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == 1)
+            .collect();
+        // One track per request besides the batch track.
+        let tracks = events
+            .iter()
+            .filter(|e| e["name"] == "thread_name" && e["pid"] == 2)
+            .count();
+        assert_eq!(tracks, w.len(), "{name}");
         assert_eq!(slices.len(), o.replay.batches.len(), "{name}");
         for (s, b) in slices.iter().zip(&o.replay.batches) {
             assert!((s["ts"].as_f64().unwrap() - b.start_s * 1e6).abs() < 1e-6);
@@ -236,7 +255,7 @@ fn timeline_phases_follow_the_schedule() {
         &spec(vec![Contender::Heuristic(SchedulerKind::Vllm)], l),
     );
     let (_, o) = c.succeeded()[0];
-    let phases = request_phases(&w, o, 64);
+    let phases = request_phases(&w, &o.schedule, &o.replay, 64);
     for (i, segs) in phases.iter().enumerate() {
         let r = &o.replay.requests[i];
         // From arrival to completion, contiguous, in time order.

@@ -535,7 +535,7 @@ pub fn write_comparison_parts(
         }
         if parts.traces {
             let trace_path = dir.join(format!("trace-{name}.json"));
-            let text = serde_json::to_string(&trace::chrome_trace(w, name, o))
+            let text = serde_json::to_string(&trace::chrome_trace(w, name, &o.schedule, &o.replay))
                 .map_err(io::Error::other)?;
             write_bytes_atomic(&trace_path, text.as_bytes())?;
             paths.push(trace_path);

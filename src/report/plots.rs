@@ -3,7 +3,7 @@
 
 use super::svg::{self, Anchor, Frame, RefLine, Series, Svg};
 use crate::compare::{ComparisonRow, Outcome};
-use crate::core::{EntryKind, Workload, classify_entries};
+use crate::core::{EntryKind, Replay, Schedule, Workload, classify_entries};
 
 /// At most this many request rows in a timeline (the first ids).
 pub const TIMELINE_MAX_ROWS: usize = 64;
@@ -71,9 +71,14 @@ impl Phase {
 }
 
 /// For the first `limit` requests (by id), their phases as `(start_s, end_s, phase)` from
-/// arrival to completion.
-pub fn request_phases(w: &Workload, o: &Outcome, limit: usize) -> Vec<Vec<(f64, f64, Phase)>> {
-    let kinds = classify_entries(w, &o.schedule);
+/// arrival to completion, in `schedule` as `replay` timed it.
+pub fn request_phases(
+    w: &Workload,
+    schedule: &Schedule,
+    replay: &Replay,
+    limit: usize,
+) -> Vec<Vec<(f64, f64, Phase)>> {
+    let kinds = classify_entries(w, schedule);
     let n = w.len().min(limit);
     let mut held = vec![false; n];
     let mut evicted = vec![false; n];
@@ -95,7 +100,7 @@ pub fn request_phases(w: &Workload, o: &Outcome, limit: usize) -> Vec<Vec<(f64, 
         segs.push((a, b, p));
     };
     let mut prev_end = 0.0f64;
-    for (b, entries) in o.replay.batches.iter().zip(&kinds) {
+    for (b, entries) in replay.batches.iter().zip(&kinds) {
         let mut in_batch = vec![None; 0];
         in_batch.resize(n, None);
         for e in entries.iter().filter(|e| (e.request as usize) < n) {
@@ -155,7 +160,7 @@ pub fn request_phases(w: &Workload, o: &Outcome, limit: usize) -> Vec<Vec<(f64, 
 
 /// A batch timeline: one row per request (the first [`TIMELINE_MAX_ROWS`]), coloured by phase.
 pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
-    let phases = request_phases(w, o, TIMELINE_MAX_ROWS);
+    let phases = request_phases(w, &o.schedule, &o.replay, TIMELINE_MAX_ROWS);
     let rows = phases.len();
     let row_h = if rows <= 16 {
         18.0

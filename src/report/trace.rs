@@ -1,22 +1,30 @@
 //! Chrome trace export (the JSON object format read by Perfetto and chrome://tracing):
 //! batches as complete ("X") slices with their entries as arguments, KV use and running
-//! requests as counter ("C") tracks. Times are microseconds.
+//! requests as counter ("C") tracks, and one track per request (the first
+//! [`TRACE_MAX_REQUESTS`]) with its phases: waiting, prefill, decode, holding KV outside the
+//! batch, evicted. Times are microseconds.
 
-use crate::compare::Outcome;
-use crate::core::{EntryKind, Workload, classify_entries};
+use super::plots::request_phases;
+use crate::core::{EntryKind, Replay, Schedule, Workload, classify_entries};
 use serde_json::{Value, json};
 
-/// The trace of one schedule as a JSON value.
-pub fn chrome_trace(w: &Workload, scheduler: &str, o: &Outcome) -> Value {
+/// Requests that get a track of their own (the first ids); beyond them the trace keeps the
+/// batch and counter tracks only, so traces of long runs stay loadable.
+pub const TRACE_MAX_REQUESTS: usize = 1000;
+
+/// The trace of one schedule (`replay` its replay) as a JSON value.
+pub fn chrome_trace(w: &Workload, scheduler: &str, schedule: &Schedule, replay: &Replay) -> Value {
     let us = |s: f64| s * 1e6;
-    let kinds = classify_entries(w, &o.schedule);
+    let kinds = classify_entries(w, schedule);
     let mut events = vec![
         json!({"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
                "args": {"name": format!("infersched: {scheduler}")}}),
         json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": 1,
                "args": {"name": "GPU batches"}}),
+        json!({"name": "process_name", "ph": "M", "pid": 2, "tid": 0,
+               "args": {"name": "requests"}}),
     ];
-    for (b, entries) in o.replay.batches.iter().zip(&kinds) {
+    for (b, entries) in replay.batches.iter().zip(&kinds) {
         let list: Vec<Value> = entries
             .iter()
             .map(|e| {
@@ -52,10 +60,29 @@ pub fn chrome_trace(w: &Workload, scheduler: &str, o: &Outcome) -> Value {
                            "args": {"running": b.running}}),
         );
     }
+    let reqs = w.requests();
+    for (i, phases) in request_phases(w, schedule, replay, TRACE_MAX_REQUESTS)
+        .iter()
+        .enumerate()
+    {
+        let r = &reqs[i];
+        events.push(json!({"name": "thread_name", "ph": "M", "pid": 2, "tid": i,
+            "args": {"name": format!("request {i} (I = {}, O = {})", r.input_tokens, r.output_tokens)}}));
+        events.push(
+            json!({"name": "thread_sort_index", "ph": "M", "pid": 2, "tid": i,
+            "args": {"sort_index": i}}),
+        );
+        for &(a, b, phase) in phases {
+            events.push(json!({"name": phase.name(), "cat": "request", "ph": "X",
+                "pid": 2, "tid": i, "ts": us(a), "dur": us(b - a)}));
+        }
+    }
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"producer": "infersched", "scheduler": scheduler,
-                      "kv_capacity": o.replay.limits.kv_capacity},
+                      "kv_capacity": replay.limits.kv_capacity,
+                      "request_tracks": w.len().min(TRACE_MAX_REQUESTS),
+                      "requests": w.len()},
     })
 }
