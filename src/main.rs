@@ -193,17 +193,18 @@ struct MilpArgs {
     #[arg(long)]
     milp_only: bool,
     /// Memory (GiB) the exact models' state graphs may take, estimated before any is built;
-    /// past it the best heuristic schedule is returned with a combinatorial bound.
+    /// past it the best schedule found without them is returned with a combinatorial bound.
     #[arg(long, default_value_t = 4.0)]
     memory_limit: f64,
     /// Schedules the priority-list search may try (simulated and replayed) to improve the
     /// best heuristic schedule, the warm start and the answer where no exact model fits;
-    /// 0 turns it off. It also stops at half the time limit.
+    /// 0 turns it off. It also stops at half the time limit. The same number bounds the
+    /// plans the phase relaxation's plan search tries.
     #[arg(long, default_value_t = SolveOptions::default().list_search_evaluations)]
     list_search_tries: usize,
     /// Skip the phase relaxation, the mean-latency bound solved as a small MILP before the
-    /// exact model (up to 48 requests; it takes up to a quarter of the time limit, or all
-    /// of it where no exact model fits).
+    /// exact model, and the schedules from its plan (up to 48 requests; it takes up to a
+    /// quarter of the time limit, or most of it where no exact model fits).
     #[arg(long)]
     no_phase_relaxation: bool,
     /// Solve the whole workload at once for mean latency and TTFT, instead of one burst at
@@ -984,7 +985,7 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     }
     match report.method {
         infersched::solver::SolveMethod::BestHeuristic => outln!(
-            "  method                best heuristic schedule with a bound that needs no exact model ({}; no exact model was solved)",
+            "  method                best schedule of the heuristics, the list search and the relaxation's plans, with a bound that needs no exact model ({}; no exact model was solved)",
             report.bound_method.name()
         ),
         infersched::solver::SolveMethod::IndependentGroups => outln!(

@@ -889,10 +889,18 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
     );
     let bound = |r: &serde_json::Value| r["best_bound"].as_f64().unwrap();
     let obj = with["replayed_objective"].as_f64().unwrap();
-    assert_eq!(obj, without["replayed_objective"].as_f64().unwrap());
+    let obj_without = without["replayed_objective"].as_f64().unwrap();
     assert!(
         bound(&without) < bound(&with) && bound(&with) <= obj,
         "{with}\n{without}"
+    );
+    // The relaxation's plan gives a better schedule than the list search here (674.6 ms
+    // against 709.7 ms when measured), and says so.
+    assert!(obj < obj_without, "{with}\n{without}");
+    let from = with["warm_start"]["heuristic"].as_str().unwrap();
+    assert!(
+        from.starts_with("phase-relaxation plan (plans tried: "),
+        "{from}"
     );
 }
 

@@ -39,6 +39,7 @@ mod machine;
 mod phases;
 
 pub use phases::MAX_REQUESTS as PHASE_RELAXATION_MAX_REQUESTS;
+pub use phases::PhasePlan;
 
 use crate::Objective;
 use infersched_core::{Feature, Limits, Request, Workload};
@@ -378,6 +379,28 @@ pub fn phase_relaxation_bound(
     time_limit_s: f64,
     threads: u32,
 ) -> Option<CombinatorialBound> {
+    phase_relaxation(w, limits, cost, objective, time_limit_s, threads).map(|r| r.bound)
+}
+
+/// The phase relaxation's bound and the plan of its best point.
+#[derive(Debug, Clone)]
+pub struct PhaseRelaxation {
+    /// The bound (see [`phase_relaxation_bound`]).
+    pub bound: CombinatorialBound,
+    /// What HiGHS's incumbent plans (completion order, prompt shares per phase), when it
+    /// found one: a guide for a schedule, not a schedule (it ignores M and budgets).
+    pub plan: Option<PhasePlan>,
+}
+
+/// [`phase_relaxation_bound`] with the incumbent's plan.
+pub fn phase_relaxation(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    time_limit_s: f64,
+    threads: u32,
+) -> Option<PhaseRelaxation> {
     if objective != Objective::MeanLatency {
         return None;
     }
@@ -388,10 +411,13 @@ pub fn phase_relaxation_bound(
     }
     let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + t.own_time(r)).collect();
     let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
-    phases::mean_latency_bound(&t, reqs, limits, &positions, time_limit_s, threads).map(|value_s| {
-        CombinatorialBound {
-            value_s,
-            argument: BoundArgument::PhaseRelaxation,
+    phases::mean_latency_bound(&t, reqs, limits, &positions, time_limit_s, threads).map(|r| {
+        PhaseRelaxation {
+            bound: CombinatorialBound {
+                value_s: r.bound_s,
+                argument: BoundArgument::PhaseRelaxation,
+            },
+            plan: r.plan,
         }
     })
 }

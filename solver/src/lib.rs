@@ -38,6 +38,7 @@ pub mod graph;
 pub mod groups;
 pub mod list_search;
 mod options;
+mod plan_schedule;
 mod portfolio;
 pub mod progress;
 mod report;
@@ -274,19 +275,35 @@ pub fn solve(
         }
         None => (warm, combinatorial),
     };
-    // The phase relaxation's bound: all the time left where no exact model follows, else a
-    // quarter of it (the exact model's own bound may do better).
-    let with_phase_bound = |share: f64| {
+    // The phase relaxation: its bound, and a schedule from its plan. All the time left where
+    // no exact model follows, else a quarter of it (the exact model's own bound may do better).
+    let with_phase_bound = |share: f64, plan_share: f64, warm: Option<portfolio::BestHeuristic>| {
         if !options.phase_relaxation {
-            return combinatorial;
+            return (combinatorial, warm);
         }
         let left = options.time_limit_s - t_build.elapsed().as_secs_f64();
-        bounds::phase_relaxation_bound(w, limits, cost, objective, left * share, options.threads)
+        let Some(relaxed) =
+            bounds::phase_relaxation(w, limits, cost, objective, left * share, options.threads)
+        else {
+            return (combinatorial, warm);
+        };
+        let bound = Some(relaxed.bound)
             .filter(|b| b.value_s > combinatorial.value_s)
-            .unwrap_or(combinatorial)
+            .unwrap_or(combinatorial);
+        // The plan search gets the next `plan_share` of the time left.
+        let deadline = t_build
+            + Duration::from_secs_f64(
+                (options.time_limit_s - left * (1.0 - share - plan_share)).max(0.0),
+            );
+        let planned = relaxed.plan.and_then(|plan| {
+            planned_schedule(
+                w, limits, cost, objective, &class, &plan, &warm, options, deadline,
+            )
+        });
+        (bound, planned.or(warm))
     };
     if no_exact_model {
-        let combinatorial = with_phase_bound(0.9);
+        let (combinatorial, warm) = with_phase_bound(0.8, 0.15, warm);
         let note = format!(
             "no exact model: the requests' state graphs alone would take about {} MiB, over the memory limit of {} MiB",
             graph_bytes / (1 << 20),
@@ -314,7 +331,7 @@ pub fn solve(
     {
         return Ok(report);
     }
-    let combinatorial = with_phase_bound(0.25);
+    let (combinatorial, warm) = with_phase_bound(0.25, 0.05, warm);
     let problem = arcflow::ArcFlowProblem {
         w,
         limits,
@@ -336,6 +353,46 @@ pub fn solve(
             panic_message(payload.as_ref())
         )))
     })
+}
+
+/// The schedule of the phase relaxation's plan ([`plan_schedule`]) when it is valid, in
+/// the policy class and better than `warm` (prefill chunks merged where chunking never
+/// helps, as the exact model's warm start needs).
+#[allow(clippy::too_many_arguments)]
+fn planned_schedule(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &PolicyConstraints,
+    plan: &bounds::PhasePlan,
+    warm: &Option<portfolio::BestHeuristic>,
+    options: &SolveOptions,
+    deadline: Instant,
+) -> Option<portfolio::BestHeuristic> {
+    let (mut schedule, mut replay, tried) = plan_schedule::search_plans(
+        w,
+        limits,
+        cost,
+        objective,
+        class,
+        plan,
+        options.list_search_evaluations.max(1),
+        deadline,
+    )?;
+    if dominance::chunking_never_helps(w, limits, class) {
+        schedule = dominance::merge_prefill_chunks(w, &schedule);
+        replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
+    }
+    let planned = portfolio::BestHeuristic {
+        name: format!("phase-relaxation plan (plans tried: {tried})"),
+        schedule,
+        replay,
+    };
+    let better = warm
+        .as_ref()
+        .is_none_or(|h| planned.objective_value(objective) < h.objective_value(objective));
+    better.then_some(planned)
 }
 
 /// The message of a caught panic (`std::panic::catch_unwind`'s payload).

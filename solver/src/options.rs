@@ -193,11 +193,13 @@ pub struct SolveOptions {
     pub max_search_states: usize,
     /// Schedules the priority-list local search (module `list_search`) may simulate and
     /// replay to improve the best heuristic schedule (it also stops at half the time
-    /// limit); 0 turns it off.
+    /// limit); 0 turns it off. Also the most plans the phase relaxation's plan search
+    /// (module `plan_schedule`) tries (at least its first).
     pub list_search_evaluations: usize,
     /// For `mean-latency` with at most [`PHASE_RELAXATION_MAX_REQUESTS`] requests, solve
-    /// the phase relaxation (module `bounds::phases`) for a stronger bound: with all the
-    /// time left where no exact model follows, else a quarter of it.
+    /// the phase relaxation (module `bounds::phases`) for a stronger bound, and turn its
+    /// incumbent's plan into schedules (module `plan_schedule`): with 0.8 and 0.15 of the
+    /// time left where no exact model follows, else 0.25 and 0.05.
     ///
     /// [`PHASE_RELAXATION_MAX_REQUESTS`]: crate::bounds::PHASE_RELAXATION_MAX_REQUESTS
     pub phase_relaxation: bool,

@@ -178,7 +178,7 @@ pub(crate) fn heuristic_with_bound(
         certified_gap: gap(replayed, best_bound),
         bound_method: BoundMethod::Combinatorial(bound.argument),
         note: Some(format!(
-            "{note}; the best heuristic schedule ({name}) is returned with the {} bound",
+            "{note}; the best schedule found without it ({name}) is returned with the {} bound",
             bound.argument.name()
         )),
         horizon: schedule.batches.len(),

@@ -79,7 +79,8 @@ pub enum SolveMethod {
     /// `counting`); its result is a proven optimum over all schedules.
     CountingSearch,
     /// No exact model was solved (too large for the limits, see the report's note): the
-    /// best schedule of the heuristic portfolio, with a combinatorial bound.
+    /// best schedule of the heuristic portfolio, the priority-list search and the phase
+    /// relaxation's plans, with a combinatorial bound.
     BestHeuristic,
     /// The workload split into bursts the best heuristic schedule serves one after another;
     /// each solved on its own (module `groups`), the schedules concatenated and the

@@ -58,9 +58,30 @@ struct RequestNeeds {
     own_completion: f64,
 }
 
-/// A lower bound on the mean latency (seconds), or None when the relaxation does not apply
-/// (too many requests, a negative coefficient, too little time) or HiGHS gives no bound.
-/// `position_bounds[m]` bounds the `(m + 1)`-th smallest completion (absolute seconds).
+/// What HiGHS's best point of the relaxation plans (its incumbent, not a proof of
+/// anything): the order of completions and when each prompt is worked on. A guide for a
+/// schedule ([`crate::plan_schedule`]), which the replay then judges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhasePlan {
+    /// The request completing in each phase, in order (a permutation of the requests).
+    pub completes: Vec<usize>,
+    /// Per request and phase, the share of its prompt worked on in that phase (each
+    /// request's shares sum to 1).
+    pub prompt_share: Vec<Vec<f64>>,
+}
+
+/// The relaxation's result: the bound, and the plan of its best point when HiGHS found one.
+pub(super) struct Relaxed {
+    /// Lower bound on the mean latency (seconds).
+    pub bound_s: f64,
+    /// The incumbent's plan.
+    pub plan: Option<PhasePlan>,
+}
+
+/// A lower bound on the mean latency (seconds) and the incumbent's plan, or None when the
+/// relaxation does not apply (too many requests, a negative coefficient, too little time)
+/// or HiGHS gives no bound. `position_bounds[m]` bounds the `(m + 1)`-th smallest
+/// completion (absolute seconds).
 pub(super) fn mean_latency_bound(
     t: &Theta<'_>,
     reqs: &[Request],
@@ -68,7 +89,7 @@ pub(super) fn mean_latency_bound(
     position_bounds: &[f64],
     time_limit_s: f64,
     threads: u32,
-) -> Option<f64> {
+) -> Option<Relaxed> {
     let n = reqs.len();
     if n == 0 || n > MAX_REQUESTS || time_limit_s < MIN_TIME_S {
         return None;
@@ -142,6 +163,8 @@ struct PhaseCols {
     cum_sd: Variable,
     cum_x: Variable,
     cum_s: Variable,
+    /// HiGHS's column of `a` (`xp` is the fifth after it), to read the plan back.
+    a_column: usize,
 }
 
 // The rows read as the relaxation's algebra, indexed by request i and phase m.
@@ -153,7 +176,7 @@ fn solve_relaxation(
     position_bounds: &[f64],
     time_limit_s: f64,
     threads: u32,
-) -> Option<f64> {
+) -> Option<Relaxed> {
     let n = reqs.len();
     let need: Vec<RequestNeeds> = reqs.iter().map(|r| needs(t, r, limits)).collect();
     let ms = 1e3;
@@ -171,7 +194,9 @@ fn solve_relaxation(
     for _ in 0..n {
         let mut row = Vec::with_capacity(n);
         for _ in 0..n {
+            let a_column = vars.len();
             row.push(PhaseCols {
+                a_column,
                 a: vars.add(variable().binary()),
                 y: vars.add(variable().binary()),
                 v: vars.add(variable().binary()),
@@ -341,5 +366,50 @@ fn solve_relaxation(
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
     // HiGHS's tolerances: keep a margin below its bound.
     let bound = (bound_ms * (1.0 - 1e-6) - 1e-6) / ms;
-    Some(((bound - arrivals) / n as f64).max(0.0))
+    let plan = matches!(
+        solved.primal_solution_status(),
+        highs::HighsSolutionStatus::Feasible
+    )
+    .then(|| read_plan(solved.get_solution().columns(), &cols))
+    .flatten();
+    Some(Relaxed {
+        bound_s: ((bound - arrivals) / n as f64).max(0.0),
+        plan,
+    })
+}
+
+/// The plan of a solution's columns: who completes in each phase (the `a` at 1) and each
+/// prompt's share per phase (`xp` over the prompt's total). None when the columns do not
+/// make a permutation (they always should at a feasible point).
+fn read_plan(columns: &[f64], cols: &[Vec<PhaseCols>]) -> Option<PhasePlan> {
+    let n = cols.len();
+    let value = |c: usize| columns.get(c).copied().unwrap_or(0.0);
+    let mut completes = Vec::with_capacity(n);
+    for m in 0..n {
+        let i = (0..n).find(|&i| value(cols[i][m].a_column) > 0.5)?;
+        completes.push(i);
+    }
+    let mut seen = vec![false; n];
+    for &i in &completes {
+        if std::mem::replace(&mut seen[i], true) {
+            return None;
+        }
+    }
+    // xp is the fifth column after a (a, y, v, g, xp).
+    let prompt_share = cols
+        .iter()
+        .map(|row| {
+            let xp: Vec<f64> = row.iter().map(|c| value(c.a_column + 4).max(0.0)).collect();
+            let total: f64 = xp.iter().sum();
+            if total > 0.0 {
+                xp.iter().map(|x| x / total).collect()
+            } else {
+                vec![0.0; n]
+            }
+        })
+        .collect();
+    Some(PhasePlan {
+        completes,
+        prompt_share,
+    })
 }
