@@ -384,11 +384,9 @@ fn solve_relaxation(
 fn read_plan(columns: &[f64], cols: &[Vec<PhaseCols>]) -> Option<PhasePlan> {
     let n = cols.len();
     let value = |c: usize| columns.get(c).copied().unwrap_or(0.0);
-    let mut completes = Vec::with_capacity(n);
-    for m in 0..n {
-        let i = (0..n).find(|&i| value(cols[i][m].a_column) > 0.5)?;
-        completes.push(i);
-    }
+    let completes = (0..n)
+        .map(|m| (0..n).find(|&i| value(cols[i][m].a_column) > 0.5))
+        .collect::<Option<Vec<usize>>>()?;
     let mut seen = vec![false; n];
     for &i in &completes {
         if std::mem::replace(&mut seen[i], true) {
