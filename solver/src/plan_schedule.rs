@@ -30,6 +30,8 @@ use infersched_core::{
     Batch, BatchFeatures, CostModel, Entry, Limits, Replay, Schedule, Summary, Workload, replay,
 };
 use infersched_cost_model::LinearCostModel;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
 
 /// The schedule the plan describes, or None when it cannot be followed (a class it does
@@ -193,14 +195,72 @@ pub(crate) fn schedule_from_plan(
     Some(Schedule::new(batches))
 }
 
-/// Local search over plans: the schedule of `plan`, then of plans one move away, keeping
-/// the first improvement, until a pass improves nothing, `evaluations` schedules were
-/// tried or `deadline` passes. Moves: two requests next to each other (up to three places
-/// apart) swap places in the completion order (their prompt shares go with them), a
-/// prompt split over several phases runs whole in its first or its last phase, and a
-/// phase's share of a prompt moves, whole or half, to the phase before. Returns the
-/// best schedule found with its replay and the plans tried, or None when no plan gives a
-/// valid schedule in the class.
+/// `plan` with the requests at completion places `m` and `m2` swapped; each one's prompt
+/// shares move with it, keeping their places relative to its completion.
+fn swapped(plan: &PhasePlan, m: usize, m2: usize) -> PhasePlan {
+    let n = plan.completes.len();
+    let mut p = plan.clone();
+    p.completes.swap(m, m2);
+    for (i, from, to) in [(plan.completes[m], m, m2), (plan.completes[m2], m2, m)] {
+        let mut shifted = vec![0.0; n];
+        for (q, &x) in plan.prompt_share[i].iter().enumerate() {
+            let target = (q as isize + to as isize - from as isize).clamp(0, n as isize - 1);
+            shifted[target as usize] += x;
+        }
+        p.prompt_share[i] = shifted;
+    }
+    p
+}
+
+/// The plans one move from `plan` (see [`search_plans`]), nearest first.
+fn neighbours(plan: &PhasePlan) -> Vec<PhasePlan> {
+    let n = plan.completes.len();
+    let mut moves = Vec::new();
+    for gap in 1..=3 {
+        for m in 0..n.saturating_sub(gap) {
+            moves.push(swapped(plan, m, m + gap));
+        }
+    }
+    for i in 0..n {
+        let share = &plan.prompt_share[i];
+        let phases: Vec<usize> = (0..n).filter(|&q| share[q] > 1e-9).collect();
+        if phases.len() > 1 {
+            for &q in [phases[0], phases[phases.len() - 1]].iter() {
+                let mut p = plan.clone();
+                p.prompt_share[i] = (0..n).map(|k| if k == q { 1.0 } else { 0.0 }).collect();
+                moves.push(p);
+            }
+        }
+        // A phase's share one phase earlier, or half of it (a split).
+        for &q in phases.iter().filter(|&&q| q > 0) {
+            for part in [1.0, 0.5] {
+                let mut p = plan.clone();
+                p.prompt_share[i][q - 1] += share[q] * part;
+                p.prompt_share[i][q] -= share[q] * part;
+                moves.push(p);
+            }
+        }
+    }
+    moves
+}
+
+/// A plan's schedule, its replay and objective.
+struct Found {
+    value: f64,
+    plan: PhasePlan,
+    schedule: Schedule,
+    replay: Replay,
+}
+
+/// Iterated local search over plans: the schedule of `plan`, then of plans one move away,
+/// keeping the first improvement, until no neighbour improves; then a kick (three random
+/// swaps of completion places within eight of each other, from a fixed seed) and a descent
+/// from there, kept where it ends better; until `evaluations` schedules were tried or
+/// `deadline` passes. Moves: two requests up to three places apart swap places in the
+/// completion order (their prompt shares go with them), a prompt split over several
+/// phases runs whole in its first or its last phase, and a phase's share of a prompt moves,
+/// whole or half, to the phase before. Returns the best schedule found with its replay and
+/// the plans tried, or None when the first plan gives no valid schedule in the class.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search_plans(
     w: &Workload,
@@ -212,79 +272,69 @@ pub(crate) fn search_plans(
     evaluations: usize,
     deadline: Instant,
 ) -> Option<(Schedule, Replay, usize)> {
-    let evaluate = |p: &PhasePlan| -> Option<(f64, Schedule, Replay)> {
-        let s = schedule_from_plan(w, limits, cost, class, p)?;
-        let r = replay(w, limits, cost, &s).ok()?;
-        if !class.admits(w, limits, &s) {
+    let mut tried = 0usize;
+    let mut evaluate = |p: &PhasePlan| -> Option<Option<Found>> {
+        if tried >= evaluations || Instant::now() > deadline {
             return None;
         }
-        Some((objective.of(&Summary::from_replay(&r)), s, r))
+        tried += 1;
+        let found = schedule_from_plan(w, limits, cost, class, p).and_then(|schedule| {
+            let replay = replay(w, limits, cost, &schedule).ok()?;
+            class.admits(w, limits, &schedule).then(|| Found {
+                value: objective.of(&Summary::from_replay(&replay)),
+                plan: p.clone(),
+                schedule,
+                replay,
+            })
+        });
+        Some(found)
     };
-    let mut tried = 1;
-    let (mut best_value, mut best_schedule, mut best_replay) = evaluate(plan)?;
-    let mut best_plan = plan.clone();
-    let n = plan.completes.len();
-    loop {
-        let mut improved = false;
-        let mut moves: Vec<PhasePlan> = Vec::new();
-        for gap in 1..=3 {
-            for m in 0..n.saturating_sub(gap) {
-                let mut p = best_plan.clone();
-                p.completes.swap(m, m + gap);
-                let (a, b) = (p.completes[m], p.completes[m + gap]);
-                // The shares follow the requests: each keeps its split relative to its
-                // completion phase, shifted by the places it moved.
-                for (i, from, to) in [(a, m + gap, m), (b, m, m + gap)] {
-                    let old = &best_plan.prompt_share[i];
-                    let mut shifted = vec![0.0; n];
-                    for (q, &x) in old.iter().enumerate() {
-                        let target =
-                            (q as isize + to as isize - from as isize).clamp(0, n as isize - 1);
-                        shifted[target as usize] += x;
+    // Descends from `from` by first improvement; None once the budget is spent (with the
+    // best point reached so far kept in `from`).
+    let descend =
+        |from: &mut Found, evaluate: &mut dyn FnMut(&PhasePlan) -> Option<Option<Found>>| {
+            'pass: loop {
+                for p in neighbours(&from.plan) {
+                    let found = evaluate(&p)?;
+                    if let Some(f) = found
+                        && f.value < from.value * (1.0 - 1e-12)
+                    {
+                        *from = f;
+                        continue 'pass;
                     }
-                    p.prompt_share[i] = shifted;
                 }
-                moves.push(p);
+                return Some(());
             }
-        }
-        for i in 0..n {
-            let share = &best_plan.prompt_share[i];
-            let phases: Vec<usize> = (0..n).filter(|&q| share[q] > 1e-9).collect();
-            if phases.len() > 1 {
-                for &q in [phases[0], phases[phases.len() - 1]].iter() {
-                    let mut p = best_plan.clone();
-                    p.prompt_share[i] = (0..n).map(|k| if k == q { 1.0 } else { 0.0 }).collect();
-                    moves.push(p);
-                }
-            }
-            // A phase's share one phase earlier, or half of it (a split).
-            for &q in phases.iter().filter(|&&q| q > 0) {
-                for part in [1.0, 0.5] {
-                    let mut p = best_plan.clone();
-                    p.prompt_share[i][q - 1] += share[q] * part;
-                    p.prompt_share[i][q] -= share[q] * part;
-                    moves.push(p);
+        };
+    let mut best = evaluate(plan)??;
+    let n = plan.completes.len();
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    if descend(&mut best, &mut evaluate).is_some() && n >= 2 {
+        loop {
+            let mut kicked = best.plan.clone();
+            for _ in 0..3 {
+                let m = rng.random_range(0..n);
+                let m2 = rng.random_range(m.saturating_sub(8)..(m + 9).min(n));
+                if m != m2 {
+                    kicked = swapped(&kicked, m, m2);
                 }
             }
-        }
-        for p in moves {
-            if tried >= evaluations || Instant::now() > deadline {
-                return Some((best_schedule, best_replay, tried));
+            let Some(found) = evaluate(&kicked) else {
+                break;
+            };
+            let Some(mut current) = found else {
+                continue;
+            };
+            let finished = descend(&mut current, &mut evaluate).is_none();
+            if current.value < best.value * (1.0 - 1e-12) {
+                best = current;
             }
-            tried += 1;
-            if let Some((v, s, r)) = evaluate(&p)
-                && v < best_value * (1.0 - 1e-12)
-            {
-                (best_value, best_schedule, best_replay) = (v, s, r);
-                best_plan = p;
-                improved = true;
+            if finished {
                 break;
             }
         }
-        if !improved {
-            return Some((best_schedule, best_replay, tried));
-        }
     }
+    Some((best.schedule, best.replay, tried))
 }
 
 #[cfg(test)]
