@@ -257,12 +257,16 @@ impl MilpArgs {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct SweepArgs {
+    #[command(subcommand)]
+    command: Option<SweepCommand>,
     /// Sweep specification (TOML; see notebooks-data/experiments/).
-    spec: PathBuf,
+    #[arg(required = true)]
+    spec: Option<PathBuf>,
     /// Output directory (results.csv, plots/).
-    #[arg(long)]
-    out: PathBuf,
+    #[arg(long, required = true)]
+    out: Option<PathBuf>,
     /// Skip runs already in DIR/results.csv.
     #[arg(long)]
     resume: bool,
@@ -275,6 +279,29 @@ struct SweepArgs {
     /// Run grids of more than 100,000 runs.
     #[arg(long)]
     yes: bool,
+}
+
+#[derive(Subcommand)]
+enum SweepCommand {
+    /// Combine the results.csv of a sweep's shards (run with --shard K/N, on one machine or
+    /// several) into one results.csv and its plots; checks the shards are disjoint, are of
+    /// this spec's grid and together cover it.
+    Merge(SweepMergeArgs),
+}
+
+#[derive(Args)]
+struct SweepMergeArgs {
+    /// The sweep specification the shards ran (TOML).
+    spec: PathBuf,
+    /// The shards' output directories (or their results.csv files).
+    #[arg(required = true)]
+    shards: Vec<PathBuf>,
+    /// Output directory for the merged results.csv and plots/.
+    #[arg(long)]
+    out: PathBuf,
+    /// Merge even where some runs of the grid are in no shard (they stay out).
+    #[arg(long)]
+    allow_missing: bool,
 }
 
 #[derive(Args)]
@@ -1688,9 +1715,15 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd_bench(a),
         Command::Compare(a) => cmd_compare(a),
         Command::Calibrate(a) => cmd_calibrate(a),
-        Command::Sweep(a) => {
-            infersched::sweep::run_cli(&a.spec, &a.out, a.resume, a.shard.as_deref(), a.jobs, a.yes)
-        }
+        Command::Sweep(a) => match (&a.command, &a.spec, &a.out) {
+            (Some(SweepCommand::Merge(m)), _, _) => {
+                infersched::sweep::merge_cli(&m.spec, &m.shards, &m.out, m.allow_missing)
+            }
+            (None, Some(spec), Some(out)) => {
+                infersched::sweep::run_cli(spec, out, a.resume, a.shard.as_deref(), a.jobs, a.yes)
+            }
+            _ => unreachable!("clap requires SPEC and --out without a subcommand"),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

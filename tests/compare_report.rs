@@ -349,6 +349,84 @@ fn sweep_shards_are_disjoint_and_together_are_the_grid() {
 }
 
 #[test]
+fn sweep_merge_combines_disjoint_shards_that_cover_the_grid_and_refuses_the_rest() {
+    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let shards: Vec<tempfile::TempDir> = (1..=3)
+        .map(|k| {
+            let d = tempfile::tempdir().unwrap();
+            sweep::run(&s, d.path(), false, Some((k, 3)), Some(1), false).unwrap();
+            d
+        })
+        .collect();
+    let dirs: Vec<std::path::PathBuf> = shards.iter().map(|d| d.path().to_path_buf()).collect();
+    let out = tempfile::tempdir().unwrap();
+    let merged = out.path().join("all");
+    let o = sweep::merge(&s, &dirs, &merged, false).unwrap();
+    assert_eq!((o.files, o.rows, o.missing), (3, s.points.len(), 0));
+    assert!(!o.plots.is_empty());
+    // Every row of every shard, once, in run order.
+    let rows = sweep::read_results(&merged.join("results.csv")).unwrap();
+    let indices: Vec<usize> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(indices, (0..s.points.len()).collect::<Vec<_>>());
+    let mut from_shards: Vec<Vec<String>> = dirs
+        .iter()
+        .flat_map(|d| sweep::read_results(&d.join("results.csv")).unwrap())
+        .map(|r| r.iter().map(String::from).collect())
+        .collect();
+    from_shards.sort_by_key(|r| r[0].parse::<usize>().unwrap());
+    let merged_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(String::from).collect())
+        .collect();
+    assert_eq!(merged_rows, from_shards);
+    // An existing merge is not overwritten.
+    let e = sweep::merge(&s, &dirs, &merged, false).unwrap_err();
+    assert!(format!("{e:#}").contains("exists"), "{e:#}");
+    // Not covering the grid: refused, unless asked for.
+    let partial = out.path().join("partial");
+    let e = sweep::merge(&s, &dirs[..2], &partial, false).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("6 of 18 runs of the grid are in no file"),
+        "{e:#}"
+    );
+    assert!(
+        !partial.join("results.csv").exists(),
+        "nothing is written on refusal"
+    );
+    let o = sweep::merge(&s, &dirs[..2], &partial, true).unwrap();
+    assert_eq!((o.rows, o.missing), (12, 6));
+    // The same shard twice: not disjoint.
+    let twice = vec![dirs[0].clone(), dirs[0].join("results.csv")];
+    let e = sweep::merge(&s, &twice, &out.path().join("twice"), true).unwrap_err();
+    assert!(format!("{e:#}").contains("is in two files"), "{e:#}");
+    // A shard of another grid: its rows name runs this grid does not have.
+    let other =
+        Sweep::from_str(&SPEC.replace("M = [8, 12]", "M = [9, 13]"), Path::new(".")).unwrap();
+    assert_ne!(other.points[0].key(), s.points[0].key());
+    let e = sweep::merge(&other, &dirs, &out.path().join("other"), true).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("is not in the grid of this spec"),
+        "{e:#}"
+    );
+    // A shard cut short mid-line (still running, or killed): refused, and left as it is.
+    let cut = out.path().join("cut.csv");
+    let text = std::fs::read_to_string(dirs[2].join("results.csv")).unwrap();
+    std::fs::write(&cut, &text[..text.len() - 5]).unwrap();
+    let e = sweep::merge(
+        &s,
+        &[dirs[0].clone(), dirs[1].clone(), cut.clone()],
+        &out.path().join("cut"),
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("the last line is incomplete"),
+        "{e:#}"
+    );
+    assert_eq!(std::fs::read_to_string(&cut).unwrap().len(), text.len() - 5);
+}
+
+#[test]
 fn sweep_with_the_optimal_scheduler_plots_ratios() {
     let text = r#"
 time_limit = 20
@@ -474,6 +552,68 @@ fn the_cli_compares_and_rejects_bad_specs() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--schedulers"));
+
+    // Two shards on the command line, then `sweep merge`.
+    let spec = dir.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\", \"orca\"]\nM = [8, 12]\n",
+    )
+    .unwrap();
+    let cli = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_infersched"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (s1, s2, all) = (
+        dir.path().join("s1"),
+        dir.path().join("s2"),
+        dir.path().join("all"),
+    );
+    for (k, d) in [("1/2", &s1), ("2/2", &s2)] {
+        let o = cli(&[
+            "sweep".as_ref(),
+            spec.as_os_str(),
+            "--shard".as_ref(),
+            k.as_ref(),
+            "--out".as_ref(),
+            d.as_os_str(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = cli(&[
+        "sweep".as_ref(),
+        "merge".as_ref(),
+        spec.as_os_str(),
+        s1.as_os_str(),
+        "--out".as_ref(),
+        all.as_os_str(),
+    ]);
+    assert!(
+        !o.status.success(),
+        "one shard of two does not cover the grid"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("2 of 4 runs"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = cli(&[
+        "sweep".as_ref(),
+        "merge".as_ref(),
+        spec.as_os_str(),
+        s1.as_os_str(),
+        s2.as_os_str(),
+        "--out".as_ref(),
+        all.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("merged 4 runs of 4 from 2 files"));
+    assert_eq!(
+        sweep::read_results(&all.join("results.csv")).unwrap().len(),
+        4
+    );
 }
 
 #[test]
