@@ -33,6 +33,7 @@ impl Default for Limits {
 
 /// Why a set of limits is not valid.
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum LimitsError {
     /// A limit is zero or otherwise out of range.
     #[error("invalid limit {field}: {reason}")]

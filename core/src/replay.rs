@@ -17,6 +17,7 @@ pub const CLAIMED_TIME_TOLERANCE: f64 = 1e-9;
 
 /// Why a schedule is not valid for a workload under limits (one rule of `semantics.md`).
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The limits themselves are invalid.
     #[error(transparent)]

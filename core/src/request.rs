@@ -27,6 +27,7 @@ impl Request {
 
 /// Why a workload is not valid.
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum WorkloadError {
     /// A workload must hold at least one request.
     #[error("the workload has no requests")]

@@ -92,6 +92,7 @@ pub struct Schedule {
 
 /// Why a schedule file could not be read or written.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ScheduleError {
     /// The file could not be read or written.
     #[error("{path}: {source}")]

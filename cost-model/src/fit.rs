@@ -11,6 +11,7 @@ use thiserror::Error;
 
 /// Why samples could not be read or fitted.
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum FitError {
     /// The file could not be read.
     #[error("{path}: {reason}")]

@@ -39,6 +39,7 @@ pub struct GpuSpec {
 
 /// Why a KV capacity cannot be computed.
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum HardwareError {
     /// A spec or argument is out of range.
     #[error("invalid {field}: {reason}")]

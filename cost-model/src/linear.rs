@@ -97,13 +97,18 @@ fn one_u32() -> u32 {
 
 /// Why a cost model could not be loaded.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum CostModelError {
     /// Neither a preset nor a readable file.
     #[error(
-        "unknown cost model \"{0}\": not a preset ({presets}), not roofline:GPU:MODEL[:tpN], and no such file",
-        presets = crate::presets::PRESET_NAMES.join(", ")
+        "unknown cost model \"{spec}\": not a preset ({presets}), not roofline:GPU:MODEL[:tpN], and no such file"
     )]
-    Unknown(String),
+    Unknown {
+        /// What was asked for.
+        spec: String,
+        /// The preset names, comma-separated (the file format knows nothing of presets).
+        presets: String,
+    },
     /// A `roofline:` spec that does not parse.
     #[error("cost model {0}")]
     Roofline(String),

@@ -46,7 +46,10 @@ pub fn resolve(spec: &str) -> Result<LinearCostModel, CostModelError> {
     if path.is_file() {
         LinearCostModel::read(path)
     } else {
-        Err(CostModelError::Unknown(spec.to_owned()))
+        Err(CostModelError::Unknown {
+            spec: spec.to_owned(),
+            presets: PRESET_NAMES.join(", "),
+        })
     }
 }
 

@@ -32,6 +32,7 @@ use thiserror::Error;
 
 /// Why the GPU cannot be used.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum GpuError {
     /// libcuda is not loadable: no NVIDIA driver on this machine.
     #[error(

@@ -19,6 +19,7 @@ use thiserror::Error;
 
 /// Why a simulation could not run to completion.
 #[derive(Debug, Error, PartialEq)]
+#[non_exhaustive]
 pub enum SimError {
     /// The limits are invalid.
     #[error(transparent)]

@@ -56,6 +56,7 @@ impl Default for SampleSpec {
 
 /// Why a sample cannot be taken.
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum SampleError {
     /// A knob is out of range.
     #[error("invalid {field}: {reason}")]

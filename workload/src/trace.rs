@@ -7,6 +7,7 @@ use thiserror::Error;
 
 /// Why a trace file could not be read or written.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// Read or write failure.
     #[error("{path}: {source}")]
