@@ -894,14 +894,11 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
         bound(&without) < bound(&with) && bound(&with) <= obj,
         "{with}\n{without}"
     );
-    // The relaxation's plan gives a better schedule than the list search here (674.6 ms
-    // against 709.7 ms when measured), and says so.
-    assert!(obj < obj_without, "{with}\n{without}");
-    let from = with["warm_start"]["heuristic"].as_str().unwrap();
-    assert!(
-        from.starts_with("phase-relaxation plan (plans tried: "),
-        "{from}"
-    );
+    // The relaxation's plans never make the schedule worse; the plan search from the list
+    // search's own plan runs either way and says so (709.7 -> 646.2 ms when measured).
+    assert!(obj <= obj_without, "{with}\n{without}");
+    let from = without["warm_start"]["heuristic"].as_str().unwrap();
+    assert!(from.contains(" re-planned (plans tried: "), "{from}");
 }
 
 #[test]

@@ -207,6 +207,34 @@ pub fn solve(
         };
         list_search::improve(w, limits, cost, objective, &model_class, start, budget).0
     });
+    // For mean latency, the plan search from the best schedule's own plan (its completion
+    // order and where its prompts ran), as from the phase relaxation's below: it needs no
+    // relaxation, so it reaches bursts of any size.
+    let warm = match &warm {
+        Some(best)
+            if objective == Objective::MeanLatency
+                && options.list_search_evaluations > 0
+                && w.len() <= plan_schedule::MAX_REQUESTS =>
+        {
+            let plan = plan_schedule::plan_of_schedule(w, &best.schedule, &best.replay);
+            let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.6);
+            let label = format!("{} re-planned", best.name);
+            planned_schedule(
+                w,
+                limits,
+                cost,
+                objective,
+                &model_class,
+                &plan,
+                &warm,
+                options,
+                deadline,
+                &label,
+            )
+            .or(warm)
+        }
+        _ => warm,
+    };
     if let (Some(observer), Some(best)) = (&options.observer, &warm) {
         observer.0.incumbent(&best.name, &best.schedule);
     }
@@ -297,7 +325,16 @@ pub fn solve(
             );
         let planned = relaxed.plan.and_then(|plan| {
             planned_schedule(
-                w, limits, cost, objective, &class, &plan, &warm, options, deadline,
+                w,
+                limits,
+                cost,
+                objective,
+                &class,
+                &plan,
+                &warm,
+                options,
+                deadline,
+                "phase-relaxation plan",
             )
         });
         (bound, planned.or(warm))
@@ -369,6 +406,7 @@ fn planned_schedule(
     warm: &Option<portfolio::BestHeuristic>,
     options: &SolveOptions,
     deadline: Instant,
+    label: &str,
 ) -> Option<portfolio::BestHeuristic> {
     let (mut schedule, mut replay, tried) = plan_schedule::search_plans(
         w,
@@ -385,7 +423,7 @@ fn planned_schedule(
         replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
     }
     let planned = portfolio::BestHeuristic {
-        name: format!("phase-relaxation plan (plans tried: {tried})"),
+        name: format!("{label} (plans tried: {tried})"),
         schedule,
         replay,
     };

@@ -34,6 +34,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
 
+/// The most requests the plan search takes: a plan holds `n^2` prompt shares and each try
+/// replays the whole schedule.
+pub(crate) const MAX_REQUESTS: usize = 256;
+
 /// The schedule the plan describes, or None when it cannot be followed (a class it does
 /// not model, or a request that can never be admitted).
 pub(crate) fn schedule_from_plan(
@@ -195,6 +199,48 @@ pub(crate) fn schedule_from_plan(
     Some(Schedule::new(batches))
 }
 
+/// The plan a schedule follows: its completion order, and the share of each prompt
+/// processed between consecutive completions (refills after evictions do not count: a
+/// plan never evicts). A start for [`search_plans`] where no relaxation gives one.
+pub(crate) fn plan_of_schedule(w: &Workload, schedule: &Schedule, replay: &Replay) -> PhasePlan {
+    let reqs = w.requests();
+    let n = reqs.len();
+    let mut completes: Vec<usize> = (0..n).collect();
+    completes.sort_by(|&a, &b| {
+        replay.requests[a]
+            .completion_s
+            .total_cmp(&replay.requests[b].completion_s)
+            .then(a.cmp(&b))
+    });
+    let ends: Vec<f64> = completes
+        .iter()
+        .map(|&i| replay.requests[i].completion_s)
+        .collect();
+    let mut prompt_share = vec![vec![0.0; n]; n];
+    let mut prompt_done = vec![0u64; n];
+    for (batch, record) in schedule.batches.iter().zip(&replay.batches) {
+        // The phase this batch ends in: the first completion at or after its end.
+        let phase = ends
+            .partition_point(|&e| e < record.end_s)
+            .min(n.saturating_sub(1));
+        for e in &batch.entries {
+            let i = e.request as usize;
+            if let (Some(r), infersched_core::Action::Process(c)) = (reqs.get(i), e.action) {
+                let prompt = u64::from(r.input_tokens);
+                let add = u64::from(c).min(prompt.saturating_sub(prompt_done[i]));
+                if add > 0 {
+                    prompt_done[i] += add;
+                    prompt_share[i][phase] += add as f64 / prompt as f64;
+                }
+            }
+        }
+    }
+    PhasePlan {
+        completes,
+        prompt_share,
+    }
+}
+
 /// `plan` with the requests at completion places `m` and `m2` swapped; each one's prompt
 /// shares move with it, keeping their places relative to its completion.
 fn swapped(plan: &PhasePlan, m: usize, m2: usize) -> PhasePlan {
@@ -212,36 +258,38 @@ fn swapped(plan: &PhasePlan, m: usize, m2: usize) -> PhasePlan {
     p
 }
 
-/// The plans one move from `plan` (see [`search_plans`]), nearest first.
-fn neighbours(plan: &PhasePlan) -> Vec<PhasePlan> {
+/// The plans one move from `plan` (see [`search_plans`]), nearest first, made one at a
+/// time as they are asked for (a plan is `n^2` shares).
+fn neighbours(plan: &PhasePlan) -> impl Iterator<Item = PhasePlan> + '_ {
     let n = plan.completes.len();
-    let mut moves = Vec::new();
-    for gap in 1..=3 {
-        for m in 0..n.saturating_sub(gap) {
-            moves.push(swapped(plan, m, m + gap));
-        }
-    }
-    for i in 0..n {
+    let swaps = (1..=3usize)
+        .flat_map(move |gap| (0..n.saturating_sub(gap)).map(move |m| swapped(plan, m, m + gap)));
+    let shares = (0..n).flat_map(move |i| {
         let share = &plan.prompt_share[i];
         let phases: Vec<usize> = (0..n).filter(|&q| share[q] > 1e-9).collect();
-        if phases.len() > 1 {
-            for &q in [phases[0], phases[phases.len() - 1]].iter() {
-                let mut p = plan.clone();
-                p.prompt_share[i] = (0..n).map(|k| if k == q { 1.0 } else { 0.0 }).collect();
-                moves.push(p);
-            }
-        }
+        // A split prompt whole in its first or its last phase.
+        let whole: Vec<usize> = if phases.len() > 1 {
+            vec![phases[0], phases[phases.len() - 1]]
+        } else {
+            Vec::new()
+        };
+        let whole = whole.into_iter().map(move |q| {
+            let mut p = plan.clone();
+            p.prompt_share[i] = (0..n).map(|k| if k == q { 1.0 } else { 0.0 }).collect();
+            p
+        });
         // A phase's share one phase earlier, or half of it (a split).
-        for &q in phases.iter().filter(|&&q| q > 0) {
-            for part in [1.0, 0.5] {
+        let earlier = phases.into_iter().filter(|&q| q > 0).flat_map(move |q| {
+            [1.0, 0.5].into_iter().map(move |part| {
                 let mut p = plan.clone();
                 p.prompt_share[i][q - 1] += share[q] * part;
                 p.prompt_share[i][q] -= share[q] * part;
-                moves.push(p);
-            }
-        }
-    }
-    moves
+                p
+            })
+        });
+        whole.chain(earlier)
+    });
+    swaps.chain(shares)
 }
 
 /// A plan's schedule, its replay and objective.
@@ -294,7 +342,8 @@ pub(crate) fn search_plans(
     let descend =
         |from: &mut Found, evaluate: &mut dyn FnMut(&PhasePlan) -> Option<Option<Found>>| {
             'pass: loop {
-                for p in neighbours(&from.plan) {
+                let plan = from.plan.clone();
+                for p in neighbours(&plan) {
                     let found = evaluate(&p)?;
                     if let Some(f) = found
                         && f.value < from.value * (1.0 - 1e-12)
@@ -478,6 +527,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!((only, tried), (first, 1));
+    }
+
+    #[test]
+    fn a_schedules_own_plan_gives_that_schedule_back() {
+        // Half the long prompt, the short request whole and its decodes, then the rest.
+        let w = Workload::new(vec![req(2000, 3, 0.0), req(10, 3, 0.010)]).unwrap();
+        let limits = Limits::unlimited();
+        let s = Schedule::new(
+            [
+                (0, 1000),
+                (1, 10),
+                (1, 1),
+                (1, 1),
+                (0, 1000),
+                (0, 1),
+                (0, 1),
+            ]
+            .into_iter()
+            .map(|(i, c)| Batch::new(vec![Entry::process(i, c)]))
+            .collect(),
+        );
+        let r = replay(&w, &limits, &cost(), &s).unwrap();
+        let plan = plan_of_schedule(&w, &s, &r);
+        assert_eq!(plan.completes, [1, 0]);
+        assert_eq!(plan.prompt_share, [vec![0.5, 0.5], vec![1.0, 0.0]]);
+        let again =
+            schedule_from_plan(&w, &limits, &cost(), &PolicyConstraints::default(), &plan).unwrap();
+        assert_eq!(again, s);
     }
 
     #[test]
