@@ -241,8 +241,14 @@ fn makespan_equals_the_exhaustive_optimum_on_60_random_tiny_instances() {
     eprintln!("{compared} instances compared, {with_evictions} optimal schedules evict");
     // Most instances are small enough for the exhaustive search, and the memory limits
     // make some optima evict: otherwise this test would check little.
-    assert!(compared >= 50, "only {compared} instances compared (55 when written)");
-    assert!(with_evictions >= 4, "{with_evictions} optimal schedules evict (8 when written)");
+    assert!(
+        compared >= 50,
+        "only {compared} instances compared (55 when written)"
+    );
+    assert!(
+        with_evictions >= 4,
+        "{with_evictions} optimal schedules evict (8 when written)"
+    );
 }
 
 #[test]
