@@ -271,12 +271,7 @@ pub fn time_split_table(rows: &[(&str, TimeBreakdown)], reference: Option<&str>)
         let diffs: Vec<Vec<Cell>> = rows
             .iter()
             .filter(|(n, _)| n != base_name)
-            .map(|(n, b)| {
-                row(
-                    n,
-                    b.minus(base).map(|x| if x.abs() < 1e-12 { 0.0 } else { x }),
-                )
-            })
+            .map(|(n, b)| row(n, b.minus(base)))
             .collect();
         if !diffs.is_empty() {
             t.push_str(&format!("\nmore than {base_name} (negative: less)\n"));

@@ -834,29 +834,39 @@ pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
         f.set_len(complete as u64)?;
     }
-    let mut r = csv::ReaderBuilder::new().from_reader(&bytes[..complete.min(bytes.len())]);
-    let header = r.headers()?.clone();
+    parse_results(path, &bytes[..complete.min(bytes.len())])
+}
+
+/// The records of a results file's complete lines `bytes` (from `path`, for messages):
+/// this version's header, then rows of its width.
+fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<csv::StringRecord>> {
+    let mut r = csv::ReaderBuilder::new().from_reader(bytes);
+    let header = r
+        .headers()
+        .with_context(|| format!("{}: no header", path.display()))?
+        .clone();
     if header.iter().ne(RESULT_COLUMNS.iter().copied()) {
         bail!(
             "{}: not a sweep results file of this version (columns differ)",
             path.display()
         );
     }
-    let mut out = Vec::new();
-    for (i, rec) in r.records().enumerate() {
-        let rec = rec.with_context(|| format!("{}: record {}", path.display(), i + 1))?;
-        if rec.len() != RESULT_COLUMNS.len() {
-            bail!(
-                "{}: line {} has {} fields, expected {}",
-                path.display(),
-                i + 2,
-                rec.len(),
-                RESULT_COLUMNS.len()
-            );
-        }
-        out.push(rec);
-    }
-    Ok(out)
+    r.records()
+        .enumerate()
+        .map(|(i, rec)| {
+            let rec = rec.with_context(|| format!("{}: line {}", path.display(), i + 2))?;
+            if rec.len() != RESULT_COLUMNS.len() {
+                bail!(
+                    "{}: line {} has {} fields, expected {}",
+                    path.display(),
+                    i + 2,
+                    rec.len(),
+                    RESULT_COLUMNS.len()
+                );
+            }
+            Ok(rec)
+        })
+        .collect()
 }
 
 /// Rewrites `results.csv` whole (atomically): the header, then `recs`.
@@ -1281,33 +1291,7 @@ fn read_shard(path: &Path) -> Result<Vec<csv::StringRecord>> {
             path.display()
         );
     }
-    let mut r = csv::ReaderBuilder::new().from_reader(&bytes[..]);
-    let header = r
-        .headers()
-        .with_context(|| format!("{}: no header", path.display()))?
-        .clone();
-    if header.iter().ne(RESULT_COLUMNS.iter().copied()) {
-        bail!(
-            "{}: not a sweep results file of this version (columns differ)",
-            path.display()
-        );
-    }
-    r.records()
-        .enumerate()
-        .map(|(i, rec)| {
-            let rec = rec.with_context(|| format!("{}: line {}", path.display(), i + 2))?;
-            if rec.len() != RESULT_COLUMNS.len() {
-                bail!(
-                    "{}: line {} has {} fields, expected {}",
-                    path.display(),
-                    i + 2,
-                    rec.len(),
-                    RESULT_COLUMNS.len()
-                );
-            }
-            Ok(rec)
-        })
-        .collect()
+    parse_results(path, &bytes)
 }
 
 /// Combines the results of shards of `sweep` (their `results.csv` files, or directories

@@ -18,9 +18,7 @@
 //! The recomputed tokens are the replay's: a request evicted while holding `k` tokens owes
 //! `k`, and its next prefill entries pay them back first.
 
-use infersched_core::{
-    Action, CostModel, EntryKind, Feature, Replay, Schedule, Workload, classify_entries,
-};
+use infersched_core::{Action, EntryKind, Feature, Replay, Schedule, Workload, classify_entries};
 use serde::Serialize;
 
 use crate::LinearCostModel;
@@ -126,11 +124,7 @@ impl TimeBreakdown {
                     };
             }
         }
-        let busy: f64 = replay
-            .batches
-            .iter()
-            .map(|r| cost.batch_time_s(&r.features))
-            .sum();
+        let busy: f64 = replay.batches.iter().map(|r| r.duration_s()).sum();
         b.idle_s = (replay.makespan_s() - busy).max(0.0);
         b
     }
@@ -152,10 +146,14 @@ impl TimeBreakdown {
         self.terms().iter().sum()
     }
 
-    /// Term by term, `self` minus `other` (what a schedule spends more than another).
+    /// Term by term, `self` minus `other` (what a schedule spends more than another);
+    /// differences under 1e-12 s (rounding) are 0.
     pub fn minus(&self, other: &TimeBreakdown) -> [f64; 6] {
         let (a, b) = (self.terms(), other.terms());
-        std::array::from_fn(|k| a[k] - b[k])
+        std::array::from_fn(|k| {
+            let d = a[k] - b[k];
+            if d.abs() < 1e-12 { 0.0 } else { d }
+        })
     }
 }
 

@@ -216,13 +216,7 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
         let diffs: Vec<(String, [f64; 6])> = rows
             .iter()
             .filter(|r| r.scheduler != solver)
-            .map(|r| {
-                let d = r.time_split.minus(&base.time_split);
-                (
-                    r.scheduler.clone(),
-                    d.map(|x| if x.abs() < 1e-12 { 0.0 } else { x }),
-                )
-            })
+            .map(|r| (r.scheduler.clone(), r.time_split.minus(&base.time_split)))
             .collect();
         if !diffs.is_empty() {
             let _ = writeln!(
