@@ -10,61 +10,16 @@
 //! [`Knobs::matching`] runs every heuristic under exactly `limits` instead.
 
 use crate::core::io::write_bytes_atomic;
-use crate::core::{Limits, Replay, Schedule, Summary, Workload, replay};
+use crate::core::{Limits, Workload};
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
-use crate::schedulers::{Knobs, SchedulerKind};
-use crate::solver::{Objective, SolveOptions, SolveReport, SolveStatus};
+pub use crate::produce::{Contender, Outcome};
+use crate::produce::{ProduceWith, produce};
+use crate::schedulers::Knobs;
+use crate::solver::{Objective, SolveOptions, SolveStatus};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::Path;
-
-/// One scheduler taking part in a comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Contender {
-    /// The MILP (`solve`).
-    Optimal,
-    /// A heuristic policy (`simulate`).
-    Heuristic(SchedulerKind),
-}
-
-impl Contender {
-    /// The name in outputs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Contender::Optimal => "optimal",
-            Contender::Heuristic(k) => k.name(),
-        }
-    }
-
-    /// Parses a comma-separated list, rejecting duplicates.
-    pub fn parse_list(s: &str) -> Result<Vec<Contender>, String> {
-        let mut out: Vec<Contender> = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let c: Contender = part.parse()?;
-            if out.contains(&c) {
-                return Err(format!("{part} is listed twice"));
-            }
-            out.push(c);
-        }
-        if out.is_empty() {
-            return Err("no scheduler given".into());
-        }
-        Ok(out)
-    }
-}
-
-impl std::str::FromStr for Contender {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "optimal" {
-            return Ok(Contender::Optimal);
-        }
-        s.parse::<SchedulerKind>()
-            .map(Contender::Heuristic)
-            .map_err(|e| format!("{e} (or optimal)"))
-    }
-}
 
 /// What to compare and how.
 #[derive(Debug, Clone)]
@@ -80,23 +35,6 @@ pub struct CompareSpec {
     pub knobs: Knobs,
     /// Options for the MILP.
     pub solve: SolveOptions,
-}
-
-/// One contender's schedule, its replay and, for the MILP, the solve report.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// The schedule.
-    pub schedule: Schedule,
-    /// The independent replay of the schedule.
-    pub replay: Replay,
-    /// Metrics from the replay.
-    pub summary: Summary,
-    /// The limits it ran under (and was replayed against).
-    pub limits: Limits,
-    /// The MILP's report (optimal only).
-    pub solve: Option<SolveReport>,
-    /// Where its makespan goes, term by term of the cost model.
-    pub time_split: TimeBreakdown,
 }
 
 /// The result of a comparison: per contender an outcome or the reason it failed.
@@ -130,31 +68,13 @@ fn run_one(
     spec: &CompareSpec,
     c: Contender,
 ) -> Result<Outcome, String> {
-    let (schedule, solve, limits) = match c {
-        Contender::Optimal => {
-            let report = crate::solver::solve(w, &spec.limits, cost, spec.objective, &spec.solve)
-                .map_err(|e| e.to_string())?;
-            (report.schedule.clone(), Some(report), spec.limits)
-        }
-        Contender::Heuristic(kind) => {
-            let sim = kind
-                .simulate(w, &spec.knobs, cost)
-                .map_err(|e| e.to_string())?;
-            (sim.schedule, None, sim.limits)
-        }
+    let with = ProduceWith {
+        knobs: &spec.knobs,
+        limits: &spec.limits,
+        objective: spec.objective,
+        solve: &spec.solve,
     };
-    let r = replay(w, &limits, cost, &schedule)
-        .map_err(|e| format!("internal error: the replay rejects the schedule: {e}"))?;
-    let summary = Summary::from_replay(&r);
-    let time_split = TimeBreakdown::of(cost, w, &schedule, &r);
-    Ok(Outcome {
-        schedule,
-        replay: r,
-        summary,
-        limits,
-        solve,
-        time_split,
-    })
+    produce(w, cost, c, &with).map_err(|e| e.to_string())
 }
 
 /// A scalar distribution in the comparison table.
@@ -268,7 +188,7 @@ impl Comparison {
     /// The MILP's outcome, if it ran and succeeded.
     pub fn optimal(&self) -> Option<&Outcome> {
         self.results.iter().find_map(|(c, r)| match (c, r) {
-            (Contender::Optimal, Ok(o)) => Some(o),
+            (Contender::Optimal(_), Ok(o)) => Some(o),
             _ => None,
         })
     }

@@ -7,6 +7,8 @@
 //! * [`cost_model`]: linear batch-time models, presets, fitting;
 //! * [`schedulers`], [`solver`], [`kernels_calibration`]: heuristic policies, the MILP,
 //!   GPU calibration;
+//! * [`produce`]: the one path from a scheduler (heuristic or solver) to its replayed
+//!   schedule and metrics, used by every command;
 //! * [`compare`] and [`report`]: several schedulers on one setting, the comparison table,
 //!   plots (SVG and PNG), Chrome traces and `report.html`;
 //! * [`calibration`]: `calibrate`'s fit, validation and output files (also from recorded samples);
@@ -39,6 +41,7 @@ pub mod calibration;
 pub mod compare;
 pub mod interrupt;
 pub mod output;
+pub mod produce;
 pub mod report;
 pub mod resources;
 pub mod sweep;

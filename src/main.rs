@@ -2,10 +2,11 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use infersched::core::{Limits, Schedule, Summary, replay};
+use infersched::core::{Instance, Limits, Schedule, Summary, replay};
 use infersched::cost_model::{self, LinearCostModel, Samples, TimeBreakdown};
+use infersched::produce::{produce_heuristic, produce_optimal};
 use infersched::schedulers::{Knobs, McsfOrder, SchedulerKind, Victim};
-use infersched::solver::{self, Objective, PolicyConstraints, SolveOptions};
+use infersched::solver::{Objective, PolicyConstraints, SolveOptions};
 use infersched::workload::{
     self, ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec, WorkloadStats,
 };
@@ -730,8 +731,11 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
+    let instance = Instance::new(w, limits, cost)
+        .with_context(|| format!("{} under these limits", a.workload.display()))?;
+    let (w, cost) = (instance.workload(), instance.cost());
     let schedule = Schedule::read(&a.schedule)?;
-    let r = replay(&w, &limits, &cost, &schedule).with_context(|| {
+    let r = instance.replay(&schedule).with_context(|| {
         format!(
             "{} is not a valid schedule for {}",
             a.schedule.display(),
@@ -739,7 +743,7 @@ fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         )
     })?;
     let summary = Summary::from_replay(&r);
-    let split = TimeBreakdown::of(&cost, &w, &schedule, &r);
+    let split = TimeBreakdown::of(cost, w, &schedule, &r);
     let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(
@@ -844,17 +848,9 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         kinds
             .par_iter()
             .map(|kind| -> Result<_> {
-                let sim = kind.simulate(&w, &knobs, &cost)?;
-                let r = replay(&w, &sim.limits, &cost, &sim.schedule).with_context(|| {
-                    format!(
-                        "internal error: the replay rejects {}'s schedule",
-                        kind.name()
-                    )
-                })?;
-                let summary = Summary::from_replay(&r);
-                let split = TimeBreakdown::of(&cost, &w, &sim.schedule, &r);
+                let o = produce_heuristic(&w, &cost, *kind, &knobs)?;
                 let Some(out) = &a.out else {
-                    return Ok((summary, split, Vec::new(), sim.limits));
+                    return Ok((o.summary, o.time_split, Vec::new(), o.limits));
                 };
                 let dir = if several {
                     out.join(kind.name())
@@ -862,16 +858,20 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     out.clone()
                 };
                 let schedule_path = dir.join("schedule.json");
-                sim.schedule.write(&schedule_path)?;
+                o.schedule.write(&schedule_path)?;
                 let mut paths = vec![schedule_path];
                 paths.extend(
-                    infersched::output::write_replay_outputs(&dir, &r, &summary)
+                    infersched::output::write_replay_outputs(&dir, &o.replay, &o.summary)
                         .with_context(|| format!("writing results to {}", dir.display()))?,
                 );
                 if a.trace {
                     let trace_path = dir.join("trace.json");
-                    let trace =
-                        infersched::report::trace::chrome_trace(&w, kind.name(), &sim.schedule, &r);
+                    let trace = infersched::report::trace::chrome_trace(
+                        &w,
+                        kind.name(),
+                        &o.schedule,
+                        &o.replay,
+                    );
                     infersched::core::io::write_bytes_atomic(
                         &trace_path,
                         serde_json::to_string(&trace)?.as_bytes(),
@@ -879,7 +879,7 @@ fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                     .with_context(|| format!("writing {}", trace_path.display()))?;
                     paths.push(trace_path);
                 }
-                Ok((summary, split, paths, sim.limits))
+                Ok((o.summary, o.time_split, paths, o.limits))
             })
             .collect()
     });
@@ -948,12 +948,14 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
         limits,
         &cost,
     );
-    let report = solver::solve(&w, &limits, &cost, objective, &options);
+    let outcome = produce_optimal(&w, &cost, &limits, objective, &options);
     infersched::interrupt::clear();
-    let report = report?;
-    let r = replay(&w, &limits, &cost, &report.schedule)
-        .context("internal error: the replay rejects the solver's schedule")?;
-    let summary = Summary::from_replay(&r);
+    let outcome = outcome?;
+    let (r, summary) = (&outcome.replay, &outcome.summary);
+    let report = outcome
+        .solve
+        .as_ref()
+        .context("internal error: the solver's outcome has no report")?;
     let schedule_path = a.out.join("schedule.json");
     let mut schedule = report.schedule.clone();
     schedule.meta =
@@ -961,10 +963,10 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
     schedule.write(&schedule_path)?;
     let mut paths = vec![schedule_path];
     paths.extend(infersched::output::write_replay_outputs(
-        &a.out, &r, &summary,
+        &a.out, r, summary,
     )?);
     let solve_path = a.out.join("solve.json");
-    let json = serde_json::to_string_pretty(&report)? + "\n";
+    let json = serde_json::to_string_pretty(report)? + "\n";
     infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
     paths.push(solve_path);
     outln!(
@@ -1049,10 +1051,10 @@ fn cmd_solve(a: &SolveArgs) -> Result<()> {
             );
         }
     }
-    out!("{}", infersched::output::summary_text(&summary));
+    out!("{}", infersched::output::summary_text(summary));
     out!(
         "{}",
-        infersched::output::time_split_text(&TimeBreakdown::of(&cost, &w, &report.schedule, &r))
+        infersched::output::time_split_text(&outcome.time_split)
     );
     outln!("wrote {}", path_list(&paths));
     Ok(())

@@ -33,11 +33,12 @@
 //! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`, `optimal+fcfs`,
 //! `optimal+reserve`.
 
-use crate::core::{Limits, Summary, Workload, replay};
+use crate::core::{Limits, Summary, Workload};
 use crate::cost_model::{self, LinearCostModel};
+use crate::produce::{Contender, ProduceWith, produce};
 use crate::report::{Plot, svg};
-use crate::schedulers::{Knobs, SchedulerKind};
-use crate::solver::{Objective, PolicyConstraints, SolveOptions};
+use crate::schedulers::Knobs;
+use crate::solver::{Objective, SolveOptions};
 use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
@@ -172,50 +173,6 @@ pub struct GridSection {
     /// Objectives [default makespan].
     #[serde(default)]
     pub objectives: Option<Vec<String>>,
-}
-
-/// A scheduler in a sweep: a heuristic, or the MILP with policy constraints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SweepScheduler {
-    /// A heuristic.
-    Heuristic(SchedulerKind),
-    /// The MILP.
-    Optimal(PolicyConstraints),
-}
-
-impl std::str::FromStr for SweepScheduler {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let mut parts = s.split('+');
-        let head = parts.next().unwrap_or_default();
-        if head != "optimal" {
-            if s.contains('+') {
-                return Err(format!(
-                    "\"{s}\": policy constraints (+no-evict, +no-chunk, +no-mix, +fcfs, +reserve) apply to optimal only"
-                ));
-            }
-            return s
-                .parse::<SchedulerKind>()
-                .map(Self::Heuristic)
-                .map_err(|e| format!("{e} (or optimal[+no-evict][+no-chunk][+no-mix])"));
-        }
-        let mut c = PolicyConstraints::default();
-        for p in parts {
-            match p {
-                "no-evict" => c.no_evict = true,
-                "no-chunk" => c.no_chunk = true,
-                "no-mix" => c.no_mix = true,
-                "fcfs" => c.fcfs = true,
-                "reserve" => c.reserve = true,
-                _ => {
-                    return Err(format!(
-                        "\"{s}\": unknown constraint \"{p}\"; expected no-evict, no-chunk, no-mix, fcfs or reserve"
-                    ));
-                }
-            }
-        }
-        Ok(Self::Optimal(c))
-    }
 }
 
 /// One run of the grid.
@@ -491,7 +448,7 @@ impl Sweep {
             bail!("grid.schedulers: empty list");
         }
         for (i, s) in g.schedulers.iter().enumerate() {
-            s.parse::<SweepScheduler>()
+            s.parse::<Contender>()
                 .map_err(|e| anyhow::anyhow!("grid.schedulers[{i}]: {e}"))?;
         }
         let objectives = g.objectives.clone().unwrap_or(vec!["makespan".into()]);
@@ -730,43 +687,41 @@ impl Sweep {
         let w = self.workload(p)?;
         let limits = self.limits(p)?;
         let objective: Objective = p.objective.parse().map_err(anyhow::Error::msg)?;
-        let scheduler: SweepScheduler = p.scheduler.parse().map_err(anyhow::Error::msg)?;
-        let (schedule, status, solve) = match scheduler {
-            SweepScheduler::Heuristic(kind) => {
-                let sim = kind.simulate(&w, &Knobs::matching(&limits), &self.cost)?;
-                (sim.schedule, "heuristic".to_string(), None)
-            }
-            SweepScheduler::Optimal(constraints) => {
-                let options = SolveOptions {
-                    time_limit_s: self.spec.time_limit.unwrap_or(30.0),
-                    threads: self.spec.threads.unwrap_or(1),
-                    mip_rel_gap: self.spec.mip_gap.unwrap_or(1e-6),
-                    constraints,
-                    max_search_states: if self.spec.milp_only.unwrap_or(false) {
-                        0
-                    } else {
-                        SolveOptions::default().max_search_states
-                    },
-                    ..SolveOptions::default()
-                };
-                let r = crate::solver::solve(&w, &limits, &self.cost, objective, &options)?;
-                let status = r.status.name();
-                (
-                    r.schedule.clone(),
-                    status.to_string(),
-                    Some(SolveFacts {
-                        method: r.method,
-                        best_bound: r.best_bound,
-                        certified_gap: r.certified_gap,
-                        solve_s: r.solve_s,
-                        model: r.model,
-                    }),
-                )
-            }
+        let contender: Contender = p.scheduler.parse().map_err(anyhow::Error::msg)?;
+        let options = SolveOptions {
+            time_limit_s: self.spec.time_limit.unwrap_or(30.0),
+            threads: self.spec.threads.unwrap_or(1),
+            mip_rel_gap: self.spec.mip_gap.unwrap_or(1e-6),
+            max_search_states: if self.spec.milp_only.unwrap_or(false) {
+                0
+            } else {
+                SolveOptions::default().max_search_states
+            },
+            ..SolveOptions::default()
         };
-        let r = replay(&w, &limits, &self.cost, &schedule)
-            .context("internal error: the replay rejects the schedule")?;
-        let s = Summary::from_replay(&r);
+        // Heuristics run under exactly the grid point's limits, like the solver.
+        let knobs = Knobs::matching(&limits);
+        let with = ProduceWith {
+            knobs: &knobs,
+            limits: &limits,
+            objective,
+            solve: &options,
+        };
+        let outcome = produce(&w, &self.cost, contender, &with)?;
+        let (status, solve) = match &outcome.solve {
+            None => ("heuristic".to_string(), None),
+            Some(r) => (
+                r.status.name().to_string(),
+                Some(SolveFacts {
+                    method: r.method,
+                    best_bound: r.best_bound,
+                    certified_gap: r.certified_gap,
+                    solve_s: r.solve_s,
+                    model: r.model,
+                }),
+            ),
+        };
+        let s = outcome.summary;
         Ok((status, objective.of(&s), s, solve))
     }
 }

@@ -51,7 +51,7 @@ fn spec(contenders: Vec<Contender>, l: Limits) -> CompareSpec {
 
 fn all_contenders() -> Vec<Contender> {
     vec![
-        Contender::Optimal,
+        Contender::OPTIMAL,
         Contender::Heuristic(SchedulerKind::Vllm),
         Contender::Heuristic(SchedulerKind::VllmV1),
         Contender::Heuristic(SchedulerKind::Sarathi),

@@ -3,6 +3,8 @@
 //! * [`Request`] and [`Workload`]: what arrives (prompt tokens `I`, output tokens `O`,
 //!   arrival time `T`).
 //! * [`Limits`]: the per-batch constraints C, P, M (with block size), R_max.
+//! * [`Instance`]: a workload, its limits and a cost model, validated once and shared by
+//!   replay, simulation and the solver.
 //! * [`Schedule`]: an ordered list of batches of [`Entry`]s, the data every producer
 //!   (heuristic or MILP) emits, with a stable JSON file format.
 //! * [`BatchFeatures`] and [`CostModel`]: batch time as a function of batch features.
@@ -11,6 +13,7 @@
 //!   the batch, the request and the rule broken. All metrics ([`Summary`]) come from it.
 
 pub mod cost;
+pub mod instance;
 pub mod io;
 pub mod limits;
 pub mod metrics;
@@ -19,6 +22,7 @@ pub mod request;
 pub mod schedule;
 
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
+pub use instance::{Instance, InstanceError};
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Summary};
 pub use replay::{

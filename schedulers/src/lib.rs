@@ -9,7 +9,7 @@ pub mod policies;
 pub mod sim;
 
 pub use policies::{McsfOrder, PolicyOptions, Victim};
-pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate};
+pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate, simulate_instance};
 
 use infersched_core::{CostModel, Limits, Workload};
 
@@ -296,5 +296,41 @@ mod tests {
             estimated_peak_bytes(&w, &Limits::unlimited()),
             11 * PEAK_BYTES_PER_ENTRY + 2 * PEAK_BYTES_PER_REQUEST
         );
+    }
+
+    #[test]
+    fn an_instance_simulates_as_its_parts_do() {
+        struct PerToken;
+        impl infersched_core::CostModel for PerToken {
+            fn batch_time_s(&self, f: &infersched_core::BatchFeatures) -> f64 {
+                1e-3 + 1e-4 * f.tokens as f64
+            }
+        }
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: 5,
+                output_tokens: 4,
+                arrival_s: 0.0,
+            };
+            4
+        ])
+        .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(20),
+            ..Limits::unlimited()
+        };
+        let knobs = Knobs::matching(&limits);
+        let kind = SchedulerKind::Vllm;
+        let effective = kind.limits(&knobs, &w);
+        let by_parts =
+            simulate(&w, &effective, kind.policy(&knobs, &w).as_mut(), &PerToken).unwrap();
+        let instance = infersched_core::Instance::new(w.clone(), effective, PerToken).unwrap();
+        let by_instance =
+            simulate_instance(&instance, SchedulerKind::Vllm.policy(&knobs, &w).as_mut()).unwrap();
+        assert_eq!(by_parts.schedule, by_instance.schedule);
+        // M = 20 holds two of these requests at their peak (8 tokens), not four: it evicts
+        // or queues, so the schedule is longer than 4 steps.
+        assert!(by_instance.schedule.batches.len() > 4);
+        assert!(instance.replay(&by_instance.schedule).is_ok());
     }
 }

@@ -392,6 +392,20 @@ impl<'w> Simulator<'w> {
     }
 }
 
+/// Runs `policy` on a validated [`infersched_core::Instance`]: its workload, limits and
+/// cost model.
+pub fn simulate_instance<C: CostModel>(
+    instance: &infersched_core::Instance<C>,
+    policy: &mut dyn Policy,
+) -> Result<Simulation, SimError> {
+    simulate(
+        instance.workload(),
+        instance.limits(),
+        policy,
+        instance.cost(),
+    )
+}
+
 /// Runs `policy` on `workload` under `limits` with batch times from `cost`.
 pub fn simulate(
     workload: &Workload,

@@ -49,7 +49,7 @@ pub use report::{
 };
 
 use graph::StateGraph;
-use infersched_core::{Limits, Workload};
+use infersched_core::{Instance, Limits, Workload};
 use infersched_cost_model::LinearCostModel;
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,25 @@ impl<'a> Solver<'a> {
     pub fn observe(mut self, observer: impl progress::SolveObserver + 'static) -> Self {
         self.options.observer = Some(progress::Observer::new(observer));
         self
+    }
+
+    /// A makespan solve of a validated [`Instance`] with default options.
+    ///
+    /// ```
+    /// use infersched_core::{Instance, Limits, Request, Workload};
+    /// use infersched_solver::{Objective, Solver};
+    /// let w = Workload::new(vec![Request { input_tokens: 4, output_tokens: 3, arrival_s: 0.0 }; 2]).unwrap();
+    /// let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+    /// let limits = Limits { kv_capacity: Some(12), token_budget: Some(8), ..Limits::unlimited() };
+    /// let instance = Instance::new(w, limits, cost).unwrap();
+    /// let report = Solver::for_instance(&instance).objective(Objective::MeanLatency).solve().unwrap();
+    /// // The instance replays the solver's schedule to the same objective.
+    /// let replayed = instance.replay(&report.schedule).unwrap();
+    /// assert!(report.best_bound <= report.replayed_objective);
+    /// assert!(replayed.makespan_s() > 0.0);
+    /// ```
+    pub fn for_instance(instance: &'a Instance<LinearCostModel>) -> Self {
+        Self::new(instance.workload(), instance.limits(), instance.cost())
     }
 
     /// Every other option at once (keeps the objective).

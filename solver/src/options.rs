@@ -52,7 +52,7 @@ impl Objective {
 }
 
 /// Policy constraints: the best schedule a policy class can reach.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct PolicyConstraints {
     /// No evictions.
     pub no_evict: bool,

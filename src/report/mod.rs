@@ -176,7 +176,7 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     let _ = write!(
         t,
         "\nwhere the makespan goes (the cost model's terms, and idle time waiting for arrivals):\n{}",
-        crate::output::time_split_table(&splits, Some(compare::Contender::Optimal.name()))
+        crate::output::time_split_table(&splits, Some(crate::produce::OPTIMAL))
     );
     t
 }
@@ -211,7 +211,7 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
         .map(|r| (r.scheduler.clone(), r.time_split.terms()))
         .collect();
     table(&mut h, &split);
-    let solver = compare::Contender::Optimal.name();
+    let solver = crate::produce::OPTIMAL;
     if let Some(base) = rows.iter().find(|r| r.scheduler == solver) {
         let diffs: Vec<(String, [f64; 6])> = rows
             .iter()

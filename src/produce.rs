@@ -1,0 +1,337 @@
+//! The one path from a scheduler to its numbers: run a heuristic or the solver, replay the
+//! schedule independently, summarise. `simulate`, `solve`, `compare` and `sweep` all go
+//! through [`produce`], so the same flags give the same schedule and the same metrics in
+//! every command, and no producer's own numbers are trusted.
+
+use crate::core::{Limits, Replay, ReplayError, Schedule, Summary, Workload, replay};
+use crate::cost_model::{LinearCostModel, TimeBreakdown};
+use crate::schedulers::{Knobs, SchedulerKind, SimError};
+use crate::solver::{Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport};
+use std::fmt;
+use thiserror::Error;
+
+/// What produces a schedule: a heuristic policy, or the solver searching a policy class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contender {
+    /// The solver (`solve`), over the schedules of a policy class (the default: all).
+    /// Its constraints add to [`SolveOptions::constraints`].
+    Optimal(PolicyConstraints),
+    /// A heuristic policy (`simulate`).
+    Heuristic(SchedulerKind),
+}
+
+/// The name the solver's rows carry in tables, plots and files.
+pub const OPTIMAL: &str = "optimal";
+
+/// The policy constraints as spelled after `optimal+`, in this order.
+const CONSTRAINT_NAMES: [&str; 5] = ["no-evict", "no-chunk", "no-mix", "fcfs", "reserve"];
+
+fn constraint_flags(c: &PolicyConstraints) -> [bool; 5] {
+    [c.no_evict, c.no_chunk, c.no_mix, c.fcfs, c.reserve]
+}
+
+impl Contender {
+    /// The solver over all schedules.
+    pub const OPTIMAL: Contender = Contender::Optimal(PolicyConstraints {
+        no_evict: false,
+        no_chunk: false,
+        no_mix: false,
+        fcfs: false,
+        reserve: false,
+    });
+
+    /// The name in tables and plots: `optimal` for the solver whatever its class (its
+    /// full spelling is [`Display`](fmt::Display)), the policy's name otherwise.
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Optimal(_) => OPTIMAL,
+            Contender::Heuristic(k) => k.name(),
+        }
+    }
+
+    /// Parses a comma-separated list, rejecting duplicates.
+    pub fn parse_list(s: &str) -> Result<Vec<Contender>, String> {
+        let mut out: Vec<Contender> = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let c: Contender = part.parse()?;
+            if out.contains(&c) {
+                return Err(format!("{part} is listed twice"));
+            }
+            out.push(c);
+        }
+        if out.is_empty() {
+            return Err("no scheduler given".into());
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for Contender {
+    /// `vllm`, `optimal`, `optimal+no-evict+fcfs`: what [`str::parse`] reads back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Contender::Heuristic(k) => f.write_str(k.name()),
+            Contender::Optimal(c) => {
+                f.write_str(OPTIMAL)?;
+                for (name, on) in CONSTRAINT_NAMES.iter().zip(constraint_flags(c)) {
+                    if on {
+                        write!(f, "+{name}")?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Contender {
+    type Err = String;
+    /// A policy name, or `optimal` with `+constraint`s (`optimal+no-evict+no-mix`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.split('+');
+        let head = parts.next().unwrap_or_default();
+        if head != OPTIMAL {
+            if s.contains('+') {
+                return Err(format!(
+                    "\"{s}\": policy constraints (+{}) apply to optimal only",
+                    CONSTRAINT_NAMES.join(", +")
+                ));
+            }
+            return s
+                .parse::<SchedulerKind>()
+                .map(Contender::Heuristic)
+                .map_err(|e| {
+                    format!("{e} (or optimal[+no-evict][+no-chunk][+no-mix][+fcfs][+reserve])")
+                });
+        }
+        let mut c = PolicyConstraints::default();
+        for p in parts {
+            match p {
+                "no-evict" => c.no_evict = true,
+                "no-chunk" => c.no_chunk = true,
+                "no-mix" => c.no_mix = true,
+                "fcfs" => c.fcfs = true,
+                "reserve" => c.reserve = true,
+                _ => {
+                    return Err(format!(
+                        "\"{s}\": unknown constraint \"{p}\"; expected {}",
+                        CONSTRAINT_NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(Contender::Optimal(c))
+    }
+}
+
+/// Everything a [`Contender`] needs besides the workload and the cost model.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceWith<'a> {
+    /// The heuristics' knobs: each runs under [`SchedulerKind::limits`] of them.
+    pub knobs: &'a Knobs,
+    /// The limits the solver runs under (it has no policy defaults).
+    pub limits: &'a Limits,
+    /// What the solver minimizes.
+    pub objective: Objective,
+    /// The solver's options (its class is the union of these constraints and the
+    /// contender's).
+    pub solve: &'a SolveOptions,
+}
+
+/// One contender's schedule, its independent replay and what is computed from it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The schedule.
+    pub schedule: Schedule,
+    /// The independent replay of the schedule.
+    pub replay: Replay,
+    /// Metrics from the replay.
+    pub summary: Summary,
+    /// The limits it ran under (and was replayed against).
+    pub limits: Limits,
+    /// The solver's report (the solver only).
+    pub solve: Option<SolveReport>,
+    /// Where its makespan goes, term by term of the cost model.
+    pub time_split: TimeBreakdown,
+}
+
+/// Why a contender produced no outcome.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProduceError {
+    /// The heuristic could not serve the workload.
+    #[error(transparent)]
+    Simulate(#[from] SimError),
+    /// The solver failed.
+    #[error(transparent)]
+    Solve(#[from] SolveError),
+    /// The replay rejected the producer's schedule: a bug in the producer.
+    #[error("internal error: the replay rejects {producer}'s schedule: {source}")]
+    Rejected {
+        /// Who produced it.
+        producer: String,
+        /// The rule it breaks.
+        source: ReplayError,
+    },
+}
+
+/// Both sets of constraints at once.
+fn union(a: PolicyConstraints, b: PolicyConstraints) -> PolicyConstraints {
+    PolicyConstraints {
+        no_evict: a.no_evict || b.no_evict,
+        no_chunk: a.no_chunk || b.no_chunk,
+        no_mix: a.no_mix || b.no_mix,
+        fcfs: a.fcfs || b.fcfs,
+        reserve: a.reserve || b.reserve,
+    }
+}
+
+/// Runs `contender` on `w` with batch times from `cost`, replays its schedule under the
+/// limits it ran under and summarises the replay.
+pub fn produce(
+    w: &Workload,
+    cost: &LinearCostModel,
+    contender: Contender,
+    with: &ProduceWith<'_>,
+) -> Result<Outcome, ProduceError> {
+    match contender {
+        Contender::Optimal(class) => {
+            let options = SolveOptions {
+                constraints: union(with.solve.constraints, class),
+                ..with.solve.clone()
+            };
+            produce_optimal(w, cost, with.limits, with.objective, &options)
+        }
+        Contender::Heuristic(kind) => produce_heuristic(w, cost, kind, with.knobs),
+    }
+}
+
+/// Simulates heuristic `kind` with `knobs` (see [`SchedulerKind::limits`]) and replays its
+/// schedule.
+pub fn produce_heuristic(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kind: SchedulerKind,
+    knobs: &Knobs,
+) -> Result<Outcome, ProduceError> {
+    let sim = kind.simulate(w, knobs, cost)?;
+    outcome(w, cost, kind.name(), sim.schedule, sim.limits, None)
+}
+
+/// Solves for `objective` under `limits` with `options` and replays the solver's schedule.
+pub fn produce_optimal(
+    w: &Workload,
+    cost: &LinearCostModel,
+    limits: &Limits,
+    objective: Objective,
+    options: &SolveOptions,
+) -> Result<Outcome, ProduceError> {
+    let report = crate::solver::solve(w, limits, cost, objective, options)?;
+    let producer = Contender::Optimal(options.constraints).to_string();
+    outcome(
+        w,
+        cost,
+        &producer,
+        report.schedule.clone(),
+        *limits,
+        Some(report),
+    )
+}
+
+/// The independent replay of `schedule` and what is computed from it.
+fn outcome(
+    w: &Workload,
+    cost: &LinearCostModel,
+    producer: &str,
+    schedule: Schedule,
+    limits: Limits,
+    solve: Option<SolveReport>,
+) -> Result<Outcome, ProduceError> {
+    let r = replay(w, &limits, cost, &schedule).map_err(|source| ProduceError::Rejected {
+        producer: producer.to_string(),
+        source,
+    })?;
+    let summary = Summary::from_replay(&r);
+    let time_split = TimeBreakdown::of(cost, w, &schedule, &r);
+    Ok(Outcome {
+        schedule,
+        replay: r,
+        summary,
+        limits,
+        solve,
+        time_split,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Request;
+
+    #[test]
+    fn contender_names_round_trip_through_display_and_parse() {
+        for s in [
+            "vllm",
+            "sarathi",
+            "optimal",
+            "optimal+no-evict",
+            "optimal+no-chunk+no-mix+fcfs+reserve",
+        ] {
+            let c: Contender = s.parse().unwrap();
+            assert_eq!(c.to_string(), s);
+        }
+        assert_eq!("optimal".parse::<Contender>(), Ok(Contender::OPTIMAL));
+        assert!("vllm+no-evict".parse::<Contender>().is_err());
+        assert!(
+            "optimal+fast"
+                .parse::<Contender>()
+                .unwrap_err()
+                .contains("unknown constraint \"fast\"")
+        );
+        assert!(Contender::parse_list("vllm, vllm").is_err());
+    }
+
+    #[test]
+    fn heuristic_and_solver_outcomes_are_replayed_under_their_limits() {
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: 6,
+                output_tokens: 3,
+                arrival_s: 0.0,
+            };
+            3
+        ])
+        .unwrap();
+        let cost = crate::cost_model::preset("llama2-7b-a100").unwrap();
+        let limits = Limits {
+            kv_capacity: Some(16),
+            ..Limits::unlimited()
+        };
+        let knobs = Knobs::matching(&limits);
+        let options = SolveOptions::default();
+        let with = ProduceWith {
+            knobs: &knobs,
+            limits: &limits,
+            objective: Objective::Makespan,
+            solve: &options,
+        };
+        let vllm = produce(&w, &cost, Contender::Heuristic(SchedulerKind::Vllm), &with).unwrap();
+        assert!(vllm.solve.is_none());
+        assert_eq!(vllm.summary.batches, vllm.schedule.batches.len());
+        let opt = produce(&w, &cost, Contender::OPTIMAL, &with).unwrap();
+        let report = opt.solve.as_ref().unwrap();
+        // The outcome's numbers are the replay's, and the optimum is no worse.
+        assert!((report.replayed_objective - opt.summary.makespan_s).abs() < 1e-12);
+        assert!(opt.summary.makespan_s <= vllm.summary.makespan_s + 1e-12);
+        // The contender's class adds to the options': no eviction anywhere.
+        let no_evict = produce(&w, &cost, "optimal+no-evict".parse().unwrap(), &with).unwrap();
+        assert_eq!(no_evict.summary.evictions, 0);
+        assert_eq!(
+            no_evict.solve.unwrap().constraints,
+            PolicyConstraints {
+                no_evict: true,
+                ..PolicyConstraints::default()
+            }
+        );
+    }
+}
