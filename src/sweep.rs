@@ -42,7 +42,7 @@ use crate::solver::{Objective, SolveOptions};
 use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -271,6 +271,162 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "error",
 ];
 
+/// Writes an optional float as Rust prints it (`0.5`, `12`, `0.0000001`), the spelling
+/// `results.csv` has always used, so identical results give identical bytes.
+fn float_as_displayed<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) => s.serialize_str(&x.to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+/// One row of `results.csv`: a grid point, its status and what its replay measured (empty
+/// on error rows, which carry the error instead). Columns in [`RESULT_COLUMNS`] order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultRow {
+    /// The point's index in the grid.
+    pub run: usize,
+    /// The point's identity ([`Point::key`]).
+    pub key: String,
+    /// M (empty: from the cost model).
+    #[serde(rename = "M")]
+    pub m: Option<u64>,
+    /// C.
+    #[serde(rename = "C")]
+    pub c: Option<u64>,
+    /// P.
+    #[serde(rename = "P")]
+    pub p: Option<u64>,
+    /// R_max.
+    #[serde(rename = "R_max")]
+    pub r_max: Option<u64>,
+    /// Prompt lengths (a length distribution, `-` for a trace).
+    #[serde(rename = "I")]
+    pub input: String,
+    /// Output lengths.
+    #[serde(rename = "O")]
+    pub output: String,
+    /// Requests.
+    pub n: usize,
+    /// Poisson rate, if swept.
+    #[serde(serialize_with = "float_as_displayed")]
+    pub qps: Option<f64>,
+    /// Seed.
+    pub seed: u64,
+    /// Objective name.
+    pub objective: String,
+    /// Scheduler as written in the spec.
+    pub scheduler: String,
+    /// `heuristic`, the solver's status (`optimal`, `time-limit`, ...), or `error`.
+    pub status: String,
+    /// The objective's replayed value (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub objective_s: Option<f64>,
+    /// Makespan (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub makespan_s: Option<f64>,
+    /// Mean end-to-end latency (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub mean_e2e_s: Option<f64>,
+    /// Mean time to first token (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub mean_ttft_s: Option<f64>,
+    /// 99th percentile time to first token (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub p99_ttft_s: Option<f64>,
+    /// Mean time per output token (s), where defined.
+    #[serde(serialize_with = "float_as_displayed")]
+    pub mean_tpot_s: Option<f64>,
+    /// Output tokens per second, where defined.
+    #[serde(serialize_with = "float_as_displayed")]
+    pub throughput_tok_s: Option<f64>,
+    /// Evictions.
+    pub evictions: Option<u64>,
+    /// Tokens computed again after evictions.
+    pub recomputed_tokens: Option<u64>,
+    /// Batches.
+    pub batches: Option<u64>,
+    /// Peak KV use / M, where M is finite.
+    #[serde(serialize_with = "float_as_displayed")]
+    pub peak_kv_utilization: Option<f64>,
+    /// The solver's proven lower bound (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub best_bound_s: Option<f64>,
+    /// The solver's certified gap.
+    #[serde(serialize_with = "float_as_displayed")]
+    pub certified_gap: Option<f64>,
+    /// The solver's time (s).
+    #[serde(serialize_with = "float_as_displayed")]
+    pub solve_s: Option<f64>,
+    /// The MILP's rows, when one was solved.
+    pub milp_rows: Option<usize>,
+    /// The MILP's columns.
+    pub milp_columns: Option<usize>,
+    /// The MILP's integer columns.
+    pub milp_integers: Option<usize>,
+    /// Which of the solver's methods answered.
+    pub solve_method: Option<String>,
+    /// Why the run failed (error rows only).
+    pub error: Option<String>,
+}
+
+/// The status of a failed run.
+pub const ERROR_STATUS: &str = "error";
+
+impl ResultRow {
+    /// Whether the run failed.
+    pub fn failed(&self) -> bool {
+        self.status == ERROR_STATUS
+    }
+
+    /// A numeric column by its name in `results.csv` (None when empty or not numeric).
+    pub fn metric(&self, column: &str) -> Option<f64> {
+        let u = |v: Option<u64>| v.map(|x| x as f64);
+        let z = |v: Option<usize>| v.map(|x| x as f64);
+        match column {
+            "objective_s" => self.objective_s,
+            "makespan_s" => self.makespan_s,
+            "mean_e2e_s" => self.mean_e2e_s,
+            "mean_ttft_s" => self.mean_ttft_s,
+            "p99_ttft_s" => self.p99_ttft_s,
+            "mean_tpot_s" => self.mean_tpot_s,
+            "throughput_tok_s" => self.throughput_tok_s,
+            "evictions" => u(self.evictions),
+            "recomputed_tokens" => u(self.recomputed_tokens),
+            "batches" => u(self.batches),
+            "peak_kv_utilization" => self.peak_kv_utilization,
+            "best_bound_s" => self.best_bound_s,
+            "certified_gap" => self.certified_gap,
+            "solve_s" => self.solve_s,
+            "milp_rows" => z(self.milp_rows),
+            "milp_columns" => z(self.milp_columns),
+            "milp_integers" => z(self.milp_integers),
+            _ => None,
+        }
+    }
+
+    /// A grid parameter ([`GRID_PARAMS`]) as written in `results.csv`.
+    pub fn param(&self, name: &str) -> String {
+        match name {
+            "M" => o2s(&self.m),
+            "C" => o2s(&self.c),
+            "P" => o2s(&self.p),
+            "R_max" => o2s(&self.r_max),
+            "I" => self.input.clone(),
+            "O" => self.output.clone(),
+            "n" => self.n.to_string(),
+            "qps" => o2s(&self.qps),
+            "seed" => self.seed.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// The key without the scheduler: rows that share it share a setting.
+    pub fn setting_key(&self) -> &str {
+        &self.key[..self.key.rfind(";scheduler=").unwrap_or(self.key.len())]
+    }
+}
+
 /// The parameters a grid can sweep, as they appear in `results.csv`.
 pub const GRID_PARAMS: &[&str] = &["M", "C", "P", "R_max", "I", "O", "n", "qps", "seed"];
 
@@ -302,17 +458,85 @@ pub struct Sweep {
     trace: Option<Workload>,
 }
 
+/// The lists a grid multiplies, in the order of its cartesian product (objectives vary
+/// slowest, schedulers fastest).
+struct Grid {
+    objectives: Vec<String>,
+    ms: Vec<Option<u64>>,
+    cs: Vec<Option<u64>>,
+    ps: Vec<Option<u64>>,
+    rs: Vec<Option<u64>>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    ns: Vec<usize>,
+    qpss: Vec<Option<f64>>,
+    seeds: Vec<u64>,
+    schedulers: Vec<String>,
+}
+
+impl Grid {
+    /// The list lengths, slowest first.
+    fn radices(&self) -> [usize; 11] {
+        [
+            self.objectives.len(),
+            self.ms.len(),
+            self.cs.len(),
+            self.ps.len(),
+            self.rs.len(),
+            self.inputs.len(),
+            self.outputs.len(),
+            self.ns.len(),
+            self.qpss.len(),
+            self.seeds.len(),
+            self.schedulers.len(),
+        ]
+    }
+
+    /// Points in the grid, or None when the count overflows.
+    fn len(&self) -> Option<usize> {
+        self.radices()
+            .iter()
+            .try_fold(1usize, |acc, &k| acc.checked_mul(k))
+    }
+
+    /// Point `index` of the product: its digits in the mixed radix of the list lengths.
+    fn point(&self, index: usize) -> Point {
+        let radices = self.radices();
+        let mut digit = [0usize; 11];
+        let mut rest = index;
+        for (d, &r) in digit.iter_mut().zip(&radices).rev() {
+            *d = rest % r;
+            rest /= r;
+        }
+        let [o, m, c, p, r, i, out, n, q, seed, sched] = digit;
+        Point {
+            index,
+            m: self.ms[m],
+            c: self.cs[c],
+            p: self.ps[p],
+            r_max: self.rs[r],
+            input: self.inputs[i].clone(),
+            output: self.outputs[out].clone(),
+            n: self.ns[n],
+            qps: self.qpss[q],
+            seed: self.seeds[seed],
+            objective: self.objectives[o].clone(),
+            scheduler: self.schedulers[sched].clone(),
+        }
+    }
+}
+
 impl Sweep {
     /// Parses and checks a spec; errors name the file and the key.
     pub fn load(path: &Path) -> Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let base_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        Self::from_str(&text, &base_dir).with_context(|| format!("sweep spec {}", path.display()))
+        Self::parse(&text, &base_dir).with_context(|| format!("sweep spec {}", path.display()))
     }
 
     /// Parses a spec from text; relative paths resolve against `base_dir`.
-    pub fn from_str(text: &str, base_dir: &Path) -> Result<Self> {
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Self> {
         let spec: SweepSpec = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
         let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
         let cost = {
@@ -486,65 +710,29 @@ impl Sweep {
                 swept.push(name);
             }
         }
+        let grid = Grid {
+            objectives,
+            ms,
+            cs,
+            ps,
+            rs,
+            inputs,
+            outputs,
+            ns: ns.into_iter().map(|n| n.expect("checked")).collect(),
+            qpss,
+            seeds: seeds
+                .into_iter()
+                .map(|s| s.expect("has a default"))
+                .collect(),
+            schedulers: g.schedulers.clone(),
+        };
         // The grid's size before anything is allocated for it.
-        let runs = [
-            objectives.len(),
-            ms.len(),
-            cs.len(),
-            ps.len(),
-            rs.len(),
-            inputs.len(),
-            outputs.len(),
-            ns.len(),
-            qpss.len(),
-            seeds.len(),
-            g.schedulers.len(),
-        ]
-        .iter()
-        .try_fold(1usize, |acc, &k| acc.checked_mul(k))
-        .filter(|&r| r <= MAX_GRID_RUNS);
-        let Some(runs) = runs else {
+        let Some(runs) = grid.len().filter(|&r| r <= MAX_GRID_RUNS) else {
             bail!(
                 "grid: more than {MAX_GRID_RUNS} runs (the product of the lists' lengths); split it into several specs"
             );
         };
-        let mut points = Vec::with_capacity(runs);
-        for objective in &objectives {
-            for m in &ms {
-                for c in &cs {
-                    for p in &ps {
-                        for r in &rs {
-                            for input in &inputs {
-                                for output in &outputs {
-                                    for n in &ns {
-                                        for qps in &qpss {
-                                            for seed in &seeds {
-                                                for scheduler in &g.schedulers {
-                                                    points.push(Point {
-                                                        index: points.len(),
-                                                        m: *m,
-                                                        c: *c,
-                                                        p: *p,
-                                                        r_max: *r,
-                                                        input: input.clone(),
-                                                        output: output.clone(),
-                                                        n: n.expect("checked"),
-                                                        qps: *qps,
-                                                        seed: seed.expect("has a default"),
-                                                        objective: objective.clone(),
-                                                        scheduler: scheduler.clone(),
-                                                    });
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let points: Vec<Point> = (0..runs).map(|i| grid.point(i)).collect();
         Ok(Self {
             spec,
             base_dir: base_dir.to_path_buf(),
@@ -619,23 +807,43 @@ impl Sweep {
         Ok(l)
     }
 
-    /// Runs one point and returns its `results.csv` record.
-    pub fn run_point(&self, p: &Point) -> Vec<String> {
-        let mut rec = vec![
-            p.index.to_string(),
-            p.key(),
-            o2s(&p.m),
-            o2s(&p.c),
-            o2s(&p.p),
-            o2s(&p.r_max),
-            p.input.clone(),
-            p.output.clone(),
-            p.n.to_string(),
-            o2s(&p.qps),
-            p.seed.to_string(),
-            p.objective.clone(),
-            p.scheduler.clone(),
-        ];
+    /// Runs one point and returns its `results.csv` row.
+    pub fn run_point(&self, p: &Point) -> ResultRow {
+        let mut row = ResultRow {
+            run: p.index,
+            key: p.key(),
+            m: p.m,
+            c: p.c,
+            p: p.p,
+            r_max: p.r_max,
+            input: p.input.clone(),
+            output: p.output.clone(),
+            n: p.n,
+            qps: p.qps,
+            seed: p.seed,
+            objective: p.objective.clone(),
+            scheduler: p.scheduler.clone(),
+            status: ERROR_STATUS.into(),
+            objective_s: None,
+            makespan_s: None,
+            mean_e2e_s: None,
+            mean_ttft_s: None,
+            p99_ttft_s: None,
+            mean_tpot_s: None,
+            throughput_tok_s: None,
+            evictions: None,
+            recomputed_tokens: None,
+            batches: None,
+            peak_kv_utilization: None,
+            best_bound_s: None,
+            certified_gap: None,
+            solve_s: None,
+            milp_rows: None,
+            milp_columns: None,
+            milp_integers: None,
+            solve_method: None,
+            error: None,
+        };
         // A panic in one run (a dependency's included) is that run's error row, so the
         // sweep goes on and `--resume` does not repeat it.
         let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.measure(p)))
@@ -647,40 +855,31 @@ impl Sweep {
             });
         match measured {
             Ok((status, objective, s, solve)) => {
-                rec.extend([
-                    status,
-                    objective.to_string(),
-                    s.makespan_s.to_string(),
-                    s.mean_e2e_s.to_string(),
-                    s.mean_ttft_s.to_string(),
-                    s.ttft_s.p99.to_string(),
-                    o2s(&s.mean_tpot_s),
-                    o2s(&s.throughput_tok_s),
-                    s.evictions.to_string(),
-                    s.recomputed_tokens.to_string(),
-                    s.batches.to_string(),
-                    o2s(&s.peak_kv_utilization),
-                    o2s(&solve.map(|x| x.best_bound)),
-                    o2s(&solve.map(|x| x.certified_gap)),
-                    o2s(&solve.map(|x| x.solve_s)),
-                    o2s(&solve.and_then(|x| x.model.map(|m| m.rows))),
-                    o2s(&solve.and_then(|x| x.model.map(|m| m.columns))),
-                    o2s(&solve.and_then(|x| x.model.map(|m| m.integers))),
-                    o2s(&solve.map(|x| x.method.name())),
-                    String::new(),
-                ]);
+                row.status = status;
+                row.objective_s = Some(objective);
+                row.makespan_s = Some(s.makespan_s);
+                row.mean_e2e_s = Some(s.mean_e2e_s);
+                row.mean_ttft_s = Some(s.mean_ttft_s);
+                row.p99_ttft_s = Some(s.ttft_s.p99);
+                row.mean_tpot_s = s.mean_tpot_s;
+                row.throughput_tok_s = s.throughput_tok_s;
+                row.evictions = Some(s.evictions);
+                row.recomputed_tokens = Some(s.recomputed_tokens);
+                row.batches = Some(s.batches as u64);
+                row.peak_kv_utilization = s.peak_kv_utilization;
+                if let Some(x) = solve {
+                    row.best_bound_s = Some(x.best_bound);
+                    row.certified_gap = Some(x.certified_gap);
+                    row.solve_s = Some(x.solve_s);
+                    row.milp_rows = x.model.map(|m| m.rows);
+                    row.milp_columns = x.model.map(|m| m.columns);
+                    row.milp_integers = x.model.map(|m| m.integers);
+                    row.solve_method = Some(x.method.name().to_string());
+                }
             }
-            Err(e) => {
-                rec.push("error".into());
-                rec.extend(std::iter::repeat_n(
-                    String::new(),
-                    RESULT_COLUMNS.len() - 15,
-                ));
-                rec.push(format!("{e:#}").replace('\n', " "));
-            }
+            Err(e) => row.error = Some(format!("{e:#}").replace('\n', " ")),
         }
-        debug_assert_eq!(rec.len(), RESULT_COLUMNS.len());
-        rec
+        row
     }
 
     fn measure(&self, p: &Point) -> Result<(String, f64, Summary, Option<SolveFacts>)> {
@@ -759,15 +958,25 @@ pub fn shard(points: &[Point], k: usize, n: usize) -> Vec<Point> {
         .collect()
 }
 
-fn csv_line(fields: &[String]) -> Result<Vec<u8>> {
+/// The CSV bytes of the header line.
+fn header_line() -> Result<Vec<u8>> {
     let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
-    w.write_record(fields)?;
+    w.write_record(RESULT_COLUMNS)?;
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Reads `results.csv`: the header check, complete records only (a line cut short by a
-/// kill is dropped and the file truncated to the last complete line).
-pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
+/// The CSV bytes of one row (no header).
+fn row_line(row: &ResultRow) -> Result<Vec<u8>> {
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    w.serialize(row)?;
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Reads `results.csv`: the header check, complete rows only (a line cut short by a kill
+/// is dropped and the file truncated to the last complete line).
+pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let mut complete = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(i) => i + 1,
@@ -792,9 +1001,9 @@ pub fn read_results(path: &Path) -> Result<Vec<csv::StringRecord>> {
     parse_results(path, &bytes[..complete.min(bytes.len())])
 }
 
-/// The records of a results file's complete lines `bytes` (from `path`, for messages):
-/// this version's header, then rows of its width.
-fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<csv::StringRecord>> {
+/// The rows of a results file's complete lines `bytes` (from `path`, for messages): this
+/// version's header, then rows of its columns; errors name the line and the field.
+fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<ResultRow>> {
     let mut r = csv::ReaderBuilder::new().from_reader(bytes);
     let header = r
         .headers()
@@ -806,31 +1015,19 @@ fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<csv::StringRecord>> {
             path.display()
         );
     }
-    r.records()
+    r.deserialize()
         .enumerate()
-        .map(|(i, rec)| {
-            let rec = rec.with_context(|| format!("{}: line {}", path.display(), i + 2))?;
-            if rec.len() != RESULT_COLUMNS.len() {
-                bail!(
-                    "{}: line {} has {} fields, expected {}",
-                    path.display(),
-                    i + 2,
-                    rec.len(),
-                    RESULT_COLUMNS.len()
-                );
-            }
-            Ok(rec)
-        })
+        .map(|(i, row)| row.with_context(|| format!("{}: line {}", path.display(), i + 2)))
         .collect()
 }
 
-/// Rewrites `results.csv` whole (atomically): the header, then `recs`.
-fn write_results(path: &Path, recs: &[csv::StringRecord]) -> Result<()> {
+/// Rewrites `results.csv` whole (atomically): the header, then `rows`.
+fn write_results(path: &Path, rows: &[ResultRow]) -> Result<()> {
     crate::core::io::write_atomic(path, |w| {
-        let mut cw = csv::Writer::from_writer(w);
+        let mut cw = csv::WriterBuilder::new().has_headers(false).from_writer(w);
         cw.write_record(RESULT_COLUMNS)?;
-        for r in recs {
-            cw.write_record(r)?;
+        for r in rows {
+            cw.serialize(r)?;
         }
         cw.flush()
     })
@@ -922,9 +1119,9 @@ pub fn run(
         let mut kept = Vec::with_capacity(total);
         let (mut duplicates, mut foreign) = (0, 0);
         for rec in recs {
-            if !grid.contains(&rec[1]) {
+            if !grid.contains(&rec.key) {
                 foreign += 1;
-            } else if done.insert(rec[1].to_string()) {
+            } else if done.insert(rec.key.clone()) {
                 kept.push(rec);
             } else {
                 duplicates += 1;
@@ -938,15 +1135,7 @@ pub fn run(
             write_results(&results_path, &kept)?;
         }
     } else {
-        crate::core::io::write_bytes_atomic(
-            &results_path,
-            &csv_line(
-                &RESULT_COLUMNS
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>(),
-            )?,
-        )?;
+        crate::core::io::write_bytes_atomic(&results_path, &header_line()?)?;
     }
     let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.key())).collect();
     let skipped = points.len() - todo.len();
@@ -974,17 +1163,17 @@ pub fn run(
         .build()?;
     let write_result: Result<()> = pool.install(|| {
         todo.par_iter().try_for_each(|p| -> Result<()> {
-            let rec = sweep.run_point(p);
-            if rec[13] == "error" {
+            let row = sweep.run_point(p);
+            if row.failed() {
                 failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 bar.println(format!(
                     "run {} ({}): {}",
                     p.index,
                     p.key(),
-                    rec[RESULT_COLUMNS.len() - 1]
+                    row.error.as_deref().unwrap_or_default()
                 ));
             }
-            let line = csv_line(&rec)?;
+            let line = row_line(&row)?;
             let mut f = file.lock().expect("no panics while holding the lock");
             f.write_all(&line)?;
             f.flush()?;
@@ -997,7 +1186,7 @@ pub fn run(
     write_result.with_context(|| format!("appending to {}", results_path.display()))?;
     // Deterministic final file: the records sorted by run index.
     let mut recs = read_results(&results_path)?;
-    recs.sort_by_key(|r| r[0].parse::<usize>().unwrap_or(usize::MAX));
+    recs.sort_by_key(|r| r.run);
     write_results(&results_path, &recs)?;
     let plots = sweep_plots(sweep, &recs);
     let plot_paths = crate::report::write_plots(&out.join("plots"), &plots)?;
@@ -1030,41 +1219,25 @@ type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>);
 /// objective, when several), averaged over the other parameters. A point whose optimum is
 /// not proven has a hollow marker and a bar to the proven bound; failed runs are crosses
 /// on the x axis.
-pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
-    let col = |name: &str| {
-        RESULT_COLUMNS
-            .iter()
-            .position(|c| *c == name)
-            .expect("column")
-    };
-    let setting_of = |r: &csv::StringRecord| {
-        let key = &r[col("key")];
-        key[..key.rfind(";scheduler=").unwrap_or(key.len())].to_string()
-    };
-    let ok: Vec<&csv::StringRecord> = recs
-        .iter()
-        .filter(|r| &r[col("status")] != "error")
-        .collect();
+pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
+    let ok: Vec<&ResultRow> = recs.iter().filter(|r| !r.failed()).collect();
     // The optimal scheduler's objective per setting, its proven bound, and whether it is
     // proven optimal (else the ratios are to the best schedule found).
-    let mut optimum: BTreeMap<String, (f64, Option<f64>, bool)> = BTreeMap::new();
+    let mut optimum: BTreeMap<&str, (f64, Option<f64>, bool)> = BTreeMap::new();
     for r in &ok {
-        if &r[col("scheduler")] == "optimal"
-            && let Ok(v) = r[col("objective_s")].parse::<f64>()
+        if r.scheduler == crate::produce::OPTIMAL
+            && let Some(v) = r.objective_s
         {
-            let bound = r[col("best_bound_s")].parse::<f64>().ok();
-            let proven = &r[col("status")] == "optimal";
-            optimum.insert(setting_of(r), (v, bound, proven));
+            optimum.insert(r.setting_key(), (v, r.best_bound_s, r.status == "optimal"));
         }
     }
-    let objectives: HashSet<&str> = recs.iter().map(|r| &r[col("objective")]).collect();
+    let objectives: HashSet<&str> = recs.iter().map(|r| r.objective.as_str()).collect();
     let several_objectives = objectives.len() > 1;
-    let series_name = |r: &csv::StringRecord| {
-        let name = r[col("scheduler")].to_string();
+    let series_name = |r: &ResultRow| {
         if several_objectives {
-            format!("{name} ({})", &r[col("objective")])
+            format!("{} ({})", r.scheduler, r.objective)
         } else {
-            name
+            r.scheduler.clone()
         }
     };
     let mut plots = Vec::new();
@@ -1080,14 +1253,11 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
             let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
             let mut order: Vec<String> = Vec::new();
             for r in &ok {
-                let is_optimal = &r[col("scheduler")] == "optimal";
+                let is_optimal = r.scheduler == crate::produce::OPTIMAL;
                 let point = if metric == "ratio_to_optimal" {
                     // Without a proof the true ratio lies between v / best and v / bound.
-                    match (
-                        optimum.get(&setting_of(r)),
-                        r[col("objective_s")].parse::<f64>(),
-                    ) {
-                        (Some(&(o, bound, proven)), Ok(v)) if o > 0.0 => (
+                    match (optimum.get(r.setting_key()), r.objective_s) {
+                        (Some(&(o, bound, proven)), Some(v)) if o > 0.0 => (
                             v / o,
                             bound.filter(|b| !proven && *b > 0.0).map(|b| v / b),
                             proven,
@@ -1095,13 +1265,13 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
                         _ => continue,
                     }
                 } else {
-                    let Ok(v) = r[col(metric)].parse::<f64>() else {
+                    let Some(v) = r.metric(metric) else {
                         continue;
                     };
-                    let proven = !is_optimal || &r[col("status")] == "optimal";
+                    let proven = !is_optimal || r.status == "optimal";
                     // The optimal row's objective reaches down to its proven bound.
                     let bound = (metric == "objective_s" && !proven)
-                        .then(|| r[col("best_bound_s")].parse::<f64>().ok())
+                        .then_some(r.best_bound_s)
                         .flatten();
                     (v, bound, proven)
                 };
@@ -1111,18 +1281,18 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[csv::StringRecord]) -> Vec<Plot> {
                 }
                 data.entry(name)
                     .or_default()
-                    .entry(r[col(param)].to_string())
+                    .entry(r.param(param))
                     .or_default()
                     .push(point);
             }
             // Failed runs, by series.
             let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-            for r in recs.iter().filter(|r| &r[col("status")] == "error") {
+            for r in recs.iter().filter(|r| r.failed()) {
                 let name = series_name(r);
                 if !order.contains(&name) {
                     order.push(name.clone());
                 }
-                let x = axis_value(&r[col(param)]);
+                let x = axis_value(&r.param(param));
                 let xs = failed.entry(name).or_default();
                 if !xs.contains(&x) {
                     xs.push(x);
@@ -1238,7 +1408,7 @@ pub struct MergeOutcome {
 
 /// Reads a shard's `results.csv` without touching it: the header must be this version's,
 /// every line complete (a shard still running, or killed mid-line, is refused).
-fn read_shard(path: &Path) -> Result<Vec<csv::StringRecord>> {
+fn read_shard(path: &Path) -> Result<Vec<ResultRow>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !bytes.is_empty() && !bytes.ends_with(b"\n") {
         bail!(
@@ -1264,7 +1434,7 @@ pub fn merge(
         bail!("sweep merge: no shard results given");
     }
     let grid: HashMap<String, usize> = sweep.points.iter().map(|p| (p.key(), p.index)).collect();
-    let mut found: HashMap<usize, (csv::StringRecord, PathBuf, usize)> = HashMap::new();
+    let mut found: HashMap<usize, (ResultRow, PathBuf, usize)> = HashMap::new();
     for shard in shards {
         let path = if shard.is_dir() {
             shard.join("results.csv")
@@ -1273,18 +1443,18 @@ pub fn merge(
         };
         for (i, rec) in read_shard(&path)?.into_iter().enumerate() {
             let line = i + 2;
-            let Some(&index) = grid.get(&rec[1]) else {
+            let Some(&index) = grid.get(&rec.key) else {
                 bail!(
                     "{}: line {line}: run {} is not in the grid of this spec (another spec, or an edited one?)",
                     path.display(),
-                    &rec[0]
+                    rec.run
                 );
             };
-            if rec[0] != index.to_string() {
+            if rec.run != index {
                 bail!(
                     "{}: line {line}: this grid runs that setting as run {index}, the file says run {}",
                     path.display(),
-                    &rec[0]
+                    rec.run
                 );
             }
             if let Some((_, other, other_line)) = found.get(&index) {
@@ -1329,10 +1499,8 @@ pub fn merge(
             results_path.display()
         );
     }
-    let mut recs: Vec<(usize, csv::StringRecord)> =
-        found.into_iter().map(|(i, (rec, _, _))| (i, rec)).collect();
-    recs.sort_by_key(|(i, _)| *i);
-    let recs: Vec<csv::StringRecord> = recs.into_iter().map(|(_, r)| r).collect();
+    let mut recs: Vec<ResultRow> = found.into_values().map(|(rec, _, _)| rec).collect();
+    recs.sort_by_key(|r| r.run);
     write_results(&results_path, &recs)?;
     let plots = sweep_plots(sweep, &recs);
     let plot_paths = crate::report::write_plots(&out.join("plots"), &plots)?;
@@ -1448,7 +1616,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
 
     #[test]
     fn the_grid_is_the_cartesian_product_in_order() {
-        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         assert_eq!(s.points.len(), 2 * 3 * 3);
         assert_eq!(s.swept, vec!["M", "seed"]);
         assert_eq!(s.points[0].scheduler, "optimal");
@@ -1462,7 +1630,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
 
     #[test]
     fn shards_are_disjoint_and_cover_the_grid() {
-        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         for n in 1..=7 {
             let mut seen = Vec::new();
             for k in 1..=n {
@@ -1478,7 +1646,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
     }
 
     fn err(text: &str) -> String {
-        format!("{:#}", Sweep::from_str(text, Path::new(".")).unwrap_err())
+        format!("{:#}", Sweep::parse(text, Path::new(".")).unwrap_err())
     }
 
     #[test]
@@ -1539,7 +1707,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
             "{e}"
         );
         // A run into the held directory fails and writes nothing.
-        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         assert!(run(&s, dir.path(), false, None, Some(1), false).is_err());
         assert!(!dir.path().join("results.csv").exists());
         drop(held);
@@ -1549,7 +1717,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
     #[test]
     fn resume_drops_duplicate_and_foreign_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         let first = run(&s, dir.path(), false, None, Some(1), false).unwrap();
         assert_eq!(first.ran, s.points.len());
         let path = dir.path().join("results.csv");
@@ -1562,7 +1730,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         assert_eq!(again.ran, 0);
         let recs = read_results(&path).unwrap();
         assert_eq!(recs.len(), s.points.len());
-        let keys: HashSet<&str> = recs.iter().map(|r| &r[1]).collect();
+        let keys: HashSet<&str> = recs.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys.len(), s.points.len());
     }
 
@@ -1571,7 +1739,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.csv");
         std::fs::write(&path, RESULT_COLUMNS.join(",")).unwrap();
-        let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         let o = run(&s, dir.path(), true, None, Some(1), false).unwrap();
         assert_eq!(o.ran, s.points.len());
         assert_eq!(read_results(&path).unwrap().len(), s.points.len());
@@ -1586,5 +1754,85 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         assert_eq!(axis_value("12"), 12.0);
         assert_eq!(axis_value("fixed:8"), 8.0);
         assert_eq!(axis_value("uniform:4:16"), 10.0);
+    }
+
+    #[test]
+    fn committed_results_files_read_and_write_back_byte_for_byte() {
+        // Every sweep's results.csv in the repository: the typed rows write the same bytes
+        // (floats as Rust prints them, empty fields as empty).
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks-data/experiments/results");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path().join("results.csv");
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if !bytes.starts_with(RESULT_COLUMNS.join(",").as_bytes()) {
+                continue; // a results table of another tool (the solver benchmark script)
+            }
+            let rows = parse_results(&path, &bytes).unwrap();
+            assert!(!rows.is_empty(), "{}", path.display());
+            let out = tempfile::tempdir().unwrap();
+            let copy = out.path().join("results.csv");
+            write_results(&copy, &rows).unwrap();
+            assert_eq!(
+                String::from_utf8(std::fs::read(&copy).unwrap()).unwrap(),
+                String::from_utf8(bytes).unwrap(),
+                "{}",
+                path.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 5, "only {checked} results files checked");
+    }
+
+    #[test]
+    fn rows_name_their_columns_in_header_order() {
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        let row = s.run_point(&s.points[1]);
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(&row).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next().unwrap(), RESULT_COLUMNS.join(","));
+        assert_eq!(
+            (row.scheduler.as_str(), row.status.as_str()),
+            ("vllm", "heuristic")
+        );
+        assert_eq!(row.metric("objective_s"), row.makespan_s);
+        assert!(row.metric("makespan_s").unwrap() > 0.0);
+        assert_eq!(row.param("M"), "8");
+        assert_eq!(row.param("I"), "fixed:4");
+        assert!(row.error.is_none() && !row.failed());
+        // A point that cannot run (M below a request's need) is an error row, metrics empty.
+        let mut bad = s.points[1].clone();
+        bad.m = Some(2);
+        let row = s.run_point(&bad);
+        assert!(row.failed() && row.makespan_s.is_none(), "{row:?}");
+        assert!(row.error.as_deref().unwrap().contains("KV"), "{row:?}");
+    }
+
+    #[test]
+    fn grid_points_are_the_mixed_radix_digits_of_their_index() {
+        let s = Sweep::parse(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [8, 9]\nC = [4, 5, 6]\nseed = [0, 1]\nschedulers = [\"vllm\", \"orca\"]\n",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(s.points.len(), 2 * 3 * 2 * 2);
+        let mut i = 0;
+        for m in [8, 9] {
+            for c in [4, 5, 6] {
+                for seed in [0, 1] {
+                    for sched in ["vllm", "orca"] {
+                        let p = &s.points[i];
+                        assert_eq!(
+                            (p.index, p.m, p.c, p.seed, p.scheduler.as_str()),
+                            (i, Some(m), Some(c), seed, sched)
+                        );
+                        i += 1;
+                    }
+                }
+            }
+        }
     }
 }

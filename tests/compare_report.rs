@@ -293,13 +293,13 @@ fn keys(path: &Path) -> Vec<String> {
     sweep::read_results(path)
         .unwrap()
         .iter()
-        .map(|r| r[1].to_string())
+        .map(|r| r.key.clone())
         .collect()
 }
 
 #[test]
 fn sweep_resumes_after_being_cut_short() {
-    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
     let full = tempfile::tempdir().unwrap();
     let o = sweep::run(&s, full.path(), false, None, Some(2), false).unwrap();
     assert_eq!((o.planned, o.ran, o.skipped, o.failed), (18, 18, 0, 0));
@@ -333,7 +333,7 @@ fn sweep_resumes_after_being_cut_short() {
 
 #[test]
 fn sweep_shards_are_disjoint_and_together_are_the_grid() {
-    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
     let mut all = Vec::new();
     for k in 1..=3 {
         let d = tempfile::tempdir().unwrap();
@@ -350,7 +350,7 @@ fn sweep_shards_are_disjoint_and_together_are_the_grid() {
 
 #[test]
 fn sweep_merge_combines_disjoint_shards_that_cover_the_grid_and_refuses_the_rest() {
-    let s = Sweep::from_str(SPEC, Path::new(".")).unwrap();
+    let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
     let shards: Vec<tempfile::TempDir> = (1..=3)
         .map(|k| {
             let d = tempfile::tempdir().unwrap();
@@ -366,19 +366,14 @@ fn sweep_merge_combines_disjoint_shards_that_cover_the_grid_and_refuses_the_rest
     assert!(!o.plots.is_empty());
     // Every row of every shard, once, in run order.
     let rows = sweep::read_results(&merged.join("results.csv")).unwrap();
-    let indices: Vec<usize> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    let indices: Vec<usize> = rows.iter().map(|r| r.run).collect();
     assert_eq!(indices, (0..s.points.len()).collect::<Vec<_>>());
-    let mut from_shards: Vec<Vec<String>> = dirs
+    let mut from_shards: Vec<sweep::ResultRow> = dirs
         .iter()
         .flat_map(|d| sweep::read_results(&d.join("results.csv")).unwrap())
-        .map(|r| r.iter().map(String::from).collect())
         .collect();
-    from_shards.sort_by_key(|r| r[0].parse::<usize>().unwrap());
-    let merged_rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| r.iter().map(String::from).collect())
-        .collect();
-    assert_eq!(merged_rows, from_shards);
+    from_shards.sort_by_key(|r| r.run);
+    assert_eq!(rows, from_shards);
     // An existing merge is not overwritten.
     let e = sweep::merge(&s, &dirs, &merged, false).unwrap_err();
     assert!(format!("{e:#}").contains("exists"), "{e:#}");
@@ -400,8 +395,7 @@ fn sweep_merge_combines_disjoint_shards_that_cover_the_grid_and_refuses_the_rest
     let e = sweep::merge(&s, &twice, &out.path().join("twice"), true).unwrap_err();
     assert!(format!("{e:#}").contains("is in two files"), "{e:#}");
     // A shard of another grid: its rows name runs this grid does not have.
-    let other =
-        Sweep::from_str(&SPEC.replace("M = [8, 12]", "M = [9, 13]"), Path::new(".")).unwrap();
+    let other = Sweep::parse(&SPEC.replace("M = [8, 12]", "M = [9, 13]"), Path::new(".")).unwrap();
     assert_ne!(other.points[0].key(), s.points[0].key());
     let e = sweep::merge(&other, &dirs, &out.path().join("other"), true).unwrap_err();
     assert!(
@@ -438,15 +432,14 @@ O = 2
 M = [5, 8]
 schedulers = ["optimal", "optimal+no-evict", "vllm"]
 "#;
-    let s = Sweep::from_str(text, Path::new(".")).unwrap();
+    let s = Sweep::parse(text, Path::new(".")).unwrap();
     let d = tempfile::tempdir().unwrap();
     let o = sweep::run(&s, d.path(), false, None, Some(2), false).unwrap();
     assert_eq!(o.failed, 0);
     let recs = sweep::read_results(&d.path().join("results.csv")).unwrap();
-    let col = |n: &str| RESULT_COLUMNS.iter().position(|c| *c == n).unwrap();
     for pair in recs.chunks(3) {
-        let v = |i: usize| pair[i][col("objective_s")].parse::<f64>().unwrap();
-        assert_eq!(&pair[0][col("status")], "optimal");
+        let v = |i: usize| pair[i].objective_s.unwrap();
+        assert_eq!(pair[0].status, "optimal");
         assert!(v(0) <= v(1) + 1e-12, "constraints cannot help");
         assert!(v(0) <= v(2) + 1e-12, "the optimum beats vllm");
     }
@@ -467,23 +460,19 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
     assert!(!ratio.contains("not proven") && !ratio.contains("failed"));
     // The same results with the M = 5 optimum unproven (its bound 20% lower) and vllm
     // failed at M = 8: hollow markers with bars at M = 5, a cross at M = 8, and both notes.
-    let edited: Vec<csv::StringRecord> = recs
+    let edited: Vec<sweep::ResultRow> = recs
         .iter()
         .map(|r| {
-            let mut v: Vec<String> = r.iter().map(str::to_string).collect();
-            let (m, scheduler) = (v[col("M")].clone(), v[col("scheduler")].clone());
-            if m == "5" && scheduler == "optimal" {
-                v[col("status")] = "time-limit".into();
-                let value: f64 = v[col("objective_s")].parse().unwrap();
-                v[col("best_bound_s")] = (0.8 * value).to_string();
+            let mut v = r.clone();
+            if v.m == Some(5) && v.scheduler == "optimal" {
+                v.status = "time-limit".into();
+                v.best_bound_s = Some(0.8 * v.objective_s.unwrap());
             }
-            if m == "8" && scheduler == "vllm" {
-                v[col("status")] = "error".into();
-                for c in ["objective_s", "makespan_s", "mean_e2e_s"] {
-                    v[col(c)] = String::new();
-                }
+            if v.m == Some(8) && v.scheduler == "vllm" {
+                v.status = "error".into();
+                (v.objective_s, v.makespan_s, v.mean_e2e_s) = (None, None, None);
             }
-            csv::StringRecord::from(v)
+            v
         })
         .collect();
     let plots = sweep::sweep_plots(&s, &edited);
