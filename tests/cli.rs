@@ -582,8 +582,10 @@ fn simulate_runs_several_schedulers_into_their_own_directories() {
         bad.to_str().unwrap(),
     ]);
     assert!(!o.status.success());
+    // The flag's parser names the bad value and lists the good ones.
     assert!(
-        stderr(&o).contains("unknown scheduler \"fifo\""),
+        stderr(&o).contains("invalid value 'fifo' for '--scheduler")
+            && stderr(&o).contains("possible values: vllm, vllm-v1, sarathi"),
         "{}",
         stderr(&o)
     );
@@ -707,7 +709,8 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
         bad.to_str().unwrap(),
     ]);
     assert!(
-        stderr(&o).contains("unknown objective \"fastest\""),
+        stderr(&o).contains("invalid value 'fastest' for '--objective")
+            && stderr(&o).contains("possible values: makespan, mean-latency, mean-ttft"),
         "{}",
         stderr(&o)
     );

@@ -17,6 +17,7 @@ pub mod instance;
 pub mod io;
 pub mod limits;
 pub mod metrics;
+pub mod names;
 pub mod replay;
 pub mod request;
 pub mod schedule;

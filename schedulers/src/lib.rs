@@ -14,9 +14,7 @@ pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate, s
 use infersched_core::{CostModel, Limits, Workload};
 
 /// The scheduler names `--scheduler` accepts.
-pub const SCHEDULER_NAMES: [&str; 7] = [
-    "vllm", "vllm-v1", "sarathi", "orca", "orca-max", "static", "mcsf",
-];
+pub const SCHEDULER_NAMES: &[&str] = SchedulerKind::NAMES;
 
 /// A heuristic scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,26 +37,15 @@ pub enum SchedulerKind {
     Mcsf,
 }
 
-impl std::str::FromStr for SchedulerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s {
-            "vllm" => Self::Vllm,
-            "vllm-v1" => Self::VllmV1,
-            "sarathi" => Self::Sarathi,
-            "orca" => Self::Orca,
-            "orca-max" => Self::OrcaMax,
-            "static" => Self::Static,
-            "mcsf" => Self::Mcsf,
-            _ => {
-                return Err(format!(
-                    "unknown scheduler \"{s}\"; expected one of {}",
-                    SCHEDULER_NAMES.join(", ")
-                ));
-            }
-        })
-    }
-}
+infersched_core::named_enum!(SchedulerKind, "scheduler", {
+    Vllm => "vllm",
+    VllmV1 => "vllm-v1",
+    Sarathi => "sarathi",
+    Orca => "orca",
+    OrcaMax => "orca-max",
+    Static => "static",
+    Mcsf => "mcsf",
+});
 
 /// Knobs every policy accepts; `None` takes the policy's default.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -125,19 +112,6 @@ pub struct Defaults {
 }
 
 impl SchedulerKind {
-    /// The name in outputs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Vllm => "vllm",
-            Self::VllmV1 => "vllm-v1",
-            Self::Sarathi => "sarathi",
-            Self::Orca => "orca",
-            Self::OrcaMax => "orca-max",
-            Self::Static => "static",
-            Self::Mcsf => "mcsf",
-        }
-    }
-
     /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
     /// vLLM-V1 C = 8192, R_max 256, block 16; Sarathi C = 512, R_max 128, block 16,
     /// watermark 1%; Orca and static: no token budget, R_max 256, block 1; MC-SF: no

@@ -16,20 +16,12 @@ pub enum Victim {
     Longest,
 }
 
-impl std::str::FromStr for Victim {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "newest" => Ok(Victim::Newest),
-            "oldest" => Ok(Victim::Oldest),
-            "shortest" => Ok(Victim::Shortest),
-            "longest" => Ok(Victim::Longest),
-            _ => Err(format!(
-                "unknown victim rule \"{s}\"; expected newest, oldest, shortest or longest"
-            )),
-        }
-    }
-}
+infersched_core::named_enum!(Victim, "victim rule", {
+    Newest => "newest",
+    Oldest => "oldest",
+    Shortest => "shortest",
+    Longest => "longest",
+});
 
 /// The order in which MC-SF admits waiting requests ("shortest first" by what).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -45,18 +37,6 @@ pub enum McsfOrder {
 }
 
 impl McsfOrder {
-    /// Every order, for portfolios.
-    pub const ALL: [McsfOrder; 3] = [Self::Output, Self::Tokens, Self::KvArea];
-
-    /// The name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Output => "output",
-            Self::Tokens => "tokens",
-            Self::KvArea => "kv-area",
-        }
-    }
-
     /// The sort key of `r` (smaller first).
     pub fn key(self, r: &infersched_core::Request) -> u64 {
         let (i, o) = (u64::from(r.input_tokens), u64::from(r.output_tokens));
@@ -68,17 +48,11 @@ impl McsfOrder {
     }
 }
 
-impl std::str::FromStr for McsfOrder {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|o| o.name() == s)
-            .ok_or_else(|| {
-                format!("unknown MC-SF order \"{s}\"; expected output, tokens or kv-area")
-            })
-    }
-}
+infersched_core::named_enum!(McsfOrder, "MC-SF order", {
+    Output => "output",
+    Tokens => "tokens",
+    KvArea => "kv-area",
+});
 
 /// Options shared by the policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

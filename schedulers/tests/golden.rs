@@ -344,7 +344,7 @@ fn mcsf_admits_shortest_outputs_first_while_the_future_peak_fits() {
     assert_eq!(got, ["1:2 2:3 0:4", "0:1 2:1", "0:1", "0:1"]);
     // Ordered by I + O instead: r1 (3), r2 (5), r0 (8): the same here; by KV area
     // O I + O (O - 1) / 2: r1 (2), r2 (7), r0 (22).
-    for order in infersched_schedulers::McsfOrder::ALL {
+    for &order in infersched_schedulers::McsfOrder::ALL {
         let k = Knobs {
             mcsf_order: order,
             ..knobs(None, 8, 1)

@@ -17,30 +17,13 @@ pub enum Objective {
     MeanTtft,
 }
 
-impl std::str::FromStr for Objective {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "makespan" => Ok(Self::Makespan),
-            "mean-latency" => Ok(Self::MeanLatency),
-            "mean-ttft" => Ok(Self::MeanTtft),
-            _ => Err(format!(
-                "unknown objective \"{s}\"; expected makespan, mean-latency or mean-ttft"
-            )),
-        }
-    }
-}
+infersched_core::named_enum!(Objective, "objective", {
+    Makespan => "makespan",
+    MeanLatency => "mean-latency",
+    MeanTtft => "mean-ttft",
+});
 
 impl Objective {
-    /// The name `--objective` takes and outputs use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Makespan => "makespan",
-            Self::MeanLatency => "mean-latency",
-            Self::MeanTtft => "mean-ttft",
-        }
-    }
-
     /// The objective's value in a replay summary (seconds).
     pub fn of(self, s: &Summary) -> f64 {
         match self {

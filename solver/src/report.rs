@@ -21,17 +21,12 @@ pub enum SolveStatus {
     NotProven,
 }
 
-impl SolveStatus {
-    /// Name in reports and CSV files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Optimal => "optimal",
-            Self::TimeLimit => "time-limit",
-            Self::NoSolution => "no-solution",
-            Self::NotProven => "not-proven",
-        }
-    }
-}
+infersched_core::named_enum!(SolveStatus, "solve status", {
+    Optimal => "optimal",
+    TimeLimit => "time-limit",
+    NoSolution => "no-solution",
+    NotProven => "not-proven",
+});
 
 /// Why a problem cannot be solved.
 #[derive(Debug, Error)]
@@ -88,17 +83,12 @@ pub enum SolveMethod {
     IndependentGroups,
 }
 
-impl SolveMethod {
-    /// Name in reports and CSV files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Milp => "milp",
-            Self::CountingSearch => "counting-search",
-            Self::BestHeuristic => "best-heuristic",
-            Self::IndependentGroups => "independent-groups",
-        }
-    }
-}
+infersched_core::named_enum!(SolveMethod, "solve method", {
+    Milp => "milp",
+    CountingSearch => "counting-search",
+    BestHeuristic => "best-heuristic",
+    IndependentGroups => "independent-groups",
+});
 
 /// What proved a report's lower bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

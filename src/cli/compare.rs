@@ -1,0 +1,141 @@
+//! `compare`: the optimal scheduler and heuristics on one setting, with reports.
+
+use super::{ClassArgs, KnobArgs, MilpArgs, load_workload, named};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use infersched::cost_model;
+use infersched::solver::{Objective, SolveOptions};
+use infersched::workload::WorkloadStats;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub(crate) struct CompareArgs {
+    /// Workload trace CSV (keep it small when optimal is included).
+    #[arg(long)]
+    pub(crate) workload: PathBuf,
+    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static, mcsf.
+    #[arg(long, default_value = "optimal,vllm,vllm-v1,sarathi,orca,mcsf")]
+    pub(crate) schedulers: String,
+    /// Objective the ratios refer to and the MILP minimizes.
+    #[arg(long, default_value = "makespan", value_parser = named::<Objective>())]
+    pub(crate) objective: Objective,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    pub(crate) cost_model: String,
+    /// The heuristics' knobs, as `simulate` takes them: each heuristic runs with these and
+    /// its own defaults for the rest, so its schedule is the one `simulate` gives. The
+    /// optimal scheduler runs under the limits set explicitly (C, P, R_max, the block size
+    /// or 1) and M, with no policy default: the best schedule the GPU and memory allow.
+    #[command(flatten)]
+    pub(crate) knobs: KnobArgs,
+    /// The optimal scheduler's policy class (as `solve`'s).
+    #[command(flatten)]
+    pub(crate) class: ClassArgs,
+    /// Write no plots (report.html without figures; plots/ is not written).
+    #[arg(long)]
+    pub(crate) no_plots: bool,
+    /// Write no Chrome traces (trace-<scheduler>.json), the largest files on long runs.
+    #[arg(long)]
+    pub(crate) no_traces: bool,
+    #[command(flatten)]
+    pub(crate) milp: MilpArgs,
+    /// Output directory.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
+    use infersched::compare::{self, CompareSpec, Contender, Setting};
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let knobs = a.knobs.knobs(&w, &cost)?;
+    let limits = a.knobs.explicit_limits(&knobs)?;
+    let objective = a.objective;
+    let contenders = Contender::parse_list(&a.schedulers)
+        .map_err(anyhow::Error::msg)
+        .context("--schedulers")?;
+    // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
+    let solve = infersched::interrupt::SolveInterruptSaver::observing(
+        SolveOptions {
+            constraints: a.class.constraints(),
+            ..a.milp.options()?
+        },
+        a.out.join("optimal"),
+        &w,
+        limits,
+        &cost,
+    );
+    let spec = CompareSpec {
+        contenders,
+        objective,
+        limits,
+        knobs,
+        solve,
+    };
+    let setting = Setting {
+        workload: a.workload.display().to_string(),
+        workload_stats: WorkloadStats::of(&w),
+        cost_model: cost.name.clone(),
+        objective,
+        limits,
+        time_limit_s: a.milp.time_limit,
+    };
+    outln!(
+        "{} requests from {}, cost model {}, objective {}",
+        w.len(),
+        a.workload.display(),
+        cost.name,
+        objective.name()
+    );
+    let c = compare::run(&w, &cost, &spec);
+    infersched::interrupt::clear();
+    let parts = infersched::report::ReportParts {
+        plots: !a.no_plots,
+        traces: !a.no_traces,
+    };
+    infersched::report::write_comparison_parts(&a.out, &w, &setting, &c, parts)
+        .with_context(|| format!("writing the comparison to {}", a.out.display()))?;
+    let rows = c.rows();
+    outln!(
+        "\n{}",
+        infersched::report::comparison_text(&rows, objective)
+    );
+    if let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) {
+        outln!(
+            "optimal: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%, solved in {:.1} s{}",
+            r.status.name(),
+            r.method.name(),
+            r.best_bound * 1e3,
+            r.bound_method.name(),
+            r.certified_gap * 100.0,
+            r.solve_s,
+            if r.status == infersched::solver::SolveStatus::Optimal {
+                ""
+            } else {
+                "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
+            }
+        );
+    }
+    let failures = c.failures();
+    for (name, e) in &failures {
+        eprintln!("error: {name}: {e}");
+    }
+    outln!(
+        "report: {}  (tables: comparison.csv, comparison.json{}{})",
+        a.out.join("report.html").display(),
+        if a.no_plots { "" } else { "; plots/" },
+        if a.no_traces {
+            ""
+        } else {
+            "; trace-<scheduler>.json"
+        }
+    );
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} schedulers failed",
+            failures.len(),
+            c.results.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! `cost-model list | show`: presets beside the roofline of their model and GPU.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use infersched::cost_model::{self, LinearCostModel};
+
+#[derive(Subcommand)]
+pub(crate) enum CostModelCommand {
+    /// List the built-in presets.
+    List,
+    /// Show a preset's or file's coefficients and the KV capacity of its model and GPU.
+    Show(ShowArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct ShowArgs {
+    /// Preset name or coefficient JSON file.
+    pub(crate) name: String,
+    /// Fraction of GPU memory given to weights and KV (as vLLM's gpu_memory_utilization).
+    #[arg(long, default_value_t = cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    pub(crate) utilization: f64,
+}
+
+pub(crate) fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
+    let f = &m.file;
+    outln!("{}: {}", m.name, f.description);
+    outln!(
+        "  provenance: {} ({})",
+        f.provenance.method,
+        f.provenance.source
+    );
+    outln!("  theta, seconds per unit per batch (whole model):");
+    for feature in infersched::core::Feature::ALL {
+        outln!("    {:<14}{:e}", feature.name(), m.theta(feature));
+    }
+    if let (Some(model), Some(gpu)) = (&f.model, &f.gpu) {
+        let m_tokens = cost_model::kv_capacity_tokens(model, gpu, f.tensor_parallel, utilization)?;
+        outln!(
+            "  KV capacity M = {} tokens ({} x {}, TP {}, utilization {}, {} KV bytes/token/GPU, {:.2} GiB weights/GPU)",
+            m_tokens,
+            model.name,
+            gpu.name,
+            f.tensor_parallel,
+            utilization,
+            model.kv_bytes_per_token(f.tensor_parallel),
+            model.weight_bytes_per_gpu(f.tensor_parallel) as f64 / (1u64 << 30) as f64
+        );
+    }
+    match cost_model::check_against_roofline(m) {
+        Some(checks) => {
+            outln!("  against the roofline of its model and GPU (the physical floor):");
+            outln!(
+                "    {:<44}{:>12}{:>12}{:>8}",
+                "batch",
+                "this (ms)",
+                "floor (ms)",
+                "ratio"
+            );
+            for c in &checks {
+                outln!(
+                    "    {:<44}{:>12.3}{:>12.3}{:>8.2}{}",
+                    c.batch,
+                    c.model_s * 1e3,
+                    c.roofline_s * 1e3,
+                    c.model_s / c.roofline_s,
+                    if c.faster_than_physics() {
+                        "  FASTER THAN PHYSICS"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let bad: Vec<&str> = checks
+                .iter()
+                .filter(|c| c.faster_than_physics())
+                .map(|c| c.batch)
+                .collect();
+            if !bad.is_empty() {
+                eprintln!(
+                    "warning: {} predicts less time than its GPU's datasheet allows for: {}. Its times are not physically attainable on that GPU; use it to reproduce the results it was published with, and a calibrated preset for predictions.",
+                    m.name,
+                    bad.join("; ")
+                );
+            }
+        }
+        None => outln!(
+            "  no roofline check: the file names no model, or a GPU without a known datasheet ({})",
+            cost_model::roofline::ROOFLINE_GPUS.join(", ")
+        ),
+    }
+    Ok(())
+}
+
+pub(crate) fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
+    match c {
+        CostModelCommand::List => {
+            for name in cost_model::PRESET_NAMES {
+                let m = cost_model::preset(name).expect("listed presets exist");
+                outln!("{name:<22}{}", m.file.description);
+            }
+            outln!(
+                "roofline:GPU:MODEL[:tpN]  datasheet roofline bound; GPU: {}; MODEL: {}",
+                cost_model::roofline::ROOFLINE_GPUS.join(", "),
+                cost_model::roofline::ROOFLINE_MODELS.join(", ")
+            );
+        }
+        CostModelCommand::Show(a) => show_model(&cost_model::resolve(&a.name)?, a.utilization)?,
+    }
+    Ok(())
+}

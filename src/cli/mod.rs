@@ -1,0 +1,381 @@
+//! The command line's modules: one per command, and the flag groups they share.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use infersched::core::Limits;
+use infersched::core::names::Named;
+use infersched::cost_model::LinearCostModel;
+use infersched::schedulers::{Knobs, McsfOrder, Victim};
+use infersched::solver::{PolicyConstraints, SolveOptions};
+use std::path::{Path, PathBuf};
+
+pub(crate) mod bench;
+pub(crate) mod calibrate;
+pub(crate) mod compare;
+pub(crate) mod cost_model;
+pub(crate) mod fit;
+pub(crate) mod replay;
+pub(crate) mod simulate;
+pub(crate) mod solve;
+pub(crate) mod sweep;
+pub(crate) mod workload;
+
+/// The policy class the optimal scheduler searches (the best schedule such a policy can
+/// reach).
+#[derive(Args, Clone)]
+pub(crate) struct ClassArgs {
+    /// Best schedule without evictions.
+    #[arg(long)]
+    pub(crate) no_evict: bool,
+    /// Best schedule where each prefill phase runs in one batch.
+    #[arg(long)]
+    pub(crate) no_chunk: bool,
+    /// Best schedule where no batch mixes prefills and decodes.
+    #[arg(long)]
+    pub(crate) no_mix: bool,
+    /// Best schedule that first admits requests in arrival order.
+    #[arg(long)]
+    pub(crate) fcfs: bool,
+    /// Best schedule where a request reserves I + O - 1 KV tokens from its first step (Orca).
+    #[arg(long)]
+    pub(crate) reserve: bool,
+}
+
+impl ClassArgs {
+    pub(crate) fn constraints(&self) -> PolicyConstraints {
+        PolicyConstraints {
+            no_evict: self.no_evict,
+            no_chunk: self.no_chunk,
+            no_mix: self.no_mix,
+            fcfs: self.fcfs,
+            reserve: self.reserve,
+        }
+    }
+}
+
+/// How HiGHS runs.
+#[derive(Args, Clone)]
+pub(crate) struct MilpArgs {
+    /// Batch slots J [default: provably sufficient for makespan, else 1.5 x the warm start's].
+    #[arg(long)]
+    pub(crate) horizon: Option<usize>,
+    /// Time limit for the MILP (HiGHS) in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub(crate) time_limit: f64,
+    /// HiGHS threads, 1 to 256.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) threads: u32,
+    /// Relative MIP gap at which HiGHS stops.
+    #[arg(long, default_value_t = 1e-6)]
+    pub(crate) mip_gap: f64,
+    /// Always solve the MILP, even where the exact counting search applies (offline
+    /// workload without C, P or FCFS).
+    #[arg(long)]
+    pub(crate) milp_only: bool,
+    /// Memory (GiB) the exact models' state graphs may take, estimated before any is built;
+    /// past it the best schedule found without them is returned with a combinatorial bound.
+    #[arg(long, default_value_t = 4.0)]
+    pub(crate) memory_limit: f64,
+    /// Schedules the priority-list search may try (simulated and replayed) to improve the
+    /// best heuristic schedule, the warm start and the answer where no exact model fits;
+    /// 0 turns it off. It also stops at half the time limit. The same number bounds the
+    /// plans the phase relaxation's plan search tries.
+    #[arg(long, default_value_t = SolveOptions::default().list_search_evaluations)]
+    pub(crate) list_search_tries: usize,
+    /// Skip the phase relaxation, the mean-latency bound solved as a small MILP before the
+    /// exact model, and the schedules from its plan (up to 48 requests; it takes up to a
+    /// quarter of the time limit, or most of it where no exact model fits).
+    #[arg(long)]
+    pub(crate) no_phase_relaxation: bool,
+    /// Solve the whole workload at once for mean latency and TTFT, instead of one burst at
+    /// a time where the best heuristic schedule serves each burst before the next arrives.
+    #[arg(long)]
+    pub(crate) no_independent_groups: bool,
+}
+
+impl MilpArgs {
+    /// Checked solver options, with the progress line on a terminal.
+    pub(crate) fn options(&self) -> Result<SolveOptions> {
+        if !self.time_limit.is_finite() || self.time_limit <= 0.0 {
+            bail!("--time-limit must be > 0 seconds");
+        }
+        if !(0.0..1.0).contains(&self.mip_gap) {
+            bail!("--mip-gap must be in [0, 1)");
+        }
+        if !(1..=256).contains(&self.threads) {
+            bail!(
+                "--threads: expected 1 to 256 HiGHS threads (this machine has {} CPUs), got {}",
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+                self.threads
+            );
+        }
+        if !self.memory_limit.is_finite() || self.memory_limit <= 0.0 || self.memory_limit > 1e6 {
+            bail!("--memory-limit must be > 0 and at most 1e6 GiB");
+        }
+        Ok(SolveOptions {
+            memory_limit_bytes: (self.memory_limit * (1u64 << 30) as f64) as u64,
+            time_limit_s: self.time_limit,
+            threads: self.threads,
+            mip_rel_gap: self.mip_gap,
+            observer: std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+                infersched::solver::progress::Observer::new(
+                    infersched::solver::progress::StderrProgress::default(),
+                )
+            }),
+            max_search_states: if self.milp_only {
+                0
+            } else {
+                SolveOptions::default().max_search_states
+            },
+            list_search_evaluations: self.list_search_tries,
+            phase_relaxation: !self.no_phase_relaxation,
+            independent_groups: !self.no_independent_groups,
+            horizon: self.horizon,
+            ..SolveOptions::default()
+        })
+    }
+}
+
+/// Where M comes from: the flag, vLLM's block count, or the cost model's model and GPU.
+/// One group shared by every command that takes limits.
+#[derive(Args, Clone)]
+pub(crate) struct KvCapacityArgs {
+    /// M: KV capacity in tokens [default: from the cost model's model and GPU at --gpu-memory-utilization].
+    #[arg(long, conflicts_with_all = ["num_gpu_blocks", "gpu_memory_utilization"])]
+    pub(crate) kv_capacity: Option<u64>,
+    /// vLLM's KV pool in blocks, its null block included: M = (N - 1) x the block size.
+    #[arg(long, conflicts_with = "gpu_memory_utilization")]
+    pub(crate) num_gpu_blocks: Option<u64>,
+    /// Fraction of GPU memory for weights, activations and KV when M comes from the cost model's model and GPU (vLLM's --gpu-memory-utilization).
+    #[arg(long, default_value_t = infersched::cost_model::DEFAULT_GPU_MEMORY_UTILIZATION)]
+    pub(crate) gpu_memory_utilization: f64,
+}
+
+impl KvCapacityArgs {
+    /// M from --kv-capacity, --num-gpu-blocks (blocks of `block` tokens), or `cost`'s model
+    /// and GPU at --gpu-memory-utilization.
+    pub(crate) fn kv_capacity(&self, cost: &LinearCostModel, block: u32) -> Result<u64> {
+        let flag = match self.num_gpu_blocks {
+            Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, block)?),
+            None => self.kv_capacity,
+        };
+        kv_capacity_for(flag, cost, self.gpu_memory_utilization)
+    }
+}
+
+/// A clap parser for an enum with one name table ([`infersched::core::names::Named`]):
+/// `--help` lists the names, and a wrong one is answered with them.
+pub(crate) fn named<T: Named>() -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(T::NAMES).map(|s: String| {
+        T::from_name(&s).expect("PossibleValuesParser admits only the table's names")
+    })
+}
+
+/// The per-batch limits of semantics.md.
+#[derive(Args, Clone)]
+pub(crate) struct LimitArgs {
+    /// C: tokens per batch [default: unlimited]. vLLM: --max-num-batched-tokens.
+    #[arg(long, visible_alias = "max-num-batched-tokens")]
+    pub(crate) token_budget: Option<u64>,
+    /// P: prefill tokens per batch, P <= C [default: C].
+    #[arg(long)]
+    pub(crate) prefill_budget: Option<u64>,
+    #[command(flatten)]
+    pub(crate) memory: KvCapacityArgs,
+    /// R_max: requests holding KV [default: unlimited]. vLLM: --max-num-seqs.
+    #[arg(long, visible_alias = "max-num-seqs")]
+    pub(crate) max_running: Option<u64>,
+    /// KV block size in tokens.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) block_size: u32,
+    /// Fraction of M kept free at admission by watermark-aware schedulers (replay checks M only).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) watermark: f64,
+}
+
+impl LimitArgs {
+    /// The limits; M from --kv-capacity, --num-gpu-blocks, or `cost`'s model and GPU (the
+    /// default every command shares).
+    pub(crate) fn limits(&self, cost: &LinearCostModel) -> Result<Limits> {
+        let kv_capacity = Some(self.memory.kv_capacity(cost, self.block_size)?);
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity,
+            max_running: self.max_running,
+            block_size: self.block_size,
+            watermark: self.watermark,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+}
+
+/// Knobs of the heuristic schedulers; unset ones take each policy's default.
+#[derive(Args, Clone)]
+pub(crate) struct KnobArgs {
+    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited]. vLLM: --max-num-batched-tokens.
+    #[arg(long, visible_alias = "max-num-batched-tokens")]
+    pub(crate) token_budget: Option<u64>,
+    /// P: prefill tokens per batch, P <= C [default: C].
+    #[arg(long)]
+    pub(crate) prefill_budget: Option<u64>,
+    #[command(flatten)]
+    pub(crate) memory: KvCapacityArgs,
+    /// R_max: requests holding KV [default: per policy; 256, sarathi 128]. vLLM: --max-num-seqs.
+    #[arg(long, visible_alias = "max-num-seqs")]
+    pub(crate) max_running: Option<u64>,
+    /// KV block size [default: per policy; 16, orca/static 1 (mcsf 16)].
+    #[arg(long)]
+    pub(crate) block_size: Option<u32>,
+    /// Fraction of M kept free at admission [default: per policy; vllm and sarathi 0.01].
+    #[arg(long)]
+    pub(crate) watermark: Option<f64>,
+    /// Admit only with a full I + O - 1 reservation (never preempt).
+    #[arg(long)]
+    pub(crate) no_preemption: bool,
+    /// Victim on a memory shortfall, by arrival (newest, oldest) or by KV held (shortest, longest).
+    #[arg(long, default_value = "newest", value_parser = named::<Victim>())]
+    pub(crate) victim: Victim,
+    /// Context length reserved by orca-max and used in vllm's default budget [default: the workload's largest I + O].
+    #[arg(long)]
+    pub(crate) max_model_len: Option<u64>,
+    /// MC-SF's admission order, shortest first by: output (O, the paper's rule), tokens (I + O) or kv-area (O I + O (O - 1) / 2).
+    #[arg(long, default_value = "output", value_parser = named::<McsfOrder>())]
+    pub(crate) mcsf_order: McsfOrder,
+    /// vllm-v1: admit a waiting or preempted request only if blocks for all its known tokens (the prompt, or I + G on a refill) plus the watermark are free, as vLLM 0.32 does by default [default: on].
+    #[arg(long, overrides_with = "no_scheduler_reserve_full_isl")]
+    pub(crate) scheduler_reserve_full_isl: bool,
+    /// vllm-v1: check only this step's chunk at admission (vLLM's --no-scheduler-reserve-full-isl).
+    #[arg(long, overrides_with = "scheduler_reserve_full_isl")]
+    pub(crate) no_scheduler_reserve_full_isl: bool,
+    /// vllm-v1: at most this many tokens per request per step unless it is the only request running or waiting (vLLM's --long-prefill-token-threshold; 0 = off) [default: 0].
+    #[arg(long)]
+    pub(crate) long_prefill_token_threshold: Option<u64>,
+}
+
+impl KnobArgs {
+    /// `Some(false)` for --no-scheduler-reserve-full-isl, `Some(true)` for the flag, else
+    /// the policy's default.
+    pub(crate) fn reserve_full_isl(&self) -> Option<bool> {
+        if self.no_scheduler_reserve_full_isl {
+            Some(false)
+        } else if self.scheduler_reserve_full_isl {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// The knobs these flags set (M from the flags or the cost model); refuses a
+    /// --max-model-len shorter than the workload's longest request.
+    pub(crate) fn knobs(
+        &self,
+        w: &infersched::core::Workload,
+        cost: &LinearCostModel,
+    ) -> Result<Knobs> {
+        if let Some(len) = self.max_model_len {
+            // vLLM rejects a request longer than max_model_len; so does infersched, up front.
+            if let Some((i, r)) = w
+                .requests()
+                .iter()
+                .enumerate()
+                .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len)
+            {
+                bail!(
+                    "--max-model-len {len}: request {i} has I + O = {} tokens (I = {}, O = {}); expected at least the workload's longest request",
+                    u64::from(r.input_tokens) + u64::from(r.output_tokens),
+                    r.input_tokens,
+                    r.output_tokens
+                );
+            }
+        }
+        Ok(Knobs {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: Some(self.kv_capacity(cost)?),
+            max_running: self.max_running,
+            block_size: self.block_size,
+            watermark: self.watermark,
+            no_preemption: self.no_preemption,
+            victim: self.victim,
+            max_model_len: self.max_model_len,
+            mcsf_order: self.mcsf_order,
+            reserve_full_isl: self.reserve_full_isl(),
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+        })
+    }
+
+    /// The limits the flags set explicitly, for the optimal scheduler (which has no policy
+    /// defaults): C, P and R_max where given, M as for the heuristics, the block size given
+    /// or 1, no watermark (a policy's admission rule, not a limit of the GPU).
+    pub(crate) fn explicit_limits(&self, knobs: &Knobs) -> Result<Limits> {
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: knobs.kv_capacity,
+            max_running: self.max_running,
+            block_size: self.block_size.unwrap_or(1),
+            watermark: 0.0,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+
+    /// M from --kv-capacity, --num-gpu-blocks, or the cost model's model and GPU.
+    pub(crate) fn kv_capacity(&self, cost: &LinearCostModel) -> Result<u64> {
+        // vLLM's default block size when none is given.
+        self.memory.kv_capacity(cost, self.block_size.unwrap_or(16))
+    }
+}
+
+/// M for vLLM's `--num-gpu-blocks N` with blocks of `block` tokens: the pool less vLLM's
+/// null block, `(N - 1) x block`.
+pub(crate) fn kv_capacity_from_num_gpu_blocks(n: u64, block: u32) -> Result<u64> {
+    if n < 2 {
+        bail!("--num-gpu-blocks: expected at least 2 (vLLM keeps one as its null block), got {n}");
+    }
+    let block = u64::from(block);
+    (n - 1)
+        .checked_mul(block)
+        .with_context(|| format!("--num-gpu-blocks {n} x block size {block} overflows"))
+}
+
+/// M for heuristic runs: the flag, or else what the cost model's model and GPU imply with
+/// `memory_fraction` of GPU memory for weights, activations and KV.
+pub(crate) fn kv_capacity_for(
+    flag: Option<u64>,
+    cost: &LinearCostModel,
+    memory_fraction: f64,
+) -> Result<u64> {
+    if let Some(m) = flag {
+        return Ok(m);
+    }
+    let f = &cost.file;
+    match (&f.model, &f.gpu) {
+        (Some(model), Some(gpu)) => Ok(infersched::cost_model::kv_capacity_tokens(
+            model,
+            gpu,
+            f.tensor_parallel,
+            memory_fraction,
+        )?),
+        _ => bail!(
+            "--kv-capacity is required: cost model {} has no model and GPU spec to derive M from",
+            cost.name
+        ),
+    }
+}
+
+/// Paths for a "wrote ..." line.
+pub(crate) fn path_list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(crate) fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
+    Ok(infersched::workload::read_trace(path)?)
+}

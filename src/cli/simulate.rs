@@ -1,0 +1,176 @@
+//! `simulate`: heuristic schedulers on a workload, measured by the replay.
+
+use super::{KnobArgs, load_workload, named, path_list};
+use crate::describe;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use infersched::core::{Limits, Summary};
+use infersched::cost_model::{self, TimeBreakdown};
+use infersched::produce::produce_heuristic;
+use infersched::schedulers::SchedulerKind;
+use rayon::prelude::*;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub(crate) struct SimulateArgs {
+    /// Workload trace CSV.
+    #[arg(long)]
+    pub(crate) workload: PathBuf,
+    /// Scheduler, or a comma-separated list run in parallel.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = named::<SchedulerKind>())]
+    pub(crate) scheduler: Vec<SchedulerKind>,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    pub(crate) cost_model: String,
+    #[command(flatten)]
+    pub(crate) knobs: KnobArgs,
+    /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
+    /// schedulers run one at a time when together they would not fit [default: the memory
+    /// available].
+    #[arg(long)]
+    pub(crate) memory_limit: Option<f64>,
+    /// Output directory (with several schedulers, one subdirectory each) [default: none:
+    /// print the summaries and write nothing].
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Also write trace.json beside each schedule: a Chrome trace (Perfetto,
+    /// chrome://tracing) with the batches, KV and running counters, and one track per
+    /// request (the first 1,000): waiting, prefill, decode, holding KV, evicted.
+    #[arg(long, requires = "out")]
+    pub(crate) trace: bool,
+}
+
+pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let kinds = &a.scheduler;
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = kinds.iter().find(|k| !seen.insert(**k)) {
+        bail!("--scheduler: {} is listed twice", dup.name());
+    }
+    let knobs = a.knobs.knobs(&w, &cost)?;
+    let several = kinds.len() > 1;
+    // Memory: each simulation holds its whole schedule; estimate before running any.
+    let needs: Vec<u64> = kinds
+        .iter()
+        .map(|k| infersched::schedulers::estimated_peak_bytes(&w, &k.limits(&knobs, &w)))
+        .collect();
+    let mut jobs = kinds.len();
+    let budget = match a.memory_limit {
+        Some(g) if g.is_finite() && g > 0.0 && g <= 1e6 => Some((g * (1u64 << 30) as f64) as u64),
+        Some(g) => bail!("--memory-limit: expected GiB > 0 and at most 1e6, got {g}"),
+        None => infersched::resources::available_memory_bytes(),
+    };
+    if let Some(available) = budget {
+        use infersched::resources::gib;
+        if let Some((k, need)) = kinds.iter().zip(&needs).find(|(_, n)| **n > available) {
+            bail!(
+                "simulating {} on {} requests needs about {:.3} GiB (its schedule and replay) and {:.3} GiB is available; simulate a sample (workload sample) or raise --memory-limit",
+                k.name(),
+                w.len(),
+                gib(*need),
+                gib(available)
+            );
+        }
+        let total: u64 = needs.iter().sum();
+        if several && total > available {
+            // Largest first, as many at once as fit.
+            let mut sorted = needs.clone();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sum = 0;
+            jobs = sorted
+                .iter()
+                .take_while(|n| {
+                    sum += **n;
+                    sum <= available
+                })
+                .count()
+                .max(1);
+            eprintln!(
+                "note: the {} schedulers together need about {:.3} GiB and {:.3} GiB is available: running {jobs} at a time",
+                kinds.len(),
+                gib(total),
+                gib(available)
+            );
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
+    type Simulated = (Summary, TimeBreakdown, Vec<PathBuf>, Limits);
+    let results: Vec<Result<Simulated>> = pool.install(|| {
+        kinds
+            .par_iter()
+            .map(|kind| -> Result<_> {
+                let o = produce_heuristic(&w, &cost, *kind, &knobs)?;
+                let Some(out) = &a.out else {
+                    return Ok((o.summary, o.time_split, Vec::new(), o.limits));
+                };
+                let dir = if several {
+                    out.join(kind.name())
+                } else {
+                    out.clone()
+                };
+                let schedule_path = dir.join("schedule.json");
+                o.schedule.write(&schedule_path)?;
+                let mut paths = vec![schedule_path];
+                paths.extend(
+                    infersched::output::write_replay_outputs(&dir, &o.replay, &o.summary)
+                        .with_context(|| format!("writing results to {}", dir.display()))?,
+                );
+                if a.trace {
+                    let trace_path = dir.join("trace.json");
+                    let trace = infersched::report::trace::chrome_trace(
+                        &w,
+                        kind.name(),
+                        &o.schedule,
+                        &o.replay,
+                    );
+                    infersched::core::io::write_bytes_atomic(
+                        &trace_path,
+                        serde_json::to_string(&trace)?.as_bytes(),
+                    )
+                    .with_context(|| format!("writing {}", trace_path.display()))?;
+                    paths.push(trace_path);
+                }
+                Ok((o.summary, o.time_split, paths, o.limits))
+            })
+            .collect()
+    });
+    outln!(
+        "{} requests from {}, cost model {}",
+        w.len(),
+        a.workload.display(),
+        cost.name
+    );
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    let mut splits = Vec::new();
+    for (kind, result) in kinds.iter().zip(results) {
+        match result {
+            Ok((summary, split, paths, limits)) => {
+                outln!("\n{} ({limits})", kind.name());
+                out!("{}", infersched::output::summary_text(&summary));
+                out!("{}", infersched::output::time_split_text(&split));
+                if !paths.is_empty() {
+                    outln!("  wrote {}", path_list(&paths));
+                }
+                rows.push((kind.name(), summary));
+                splits.push((kind.name(), split));
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("\nerror: {}: {}", kind.name(), describe(&e));
+            }
+        }
+    }
+    if rows.len() > 1 {
+        outln!("\n{}", infersched::output::comparison_table(&rows));
+        outln!(
+            "where the makespan goes\n{}",
+            infersched::output::time_split_table(&splits, None)
+        );
+    }
+    if failed > 0 {
+        bail!("{failed} of {} schedulers failed", kinds.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! `solve`: an optimal schedule (or the best found, with a bound) and its replay.
+
+use super::{ClassArgs, LimitArgs, MilpArgs, load_workload, named, path_list};
+use anyhow::{Context, Result};
+use clap::Args;
+use infersched::cost_model;
+use infersched::produce::produce_optimal;
+use infersched::schedulers::SchedulerKind;
+use infersched::solver::{Objective, SolveOptions};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub(crate) struct SolveArgs {
+    /// Workload trace CSV (small: the MILP grows with requests, tokens and batches).
+    #[arg(long)]
+    pub(crate) workload: PathBuf,
+    /// What to minimize.
+    #[arg(long, default_value = "makespan", value_parser = named::<Objective>())]
+    pub(crate) objective: Objective,
+    /// Cost-model preset name or coefficient JSON file.
+    #[arg(long, default_value = "llama2-7b-a100")]
+    pub(crate) cost_model: String,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) class: ClassArgs,
+    #[command(flatten)]
+    pub(crate) milp: MilpArgs,
+    /// Do not start HiGHS from the best heuristic schedule.
+    #[arg(long)]
+    pub(crate) no_warm_start: bool,
+    /// Heuristics tried for the warm start, comma-separated [default: sarathi,vllm-v1,vllm,orca,mcsf].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES", value_parser = named::<SchedulerKind>())]
+    pub(crate) warm_start_from: Vec<SchedulerKind>,
+    /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
+    #[arg(long)]
+    pub(crate) log: bool,
+    /// Output directory.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+}
+
+pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
+    let w = load_workload(&a.workload)?;
+    let cost = cost_model::resolve(&a.cost_model)?;
+    let limits = a.limits.limits(&cost)?;
+    let objective = a.objective;
+    let options = SolveOptions {
+        warm_start: !a.no_warm_start,
+        warm_start_from: a.warm_start_from.clone(),
+        constraints: a.class.constraints(),
+        log: a.log,
+        ..a.milp.options()?
+    };
+    // An interrupt writes the best schedule the solver holds by then (not proven optimal).
+    let options = infersched::interrupt::SolveInterruptSaver::observing(
+        options,
+        a.out.clone(),
+        &w,
+        limits,
+        &cost,
+    );
+    let outcome = produce_optimal(&w, &cost, &limits, objective, &options);
+    infersched::interrupt::clear();
+    let outcome = outcome?;
+    let (r, summary) = (&outcome.replay, &outcome.summary);
+    let report = outcome
+        .solve
+        .as_ref()
+        .context("internal error: the solver's outcome has no report")?;
+    let schedule_path = a.out.join("schedule.json");
+    let mut schedule = report.schedule.clone();
+    schedule.meta =
+        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
+    schedule.write(&schedule_path)?;
+    let mut paths = vec![schedule_path];
+    paths.extend(infersched::output::write_replay_outputs(
+        &a.out, r, summary,
+    )?);
+    let solve_path = a.out.join("solve.json");
+    let json = serde_json::to_string_pretty(report)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    outln!(
+        "{} ({} requests), objective {}, cost model {}",
+        a.workload.display(),
+        w.len(),
+        objective.name(),
+        cost.name
+    );
+    outln!(
+        "  status                {}{}",
+        report.status.name(),
+        if report.horizon_proven_sufficient
+            || report.method != infersched::solver::SolveMethod::Milp
+        {
+            ""
+        } else {
+            " (within J batches)"
+        }
+    );
+    outln!(
+        "  objective (replayed)  {:.6} ms",
+        report.replayed_objective * 1e3
+    );
+    outln!(
+        "  best bound            {:.6} ms ({})",
+        report.best_bound * 1e3,
+        report.bound_method.name()
+    );
+    outln!(
+        "  certified gap         {:.4}%",
+        report.certified_gap * 100.0
+    );
+    if let Some(warm) = &report.warm_start {
+        let v = warm.objective;
+        outln!(
+            "  warm start            {}: {:.6} ms ({:.2}% above the best schedule found)",
+            warm.heuristic,
+            v * 1e3,
+            (v / report.replayed_objective - 1.0) * 100.0
+        );
+    }
+    if let Some(note) = &report.note {
+        outln!("  note                  {note}");
+    }
+    match report.method {
+        infersched::solver::SolveMethod::BestHeuristic => outln!(
+            "  method                best schedule of the heuristics, the list search and the relaxation's plans, with a bound that needs no exact model ({}; no exact model was solved)",
+            report.bound_method.name()
+        ),
+        infersched::solver::SolveMethod::IndependentGroups => outln!(
+            "  method                independent groups: each burst of requests solved on its own, schedules concatenated, bounds averaged ({}; see the note)",
+            report.bound_method.name()
+        ),
+        infersched::solver::SolveMethod::CountingSearch => outln!(
+            "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
+            report.states_expanded.unwrap_or(0),
+            report.solve_s
+        ),
+        infersched::solver::SolveMethod::Milp => {
+            let size = report.model.unwrap_or(infersched::solver::ModelSize {
+                rows: 0,
+                columns: 0,
+                integers: 0,
+            });
+            outln!(
+                "  horizon J             {} batches{}",
+                report.horizon,
+                if report.horizon_proven_sufficient {
+                    " (proven sufficient)"
+                } else {
+                    ""
+                }
+            );
+            outln!(
+                "  model                 {} rows, {} columns, {} integers; build {:.2} s, solve {:.2} s",
+                size.rows,
+                size.columns,
+                size.integers,
+                report.build_s,
+                report.solve_s
+            );
+        }
+    }
+    out!("{}", infersched::output::summary_text(summary));
+    out!(
+        "{}",
+        infersched::output::time_split_text(&outcome.time_split)
+    );
+    outln!("wrote {}", path_list(&paths));
+    Ok(())
+}
