@@ -68,6 +68,8 @@ case "${1:-}" in
     [ -n "${CI:-}" ] && export CARGO_INCREMENTAL=0
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets --target "$host" --quiet -- -D warnings
+    # The library without the CLI's dependencies (resvg, toml, indicatif, ctrlc) builds too.
+    cargo clippy --lib --no-default-features --target "$host" --quiet -- -D warnings
     cargo test --workspace --target "$host" --quiet
     ;;
   *)

@@ -13,6 +13,11 @@
 //!   plots (SVG and PNG), Chrome traces and `report.html`;
 //! * [`calibration`]: `calibrate`'s fit, validation and output files (also from recorded samples);
 //! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
+//!
+//! Features (all on by default): `png` (PNG copies of plots, resvg), `sweep` (the sweep
+//! module: toml, indicatif), `cli` (both, plus Ctrl-C handling; the binary needs it). With
+//! `default-features = false` the library is the solver, replay, compare and SVG reports.
+//!
 //! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
 //!   `summary.json`).
 //!
@@ -39,9 +44,11 @@ pub use infersched_workload as workload;
 
 pub mod calibration;
 pub mod compare;
+#[cfg(feature = "cli")]
 pub mod interrupt;
 pub mod output;
 pub mod produce;
 pub mod report;
 pub mod resources;
+#[cfg(feature = "sweep")]
 pub mod sweep;

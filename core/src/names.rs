@@ -27,6 +27,8 @@ pub trait Named: Sized + Copy + Send + Sync + 'static {
 ///     "unknown colour \"green\"; expected one of red, dark-blue"
 /// );
 /// ```
+// rustc's missing_docs misses the doc of an exported macro defined in a submodule.
+#[allow(missing_docs)]
 #[macro_export]
 macro_rules! named_enum {
     ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {

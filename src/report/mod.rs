@@ -26,7 +26,8 @@ pub struct Plot {
     pub svg: svg::Svg,
 }
 
-/// Writes `<dir>/<stem>.svg` and `<dir>/<stem>.png` for each plot (PNGs rendered in parallel).
+/// Writes `<dir>/<stem>.svg` and (with the `png` feature) `<dir>/<stem>.png` for each plot
+/// (PNGs rendered in parallel).
 pub fn write_plots(dir: &Path, plots: &[Plot]) -> io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let written: Vec<io::Result<Vec<PathBuf>>> = plots
@@ -35,10 +36,15 @@ pub fn write_plots(dir: &Path, plots: &[Plot]) -> io::Result<Vec<PathBuf>> {
             let doc = p.svg.finish();
             let svg_path = dir.join(format!("{}.svg", p.stem));
             write_bytes_atomic(&svg_path, doc.as_bytes())?;
-            let png = svg::render_png(&doc).map_err(io::Error::other)?;
-            let png_path = dir.join(format!("{}.png", p.stem));
-            write_bytes_atomic(&png_path, &png)?;
-            Ok(vec![svg_path, png_path])
+            #[cfg(feature = "png")]
+            {
+                let png = svg::render_png(&doc).map_err(io::Error::other)?;
+                let png_path = dir.join(format!("{}.png", p.stem));
+                write_bytes_atomic(&png_path, &png)?;
+                Ok(vec![svg_path, png_path])
+            }
+            #[cfg(not(feature = "png"))]
+            Ok(vec![svg_path])
         })
         .collect();
     let mut out = Vec::new();

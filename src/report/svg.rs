@@ -5,6 +5,7 @@
 //! decimals, so identical data gives identical bytes.
 
 use std::fmt::Write as _;
+#[cfg(feature = "png")]
 use std::sync::OnceLock;
 
 /// The font embedded for PNG rendering (DejaVu Sans; license in `assets/fonts/`).
@@ -380,6 +381,7 @@ impl Svg {
 }
 
 /// Renders an SVG document to PNG bytes at its own size, with the embedded font.
+#[cfg(feature = "png")]
 pub fn render_png(svg: &str) -> Result<Vec<u8>, String> {
     static OPTIONS: OnceLock<resvg::usvg::Options<'static>> = OnceLock::new();
     let opt = OPTIONS.get_or_init(|| {
@@ -821,6 +823,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "png")]
     fn text_is_escaped_and_png_renders_at_size() {
         let mut s = Svg::new(120, 80);
         s.text(10.0, 20.0, "a<b & \"c\"", 12.0, Anchor::Start, 0.0, false);
