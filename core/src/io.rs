@@ -113,9 +113,19 @@ pub fn remove_in_flight_temp_files() -> usize {
         .count()
 }
 
-/// The temporary files this process is writing now.
+/// The temporary files this process is writing now. Another thread registering or
+/// unregistering a file holds the lock for a moment: retry a bounded number of times rather
+/// than block (an interrupt handler calls this) or give up at once (which left files behind
+/// and made a test flaky).
 fn in_flight_temp_files() -> Vec<std::path::PathBuf> {
-    IN_FLIGHT.try_lock().map(|v| v.clone()).unwrap_or_default()
+    for _ in 0..10_000 {
+        match IN_FLIGHT.try_lock() {
+            Ok(v) => return v.clone(),
+            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().clone(),
+            Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+    Vec::new()
 }
 
 /// Removes temporary files in `dir` left by processes that no longer run (killed before

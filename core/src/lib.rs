@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod names;
 pub mod replay;
 pub mod request;
+pub mod request_state;
 pub mod schedule;
 
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
@@ -31,4 +32,5 @@ pub use replay::{
     replay,
 };
 pub use request::{Request, Workload, WorkloadError};
+pub use request_state::{RequestState, Step};
 pub use schedule::{Action, Batch, Entry, SCHEDULE_FORMAT, Schedule, ScheduleError};

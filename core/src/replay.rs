@@ -9,6 +9,7 @@
 use crate::cost::{BatchFeatures, CostModel};
 use crate::limits::{Infeasibility, Limits, LimitsError};
 use crate::request::Workload;
+use crate::request_state::RequestState;
 use crate::schedule::{Action, Schedule};
 use thiserror::Error;
 
@@ -342,8 +343,7 @@ pub struct ClassifiedEntry {
 /// call this after the replay); entries naming unknown requests are skipped.
 pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<ClassifiedEntry>> {
     let reqs = workload.requests();
-    let mut held = vec![0u64; reqs.len()];
-    let mut generated = vec![0u64; reqs.len()];
+    let mut state = vec![RequestState::default(); reqs.len()];
     schedule
         .batches
         .iter()
@@ -356,7 +356,7 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                     let i = e.request as usize;
                     match e.action {
                         Action::Evict => {
-                            held[i] = 0;
+                            state[i].evict();
                             ClassifiedEntry {
                                 request: e.request,
                                 kind: EntryKind::Evict,
@@ -365,22 +365,16 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                             }
                         }
                         Action::Process(c) => {
-                            let known = u64::from(reqs[i].input_tokens) + generated[i];
-                            let kind = if generated[i] >= 1 && held[i] + 1 == known {
-                                EntryKind::Decode
-                            } else {
-                                EntryKind::Prefill
-                            };
-                            held[i] += u64::from(c);
-                            let generated_token = held[i] == known;
-                            if generated_token {
-                                generated[i] += 1;
-                            }
+                            let step = state[i].process(&reqs[i], u64::from(c));
                             ClassifiedEntry {
                                 request: e.request,
-                                kind,
+                                kind: if step.decode {
+                                    EntryKind::Decode
+                                } else {
+                                    EntryKind::Prefill
+                                },
                                 tokens: c,
-                                generated_token,
+                                generated_token: step.generates,
                             }
                         }
                     }
@@ -407,8 +401,7 @@ pub fn replay(
     limits.check_feasible(workload)?;
     let reqs = workload.requests();
     let n = reqs.len();
-    let mut held = vec![0u64; n];
-    let mut generated = vec![0u32; n];
+    let mut state = vec![RequestState::default(); n];
     let mut last_seen = vec![usize::MAX; n];
     let mut last_token_s = vec![0f64; n];
     let mut records: Vec<RequestRecord> = reqs
@@ -475,7 +468,7 @@ pub fn replay(
             }
             last_seen[i] = j;
             let r = &reqs[i];
-            if generated[i] == r.output_tokens {
+            if state[i].generated == r.output_tokens {
                 return Err(ReplayError::FinishedRequestScheduled {
                     batch: j,
                     request: id,
@@ -484,17 +477,17 @@ pub fn replay(
             }
             match entry.action {
                 Action::Evict => {
-                    if held[i] == 0 {
+                    if state[i].held == 0 {
                         return Err(ReplayError::EvictWithoutKv {
                             batch: j,
                             request: id,
                         });
                     }
-                    kv_used -= limits.occupied(held[i]);
+                    kv_used -= limits.occupied(state[i].held);
                     running -= 1;
-                    records[i].recomputed_tokens += held[i];
+                    records[i].recomputed_tokens += state[i].held;
                     records[i].evictions += 1;
-                    held[i] = 0;
+                    state[i].evict();
                     evictions += 1;
                 }
                 Action::Process(c) => {
@@ -505,19 +498,18 @@ pub fn replay(
                         });
                     }
                     let c = u64::from(c);
-                    let known = u64::from(r.input_tokens) + u64::from(generated[i]);
-                    let before = held[i];
-                    if before + c > known {
+                    if c > state[i].room(r) {
                         return Err(ReplayError::KnownTokenLimit {
                             batch: j,
                             request: id,
-                            held: before,
+                            held: state[i].held,
                             tokens: c,
-                            known,
+                            known: state[i].known(r),
                         });
                     }
-                    let after = before + c;
-                    if generated[i] >= 1 && before + 1 == known {
+                    let step = state[i].process(r, c);
+                    let (before, after) = (step.before, step.after);
+                    if step.decode {
                         features.add_decode(after);
                     } else {
                         features.add_prefill(c, before);
@@ -531,14 +523,9 @@ pub fn replay(
                         kv_used += grown;
                         last_grown = Some(id);
                     }
-                    held[i] = after;
                     records[i].processed_tokens += c;
-                    let gen_token = after == known;
-                    if gen_token {
-                        generated[i] += 1;
-                    }
                     latest_arrival = latest_arrival.max(r.arrival_s);
-                    processed.push((i, gen_token));
+                    processed.push((i, step.generates));
                 }
             }
         }
@@ -631,7 +618,7 @@ pub fn replay(
                 continue;
             }
             gen_count += 1;
-            if generated[i] == 1 {
+            if state[i].generated == 1 {
                 rec.first_token_s = end_s;
             } else {
                 let gap = end_s - last_token_s[i];
@@ -639,12 +626,12 @@ pub fn replay(
                 tbt_gaps_s.push(gap);
             }
             last_token_s[i] = end_s;
-            if generated[i] == reqs[i].output_tokens {
+            if state[i].generated == reqs[i].output_tokens {
                 rec.completion_s = end_s;
                 finished += 1;
-                kv_used -= limits.occupied(held[i]);
+                kv_used -= limits.occupied(state[i].held);
                 running -= 1;
-                held[i] = 0;
+                state[i].held = 0;
             }
         }
         batches.push(BatchRecord {
@@ -662,10 +649,10 @@ pub fn replay(
         prev_end = end_s;
     }
 
-    if let Some(i) = (0..n).find(|&i| generated[i] < reqs[i].output_tokens) {
+    if let Some(i) = (0..n).find(|&i| state[i].generated < reqs[i].output_tokens) {
         return Err(ReplayError::NeverFinished {
             request: i as u32,
-            generated: generated[i],
+            generated: state[i].generated,
             output: reqs[i].output_tokens,
             batches: schedule.batches.len(),
         });

@@ -33,7 +33,7 @@
 //! later request's), hence that exception. The exhaustive-search tests check the claim:
 //! the model with chunk arcs dropped matches the search with chunking allowed.
 
-use infersched_core::{Action, Batch, Entry, Limits, Schedule, Workload};
+use infersched_core::{Action, Batch, Entry, Limits, RequestState, Schedule, Workload};
 
 use crate::PolicyConstraints;
 
@@ -57,35 +57,32 @@ pub fn chunking_never_helps(w: &Workload, limits: &Limits, class: &PolicyConstra
 pub fn merge_prefill_chunks(w: &Workload, schedule: &Schedule) -> Schedule {
     let reqs = w.requests();
     // Per request: KV held in the original and in the merged schedule, tokens generated.
-    let mut held = vec![0u64; reqs.len()];
+    let mut state = vec![RequestState::default(); reqs.len()];
     let mut merged_held = vec![0u64; reqs.len()];
-    let mut generated = vec![0u32; reqs.len()];
     let mut batches = Vec::with_capacity(schedule.batches.len());
     for b in &schedule.batches {
         let mut entries = Vec::with_capacity(b.entries.len());
         for e in &b.entries {
             let i = e.request as usize;
-            let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
             match e.action {
                 Action::Evict => {
-                    held[i] = 0;
+                    state[i].evict();
                     if merged_held[i] > 0 {
                         merged_held[i] = 0;
                         entries.push(*e);
                     }
                 }
                 Action::Process(c) => {
-                    held[i] += u64::from(c);
-                    if held[i] == known {
+                    let step = state[i].process(&reqs[i], u64::from(c));
+                    if step.generates {
                         // Completes the phase (or is a decode): everything not yet
                         // processed in the merged schedule runs here.
-                        let tokens = known - merged_held[i];
+                        let tokens = step.after - merged_held[i];
                         entries.push(Entry::process(
                             e.request,
                             u32::try_from(tokens).expect("at most I + O tokens"),
                         ));
-                        merged_held[i] = known;
-                        generated[i] += 1;
+                        merged_held[i] = step.after;
                     }
                 }
             }

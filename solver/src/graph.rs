@@ -4,7 +4,7 @@
 //! its exact contribution to the batch features, the quadratic prefill-attention term
 //! included, so the model needs no approximation.
 
-use infersched_core::{BatchFeatures, Limits, Request};
+use infersched_core::{BatchFeatures, Limits, Request, RequestState};
 
 /// What an arc does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,13 +233,20 @@ impl StateGraph {
                 &[(m, false)]
             };
             for &(m0, evict_first) in froms {
-                let decode = g >= 1 && m0 + 1 == known;
+                let from = RequestState {
+                    held: u64::from(m0),
+                    generated: g,
+                };
+                let decode = from.is_decode_ready(r);
                 for c in 1..=known - m0 {
                     if !decode && c > max_chunk {
                         break;
                     }
-                    let after = m0 + c;
-                    let generates = after == known;
+                    let step = {
+                        let mut s = from;
+                        s.process(r, u64::from(c))
+                    };
+                    let (after, generates) = (m0 + c, step.generates);
                     if no_chunk && !decode && !generates {
                         continue;
                     }

@@ -1,7 +1,7 @@
 //! What a solve asks: the objective, the policy class searched, and the knobs of the
 //! methods (time and memory limits, HiGHS settings, the warm start).
 
-use infersched_core::{Limits, Schedule, Summary, Workload};
+use infersched_core::{Limits, RequestState, Schedule, Summary, Workload};
 use infersched_schedulers::SchedulerKind;
 use serde::Serialize;
 
@@ -55,8 +55,7 @@ impl PolicyConstraints {
     /// Whether `schedule` (already replayed as valid under `limits`) belongs to this class.
     pub fn admits(&self, w: &Workload, limits: &Limits, schedule: &Schedule) -> bool {
         let reqs = w.requests();
-        let mut held = vec![0u64; reqs.len()];
-        let mut generated = vec![0u32; reqs.len()];
+        let mut state = vec![RequestState::default(); reqs.len()];
         let mut first_batch = vec![usize::MAX; reqs.len()];
         for (j, b) in schedule.batches.iter().enumerate() {
             for e in &b.entries {
@@ -81,27 +80,23 @@ impl PolicyConstraints {
             let (mut prefill, mut decode) = (false, false);
             for e in &b.entries {
                 let i = e.request as usize;
-                let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
                 match e.action {
                     infersched_core::Action::Evict => {
                         if self.no_evict {
                             return false;
                         }
-                        held[i] = 0;
+                        state[i].evict();
                     }
                     infersched_core::Action::Process(c) => {
-                        let is_decode = generated[i] >= 1 && held[i] + 1 == known;
-                        held[i] += u64::from(c);
-                        if is_decode {
+                        let step = state[i].process(&reqs[i], u64::from(c));
+                        if step.decode {
                             decode = true;
                         } else {
                             prefill = true;
-                            if self.no_chunk && held[i] != known {
+                            // A chunk that does not complete its phase.
+                            if self.no_chunk && !step.generates {
                                 return false;
                             }
-                        }
-                        if held[i] == known {
-                            generated[i] += 1;
                         }
                     }
                 }
@@ -118,7 +113,7 @@ impl PolicyConstraints {
                     .enumerate()
                     .filter(|&(i, r)| {
                         first_batch[i] <= j
-                            && (generated[i] < r.output_tokens
+                            && (!state[i].finished(r)
                                 || b.entries.iter().any(|e| e.request as usize == i))
                     })
                     .map(|(_, r)| limits.occupied(r.max_kv_tokens()))
