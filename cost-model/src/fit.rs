@@ -46,6 +46,24 @@ pub enum FitError {
     /// f64 arithmetic); nothing is written.
     #[error("the fit is not a finite number: {0}")]
     NotFinite(String),
+    /// Fitting one sample set of several failed.
+    #[error("fitting {input}: {source}")]
+    Input {
+        /// The set's name.
+        input: String,
+        /// Why.
+        source: Box<FitError>,
+    },
+    /// Two sample sets carry the same feature: which coefficient to keep is undefined.
+    #[error(
+        "feature {feature} is in more than one input ({input} and an earlier one); fit each feature from one file"
+    )]
+    FeatureInTwoInputs {
+        /// The feature.
+        feature: String,
+        /// The later set that has it.
+        input: String,
+    },
 }
 
 /// Measured batch times and their features.

@@ -13,6 +13,7 @@
 
 pub mod breakdown;
 pub mod fit;
+pub mod fit_file;
 pub mod hardware;
 pub mod linear;
 pub mod presets;
@@ -20,6 +21,7 @@ pub mod roofline;
 
 pub use breakdown::{TERM_NAMES, TimeBreakdown};
 pub use fit::{FitError, FitReport, FitStats, Samples, fit_nnls, nnls};
+pub use fit_file::{FitInput, InputFit, fit_coefficient_file};
 pub use hardware::{
     DEFAULT_GPU_MEMORY_UTILIZATION, GpuSpec, HardwareError, ModelSpec, kv_capacity_tokens,
 };
