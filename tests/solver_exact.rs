@@ -647,6 +647,98 @@ fn counting_search_equals_the_milp_on_identical_requests() {
 }
 
 #[test]
+fn counting_search_is_exact_for_whole_prefills_under_token_budgets() {
+    // With C (and P) the counting search answers the no-chunk class exactly: per batch it
+    // enforces the budgets, and the class has no partial-prefill arcs. The MILP of the same
+    // class agrees; the unrestricted MILP can only be better (chunks fill leftover budget).
+    let cost = preset("llama2-7b-a100").unwrap();
+    let r = |i, o| Request {
+        input_tokens: i,
+        output_tokens: o,
+        arrival_s: 0.0,
+    };
+    let cases = [
+        (vec![r(6, 3); 4], 20, Some(8), None, Objective::Makespan),
+        (vec![r(6, 3); 4], 20, Some(8), None, Objective::MeanLatency),
+        (
+            vec![r(5, 2), r(5, 2), r(3, 3), r(3, 3)],
+            14,
+            Some(7),
+            Some(5),
+            Objective::Makespan,
+        ),
+        (
+            vec![r(5, 2), r(5, 2), r(3, 3), r(3, 3)],
+            14,
+            Some(7),
+            Some(5),
+            Objective::MeanTtft,
+        ),
+    ];
+    let no_chunk = PolicyConstraints {
+        no_chunk: true,
+        ..PolicyConstraints::default()
+    };
+    for (reqs, m, c, p, objective) in cases {
+        let w = Workload::new(reqs).unwrap();
+        let limits = Limits {
+            kv_capacity: Some(m),
+            token_budget: c,
+            prefill_budget: p,
+            ..Limits::unlimited()
+        };
+        let counted = solve(&w, &limits, &cost, objective, &exact_options(no_chunk)).unwrap();
+        assert_eq!(
+            (counted.method, counted.status),
+            (SolveMethod::CountingSearch, SolveStatus::Optimal),
+            "{objective:?}"
+        );
+        assert!(no_chunk.admits(&w, &limits, &counted.schedule));
+        let milp = solve(
+            &w,
+            &limits,
+            &cost,
+            objective,
+            &SolveOptions {
+                max_search_states: 0,
+                horizon: (objective != Objective::Makespan)
+                    .then_some(counted.schedule.batches.len() + 2),
+                ..exact_options(no_chunk)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            (milp.method, milp.status),
+            (SolveMethod::Milp, SolveStatus::Optimal),
+            "{objective:?}"
+        );
+        let rel = (milp.replayed_objective - counted.replayed_objective).abs()
+            / counted.replayed_objective;
+        assert!(
+            rel < 1e-7,
+            "{objective:?}: MILP {} vs counting search {}",
+            milp.replayed_objective,
+            counted.replayed_objective
+        );
+        // Chunks allowed: not the counting search's question, and never worse, even
+        // stopped early (the whole-prefill optimum is among its starting schedules).
+        let any = solve(
+            &w,
+            &limits,
+            &cost,
+            objective,
+            &SolveOptions {
+                time_limit_s: 3.0,
+                ..exact_options(PolicyConstraints::default())
+            },
+        )
+        .unwrap();
+        assert_eq!(any.method, SolveMethod::Milp, "{objective:?}");
+        assert!(any.replayed_objective <= counted.replayed_objective * (1.0 + 1e-9));
+    }
+}
+
+#[test]
 fn independent_groups_agree_with_the_whole_workload_milp() {
     // Two bursts of tiny requests with arrivals, mostly far apart (the best heuristic serves
     // each burst before the next arrives), some close enough to compete. Reference: the

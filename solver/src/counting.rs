@@ -49,6 +49,16 @@ struct Slot {
 /// distinct requests, each with its own choices, multiply them).
 const MAX_MOVES: usize = 50_000;
 
+/// What a batch holds while its moves are enumerated: KV after it, requests holding KV,
+/// tokens processed and prefill tokens (the last two against C and P).
+#[derive(Debug, Clone, Copy, Default)]
+struct Load {
+    kv: u64,
+    holders: u64,
+    tokens: u64,
+    prefill: u64,
+}
+
 /// What a batch does: how many requests of `(class, arc)` take it.
 type Move = Vec<(usize, usize, u16)>;
 
@@ -259,6 +269,15 @@ impl Search<'_> {
             .collect();
         // Admissible estimate of what is left from a count vector.
         let estimate = |counts: &[u16]| -> f64 {
+            // A request on a state from which it cannot finish under the limits (with P, an
+            // evicted request whose refill I + G no longer fits a batch): a dead end.
+            if counts
+                .iter()
+                .zip(&remaining)
+                .any(|(&c, r)| c > 0 && !r.0.is_finite())
+            {
+                return f64::INFINITY;
+            }
             match objective {
                 // Remaining batches B >= the longest path and >= area / M; batches with a
                 // prefill P >= pending prefill KV / M; each batch costs the bias, and each
@@ -303,13 +322,12 @@ impl Search<'_> {
         for (k, &size) in sizes.iter().enumerate() {
             start[self.position[&(k, StateGraph::START)]] = size;
         }
-        let goal: Vec<u16> = {
-            let mut v = vec![0u16; self.slots.len()];
-            for (k, &size) in sizes.iter().enumerate() {
-                v[self.position[&(k, self.graphs[k].finished())]] = size;
-            }
-            v
-        };
+        // A class whose finished state is unreachable (a whole prompt over C or P) has no
+        // schedule of whole prefills: nothing to search.
+        let mut goal = vec![0u16; self.slots.len()];
+        for (k, &size) in sizes.iter().enumerate() {
+            goal[*self.position.get(&(k, self.graphs[k].finished()))?] = size;
+        }
         let mut ids: HashMap<Vec<u16>, usize> = HashMap::new();
         let mut nodes: Vec<Node> = Vec::new();
         ids.insert(start.clone(), 0);
@@ -379,6 +397,9 @@ impl Search<'_> {
                     None => {
                         let j = nodes.len();
                         let f = g2 + estimate(&next);
+                        if !f.is_finite() {
+                            continue;
+                        }
                         ids.insert(next.clone(), j);
                         nodes.push((next, g2, Some((id, mv))));
                         open.push(Open { f, g: g2, id: j });
@@ -401,8 +422,9 @@ impl Search<'_> {
             overflow: bool,
         }
         impl Walk<'_> {
-            /// Distributes the requests of occupied slot `o` and after.
-            fn go(&mut self, o: usize, counts: &[u16], kv: u64, holders: u64) {
+            /// Distributes the requests of occupied slot `o` and after; `load` is what the
+            /// batch holds so far: KV after it, KV holders, tokens, prefill tokens.
+            fn go(&mut self, o: usize, counts: &[u16], load: Load) {
                 let s = self.search;
                 if self.overflow {
                     return;
@@ -420,7 +442,7 @@ impl Search<'_> {
                 let free = arcs.iter().copied().find(|&a| g.arcs[a].kv == 0);
                 let holding: Vec<usize> =
                     arcs.iter().copied().filter(|&a| g.arcs[a].kv > 0).collect();
-                self.assign(o, counts, &holding, 0, n, free, kv, holders);
+                self.assign(o, counts, &holding, 0, n, free, load);
             }
 
             #[allow(clippy::too_many_arguments)]
@@ -432,8 +454,7 @@ impl Search<'_> {
                 h: usize,
                 left: u16,
                 free: Option<usize>,
-                kv: u64,
-                holders: u64,
+                load: Load,
             ) {
                 let s = self.search;
                 let class = s.slots[self.occupied[o]].class;
@@ -441,27 +462,42 @@ impl Search<'_> {
                     if left > 0 {
                         let Some(a) = free else { return };
                         self.mv.push((class, a, left));
-                        self.go(o + 1, counts, kv, holders);
+                        self.go(o + 1, counts, load);
                         self.mv.pop();
                     } else {
-                        self.go(o + 1, counts, kv, holders);
+                        self.go(o + 1, counts, load);
                     }
                     return;
                 }
                 let a = holding[h];
-                let arc_kv = s.graphs[class].arcs[a].kv;
+                let arc = &s.graphs[class].arcs[a];
+                let (tokens, prefill) = match arc.kind {
+                    ArcKind::Process { c, decode, .. } => {
+                        (u64::from(c), if decode { 0 } else { u64::from(c) })
+                    }
+                    _ => (0, 0),
+                };
                 for take in (0..=left).rev() {
                     let t = u64::from(take);
-                    let (kv2, holders2) = (kv + arc_kv * t, holders + t);
-                    if s.limits.kv_capacity.is_some_and(|m| kv2 > m)
-                        || s.limits.max_running.is_some_and(|r| holders2 > r)
+                    let next = Load {
+                        kv: load.kv + arc.kv * t,
+                        holders: load.holders + t,
+                        tokens: load.tokens + tokens * t,
+                        prefill: load.prefill + prefill * t,
+                    };
+                    if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
+                        || s.limits.max_running.is_some_and(|r| next.holders > r)
+                        || s.limits.token_budget.is_some_and(|c| next.tokens > c)
+                        || s.limits
+                            .effective_prefill_budget()
+                            .is_some_and(|p| next.prefill > p)
                     {
                         continue;
                     }
                     if take > 0 {
                         self.mv.push((class, a, take));
                     }
-                    self.assign(o, counts, holding, h + 1, left - take, free, kv2, holders2);
+                    self.assign(o, counts, holding, h + 1, left - take, free, next);
                     if take > 0 {
                         self.mv.pop();
                     }
@@ -513,7 +549,7 @@ impl Search<'_> {
             mv: Vec::new(),
             overflow: false,
         };
-        walk.go(0, counts, 0, 0);
+        walk.go(0, counts, Load::default());
         (!walk.overflow).then_some(walk.out)
     }
 
@@ -577,17 +613,20 @@ impl Search<'_> {
     }
 }
 
-/// The counting search (module `counting`) for an offline workload without C, P or FCFS:
-/// a report with the proven optimum, or None when it gave up (too many states).
-pub(crate) fn solve_by_counting(
+/// The counting search over whole-prefill schedules (the `no-chunk` class plus `class`'s
+/// other constraints) of an offline workload without FCFS, with a deadline: the optimum of
+/// that class, replayed, or None when it gave up (too many states or past `deadline`).
+/// C and P are enforced per batch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unchunked_optimum(
     w: &Workload,
     limits: &Limits,
     cost: &LinearCostModel,
     objective: Objective,
-    options: &SolveOptions,
-    started: Instant,
-) -> Result<Option<SolveReport>, SolveError> {
-    let class = options.constraints;
+    class: &PolicyConstraints,
+    max_states: usize,
+    deadline: Instant,
+) -> Result<Option<(Found, f64)>, SolveError> {
     let members = request_classes(w, true);
     let reqs = w.requests();
     let Ok(sizes) = members
@@ -599,15 +638,12 @@ pub(crate) fn solve_by_counting(
     };
     let unchunked = PolicyConstraints {
         no_chunk: true,
-        ..class
+        ..*class
     };
     let graphs: Vec<StateGraph> = members
         .iter()
         .map(|m| class_graph(&reqs[m[0]], limits, &unchunked))
         .collect();
-    let t_solve = Instant::now();
-    // Half the time limit at most; the MILP gets what is left.
-    let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
     let Some(found) = search(
         &graphs,
         &sizes,
@@ -616,12 +652,11 @@ pub(crate) fn solve_by_counting(
         cost,
         objective,
         class.no_mix,
-        options.max_search_states,
+        max_states,
         deadline,
     ) else {
         return Ok(None);
     };
-    let solve_s = t_solve.elapsed().as_secs_f64();
     let r = replay(w, limits, cost, &found.schedule)?;
     let replayed = objective.of(&Summary::from_replay(&r));
     // The search counts time from the common arrival; makespan is from 0.
@@ -636,6 +671,38 @@ pub(crate) fn solve_by_counting(
             "the counting search's optimum {searched} s does not replay ({replayed} s)"
         )));
     }
+    Ok(Some((found, replayed)))
+}
+
+/// The counting search (module `counting`) where it is exact: an offline workload without
+/// FCFS whose optimum needs no chunked prefill (no C and P, see [`crate::dominance`]) or
+/// whose class forbids it (`no-chunk`). A report with the proven optimum, or None when it
+/// gave up (too many states, or half the time limit).
+pub(crate) fn solve_by_counting(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    started: Instant,
+) -> Result<Option<SolveReport>, SolveError> {
+    let class = options.constraints;
+    let t_solve = Instant::now();
+    // Half the time limit at most; the MILP gets what is left.
+    let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
+    let Some((found, replayed)) = unchunked_optimum(
+        w,
+        limits,
+        cost,
+        objective,
+        &class,
+        options.max_search_states,
+        deadline,
+    )?
+    else {
+        return Ok(None);
+    };
+    let solve_s = t_solve.elapsed().as_secs_f64();
     Ok(Some(SolveReport {
         status: SolveStatus::Optimal,
         method: SolveMethod::CountingSearch,

@@ -37,14 +37,17 @@ use infersched_core::{Action, Batch, Entry, Limits, RequestState, Schedule, Work
 
 use crate::PolicyConstraints;
 
+/// Whether every request of `w` arrives at the same time.
+pub fn offline(w: &Workload) -> bool {
+    w.requests()
+        .windows(2)
+        .all(|p| p[0].arrival_s == p[1].arrival_s)
+}
+
 /// Whether, for `w` under `limits` and `class`, the model may drop partial-prefill arcs
 /// without losing optimality (see the module documentation).
 pub fn chunking_never_helps(w: &Workload, limits: &Limits, class: &PolicyConstraints) -> bool {
-    let offline = w
-        .requests()
-        .windows(2)
-        .all(|p| p[0].arrival_s == p[1].arrival_s);
-    offline
+    offline(w)
         && limits.token_budget.is_none()
         && limits.effective_prefill_budget().is_none()
         && !class.fcfs

@@ -377,16 +377,54 @@ pub fn solve(
             t_build,
         );
     }
-    // The counting search is optimal over all schedules; an explicit horizon asks for the
-    // best of at most J batches, which is the MILP's question.
-    if options.max_search_states > 0
+    // The counting search over whole prefills is exact where chunking never helps
+    // (optimal over all schedules) or the class forbids it; an explicit horizon asks for
+    // the best of at most J batches, which is the MILP's question.
+    let counting_applies = options.max_search_states > 0
         && options.horizon.is_none()
-        && dominance::chunking_never_helps(w, limits, &class)
+        && dominance::offline(w)
+        && !class.fcfs;
+    let counting_exact =
+        counting_applies && (class.no_chunk || dominance::chunking_never_helps(w, limits, &class));
+    if counting_exact
         && let Some(report) =
             counting::solve_by_counting(w, limits, cost, objective, options, t_build)?
     {
         return Ok(report);
     }
+    // With C or P it is not exact (a chunk can fill a batch's leftover budget), but its
+    // optimum over whole prefills is a schedule: the MILP starts from it when it is better.
+    let warm = if counting_applies && !counting_exact {
+        let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.1);
+        match counting::unchunked_optimum(
+            w,
+            limits,
+            cost,
+            objective,
+            &class,
+            options.max_search_states,
+            deadline,
+        )? {
+            Some((found, value))
+                if warm
+                    .as_ref()
+                    .is_none_or(|best| value < best.objective_value(objective)) =>
+            {
+                let replay = infersched_core::replay(w, limits, cost, &found.schedule)?;
+                Some(portfolio::BestHeuristic {
+                    name: format!(
+                        "counting search over whole prefills (states: {})",
+                        found.expanded
+                    ),
+                    schedule: found.schedule,
+                    replay,
+                })
+            }
+            _ => warm,
+        }
+    } else {
+        warm
+    };
     let (combinatorial, warm) = with_phase_bound(0.25, 0.05, warm);
     let problem = arcflow::ArcFlowProblem {
         w,

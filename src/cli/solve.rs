@@ -6,7 +6,7 @@ use clap::Args;
 use infersched::cost_model;
 use infersched::produce::produce_optimal;
 use infersched::schedulers::SchedulerKind;
-use infersched::solver::{Objective, SolveOptions};
+use infersched::solver::{Objective, PolicyConstraints, SolveOptions};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -134,9 +134,14 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
             report.bound_method.name()
         ),
         infersched::solver::SolveMethod::CountingSearch => outln!(
-            "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over all schedules",
+            "  method                counting search (offline, identical-request classes): {} states, {:.2} s; optimal over {}",
             report.states_expanded.unwrap_or(0),
-            report.solve_s
+            report.solve_s,
+            if report.constraints == PolicyConstraints::default() {
+                "all schedules"
+            } else {
+                "the policy class"
+            }
         ),
         infersched::solver::SolveMethod::Milp => {
             let size = report.model.unwrap_or(infersched::solver::ModelSize {
