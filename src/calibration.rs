@@ -313,3 +313,170 @@ mod tests {
         assert_eq!(short_gpu_name("Tesla V100"), "v100");
     }
 }
+
+/// A GPU calibration's settings: what `infersched calibrate` measures.
+#[derive(Debug, Clone)]
+pub struct GpuCalibration {
+    /// The model whose layer is measured.
+    pub model: ModelSpec,
+    /// Tensor-parallel degree (heads and MLP width per GPU divided by it).
+    pub tensor_parallel: u32,
+    /// GPU ordinal.
+    pub gpu: usize,
+    /// Largest batch in tokens to calibrate for.
+    pub max_tokens: u32,
+    /// Warm-up runs per measurement.
+    pub warmup: usize,
+    /// Timed runs per measurement (the median is kept).
+    pub repeats: usize,
+}
+
+/// What a GPU calibration reports while it runs (to a progress display, a log, a test).
+#[derive(Debug)]
+pub enum CalibrationEvent<'a> {
+    /// The GPU is open and the plan made.
+    Started {
+        /// The GPU's name.
+        gpu: &'a str,
+        /// Measurements planned.
+        measurements: usize,
+    },
+    /// One attention kernel checked against the CPU reference.
+    AttentionChecked(&'a crate::kernels_calibration::gpu::AttentionCheck),
+    /// Measurement `done` of `total` is finished; `next` describes the one after it.
+    Measured {
+        /// Measurements done.
+        done: usize,
+        /// Measurements planned.
+        total: usize,
+        /// The next measurement, or empty after the last.
+        next: String,
+    },
+}
+
+/// What a GPU calibration produced.
+#[derive(Debug, Clone)]
+pub enum GpuCalibrationResult {
+    /// Only the attention kernels were checked (they agree with the CPU reference).
+    KernelsChecked {
+        /// The GPU's name.
+        gpu: String,
+        /// Largest difference from the CPU reference.
+        max_abs_error: f64,
+    },
+    /// The whole plan was measured: the run's provenance and its samples (fit them with
+    /// [`write_calibration`]).
+    Measured(Box<RunInfo>, Vec<Sample>),
+}
+
+impl GpuCalibration {
+    /// Opens the GPU, checks the attention kernels against the CPU reference (nothing is
+    /// measured when they disagree), and, unless `check_only`, times every batch of the
+    /// measurement plan, reporting progress to `observe`.
+    pub fn run(
+        &self,
+        check_only: bool,
+        observe: &mut dyn FnMut(CalibrationEvent<'_>),
+    ) -> anyhow::Result<GpuCalibrationResult> {
+        use crate::kernels_calibration::{self as kc, gpu};
+        gpu::LayerShape::of(&self.model, self.tensor_parallel)?;
+        let (ctx, info) = kc::probe(self.gpu)?;
+        let limits = kc::PlanLimits {
+            max_tokens: self.max_tokens,
+            ..kc::PlanLimits::default()
+        };
+        let plan = kc::plan(&limits);
+        observe(CalibrationEvent::Started {
+            gpu: &info.name,
+            measurements: plan.len(),
+        });
+        let mut runner = kc::LayerRunner::new(&ctx, &self.model, self.tensor_parallel, &limits)?;
+        // The attention kernels must compute attention before their times mean anything.
+        let checks = runner.check_attention()?;
+        let mut check_max = 0.0f64;
+        for c in &checks {
+            observe(CalibrationEvent::AttentionChecked(c));
+            check_max = check_max.max(c.max_abs_error);
+        }
+        if !checks.iter().all(gpu::AttentionCheck::passed) {
+            anyhow::bail!(
+                "the attention kernels disagree with the CPU reference (tolerance {:e}); nothing was measured",
+                gpu::ATTENTION_CHECK_TOLERANCE
+            );
+        }
+        if check_only {
+            return Ok(GpuCalibrationResult::KernelsChecked {
+                gpu: info.name.clone(),
+                max_abs_error: check_max,
+            });
+        }
+        let mut all = Vec::with_capacity(plan.len());
+        for (k, m) in plan.iter().enumerate() {
+            let ms = runner.time(m, self.warmup, self.repeats)?;
+            all.push(Sample::of(m, ms));
+            observe(CalibrationEvent::Measured {
+                done: k + 1,
+                total: plan.len(),
+                next: plan.get(k + 1).map(samples::describe).unwrap_or_default(),
+            });
+        }
+        let run = RunInfo {
+            model: self.model.clone(),
+            tensor_parallel: self.tensor_parallel,
+            gpu_name: info.name.clone(),
+            gpu_memory_bytes: info.memory_bytes,
+            compute_capability: format!(
+                "{}.{}",
+                info.compute_capability.0, info.compute_capability.1
+            ),
+            driver_cuda_version: info.driver_cuda_version,
+            nvrtc_version: format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
+            gpu_clocks: Some(GpuClocks {
+                multiprocessors: info.multiprocessors,
+                sm_clock_mhz: info.sm_clock_mhz,
+                memory_clock_mhz: info.memory_clock_mhz,
+            }),
+            repeats: self.repeats,
+            warmup: self.warmup,
+            attention_check_max_abs_error: Some(check_max),
+            attention_source: None,
+        };
+        Ok(GpuCalibrationResult::Measured(Box::new(run), all))
+    }
+}
+
+/// A recorded run read back from `dir` (`samples.csv`, `validation.csv` when the run had
+/// composite batches, `run.json`), with the attention terms' times replaced by those in
+/// `attention_times` (`attention-vs-pytorch.csv`) when given: what
+/// `calibrate --from-samples` refits, no GPU needed.
+pub fn read_recorded_run(
+    dir: &Path,
+    attention_times: Option<&Path>,
+) -> anyhow::Result<(RunInfo, Vec<Sample>)> {
+    use anyhow::Context as _;
+    let read = |name: &str| -> anyhow::Result<Vec<Sample>> {
+        let p = dir.join(name);
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        Ok(samples::read_csv(&text, &p.display().to_string())?)
+    };
+    let mut all = read("samples.csv")?;
+    // A run without composite batches (a -fa2 refit) has no validation.csv.
+    if dir.join("validation.csv").exists() {
+        all.extend(read("validation.csv")?);
+    }
+    let p = dir.join("run.json");
+    let mut run: RunInfo = serde_json::from_str(
+        &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
+    )
+    .with_context(|| format!("{}: not a calibration run.json", p.display()))?;
+    if let Some(t) = attention_times {
+        let text =
+            std::fs::read_to_string(t).with_context(|| format!("reading {}", t.display()))?;
+        all = samples::with_attention_times(&all, &text, &t.display().to_string())?;
+        run.attention_source = Some(attention_source(
+            &t.file_name().unwrap_or_default().to_string_lossy(),
+        ));
+    }
+    Ok((run, all))
+}

@@ -60,117 +60,64 @@ pub(crate) fn calibration_model(spec: &str) -> Result<cost_model::ModelSpec> {
 }
 
 pub(crate) fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
-    use infersched::calibration::{RunInfo, write_calibration};
-    use infersched::kernels_calibration::{self as kc, samples};
+    use infersched::calibration::{
+        CalibrationEvent, GpuCalibration, GpuCalibrationResult, read_recorded_run,
+        write_calibration,
+    };
     let (run, all) = if let Some(dir) = &a.from_samples {
-        let read = |name: &str| -> Result<Vec<samples::Sample>> {
-            let p = dir.join(name);
-            let text =
-                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(samples::read_csv(&text, &p.display().to_string())?)
-        };
-        let mut all = read("samples.csv")?;
-        // A run without composite batches (a -fa2 refit) has no validation.csv.
-        if dir.join("validation.csv").exists() {
-            all.extend(read("validation.csv")?);
-        }
-        let p = dir.join("run.json");
-        let mut run: RunInfo = serde_json::from_str(
-            &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
-        )
-        .with_context(|| format!("{}: not a calibration run.json", p.display()))?;
-        if let Some(t) = &a.attention_times {
-            let text =
-                std::fs::read_to_string(t).with_context(|| format!("reading {}", t.display()))?;
-            all = samples::with_attention_times(&all, &text, &t.display().to_string())?;
-            run.attention_source = Some(infersched::calibration::attention_source(
-                &t.file_name().unwrap_or_default().to_string_lossy(),
-            ));
-        }
-        (run, all)
+        read_recorded_run(dir, a.attention_times.as_deref())?
     } else {
-        let model = calibration_model(a.model.as_deref().unwrap_or_default())?;
-        kc::gpu::LayerShape::of(&model, a.tp)?;
-        let (ctx, info) = kc::probe(a.gpu)?;
-        let limits = kc::PlanLimits {
+        let calibration = GpuCalibration {
+            model: calibration_model(a.model.as_deref().unwrap_or_default())?,
+            tensor_parallel: a.tp,
+            gpu: a.gpu,
             max_tokens: a.max_tokens,
-            ..kc::PlanLimits::default()
+            warmup: a.warmup,
+            repeats: a.repeats,
         };
-        let plan = kc::plan(&limits);
-        eprintln!(
-            "calibrating {} (TP {}) on {} ({} measurements)",
-            model.name,
-            a.tp,
-            info.name,
-            plan.len()
-        );
-        let mut runner = kc::LayerRunner::new(&ctx, &model, a.tp, &limits)?;
-        // The attention kernels must compute attention before their times mean anything.
-        let checks = runner.check_attention()?;
-        let mut check_max = 0.0f64;
-        for c in &checks {
-            eprintln!(
+        let bar = indicatif::ProgressBar::hidden();
+        let mut observe = |event: CalibrationEvent<'_>| match event {
+            CalibrationEvent::Started { gpu, measurements } => {
+                eprintln!(
+                    "calibrating {} (TP {}) on {gpu} ({measurements} measurements)",
+                    calibration.model.name, a.tp
+                );
+            }
+            CalibrationEvent::AttentionChecked(c) => eprintln!(
                 "attention check: {}: max |error| {:.2e} against the CPU reference, KV append {}",
                 c.case,
                 c.max_abs_error,
                 if c.kv_append_ok { "ok" } else { "WRONG" }
-            );
-            check_max = check_max.max(c.max_abs_error);
-        }
-        if !checks.iter().all(kc::gpu::AttentionCheck::passed) {
-            bail!(
-                "the attention kernels disagree with the CPU reference (tolerance {:e}); nothing was measured",
-                kc::gpu::ATTENTION_CHECK_TOLERANCE
-            );
-        }
-        if a.check_kernels {
-            outln!(
-                "attention kernels agree with the CPU reference on {}: max |error| {check_max:.2e} (tolerance {:e})",
-                info.name,
-                kc::gpu::ATTENTION_CHECK_TOLERANCE
-            );
-            return Ok(());
-        }
-        let bar = indicatif::ProgressBar::new(plan.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:32}] {pos}/{len} measurements, ETA {eta} {msg}",
-            )?
-            .progress_chars("=> "),
-        );
-        let mut all = Vec::with_capacity(plan.len());
-        for m in &plan {
-            bar.set_message(samples::describe(m));
-            let ms = runner.time(m, a.warmup, a.repeats)?;
-            all.push(samples::Sample::of(m, ms));
-            bar.inc(1);
-            if bar.is_hidden() && all.len() % 50 == 0 {
-                eprintln!("measured {} of {}", all.len(), plan.len());
-            }
-        }
-        bar.finish_and_clear();
-        let run = RunInfo {
-            model,
-            tensor_parallel: a.tp,
-            gpu_name: info.name.clone(),
-            gpu_memory_bytes: info.memory_bytes,
-            compute_capability: format!(
-                "{}.{}",
-                info.compute_capability.0, info.compute_capability.1
             ),
-            driver_cuda_version: info.driver_cuda_version,
-            nvrtc_version: format!("{}.{}", info.nvrtc_version.0, info.nvrtc_version.1),
-            gpu_clocks: Some(infersched::calibration::GpuClocks {
-                multiprocessors: info.multiprocessors,
-                sm_clock_mhz: info.sm_clock_mhz,
-                memory_clock_mhz: info.memory_clock_mhz,
-            }),
-            repeats: a.repeats,
-            warmup: a.warmup,
-            attention_check_max_abs_error: Some(check_max),
-            attention_source: None,
+            CalibrationEvent::Measured { done, total, next } => {
+                if bar.length().is_none() {
+                    bar.set_length(total as u64);
+                    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                    if let Ok(style) = indicatif::ProgressStyle::with_template(
+                        "{elapsed_precise} [{bar:32}] {pos}/{len} measurements, ETA {eta} {msg}",
+                    ) {
+                        bar.set_style(style.progress_chars("=> "));
+                    }
+                }
+                bar.set_position(done as u64);
+                bar.set_message(next);
+                if bar.is_hidden() && done % 50 == 0 {
+                    eprintln!("measured {done} of {total}");
+                }
+            }
         };
-        (run, all)
+        let result = calibration.run(a.check_kernels, &mut observe);
+        bar.finish_and_clear();
+        match result? {
+            GpuCalibrationResult::KernelsChecked { gpu, max_abs_error } => {
+                outln!(
+                    "attention kernels agree with the CPU reference on {gpu}: max |error| {max_abs_error:.2e} (tolerance {:e})",
+                    infersched::kernels_calibration::gpu::ATTENTION_CHECK_TOLERANCE
+                );
+                return Ok(());
+            }
+            GpuCalibrationResult::Measured(run, all) => (*run, all),
+        }
     };
     let out = a
         .out
