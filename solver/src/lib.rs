@@ -393,8 +393,13 @@ pub fn solve(
         return Ok(report);
     }
     // With C or P it is not exact (a chunk can fill a batch's leftover budget), but its
-    // optimum over whole prefills is a schedule: the MILP starts from it when it is better.
-    let warm = if counting_applies && !counting_exact {
+    // optimum over whole prefills is a schedule: the MILP starts from it when it is better
+    // (unless the warm start is off or restricted to named heuristics).
+    let warm = if counting_applies
+        && !counting_exact
+        && options.warm_start
+        && options.warm_start_from.is_empty()
+    {
         let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.1);
         match counting::unchunked_optimum(
             w,

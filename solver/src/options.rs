@@ -146,8 +146,10 @@ pub struct SolveOptions {
     /// Start HiGHS from the best heuristic schedule.
     pub warm_start: bool,
     /// The heuristics whose schedules (each with and without preemption and with capped
-    /// running sets) are tried as the warm start; empty means sarathi, vllm-v1, vllm and
-    /// orca. The best one in the policy class also sizes the horizon.
+    /// running sets) are tried as the warm start; empty means sarathi, vllm-v1, vllm,
+    /// orca and mcsf, and, on offline identical-request classes with C or P, the counting
+    /// search's best whole-prefill schedule. The best one in the policy class also sizes
+    /// the horizon.
     pub warm_start_from: Vec<SchedulerKind>,
     /// Policy constraints.
     pub constraints: PolicyConstraints,
