@@ -212,8 +212,8 @@ pub fn validation_plot(name: &str, c: &Calibration) -> Plot {
         y0: 50.0,
         x1: 610.0,
         y1: 490.0,
-        x: axis,
-        y: axis,
+        x: axis.clone(),
+        y: axis.clone(),
     };
     let title = match &c.validation {
         Some(v) => format!(

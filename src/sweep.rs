@@ -1212,11 +1212,13 @@ pub const PLOTTED_METRICS: &[(&str, &str)] = &[
     ("evictions", "evictions"),
 ];
 
-/// A plotted point: (x, y), whether it is unproven, and its bar (from y to the bound).
-type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>);
+/// A plotted point: (x, y), whether it is unproven, its bar (from y to the bound), and
+/// the least and greatest of the runs averaged into it.
+type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>, (f64, f64));
 
 /// Plots of each metric against each swept parameter: one line per scheduler (and
-/// objective, when several), averaged over the other parameters. A point whose optimum is
+/// objective, when several), averaged over the other parameters (seeds included), with a
+/// band from the least to the greatest run; doubling grids on a log axis. A point whose optimum is
 /// not proven has a hollow marker and a bar to the proven bound; failed runs are crosses
 /// on the x axis.
 pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
@@ -1317,7 +1319,12 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
                                 let bar = runs.iter().any(|r| r.1.is_some()).then(|| {
                                     (y, mean(&mut runs.iter().map(|r| r.1.unwrap_or(r.0))))
                                 });
-                                ((axis_value(x), y), unproven, bar)
+                                let spread = runs
+                                    .iter()
+                                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                                        (lo.min(r.0), hi.max(r.0))
+                                    });
+                                ((axis_value(x), y), unproven, bar, spread)
                             })
                             .collect();
                     pts.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
@@ -1331,6 +1338,7 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
                         unproven: pts.iter().map(|p| p.1).collect(),
                         bars: pts.iter().map(|p| p.2).collect(),
                         failed: xs,
+                        spread: pts.iter().map(|p| Some(p.3)).collect(),
                     }
                 })
                 .collect();

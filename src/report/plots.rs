@@ -177,10 +177,7 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
         x1: 940.0,
         y1: 40.0 + row_h * rows as f64,
         x: svg::Axis::covering([0.0, makespan * k], true),
-        y: svg::Axis {
-            lo: 0.0,
-            hi: rows.max(1) as f64,
-        },
+        y: svg::Axis::span(0.0, rows.max(1) as f64),
     };
     let title = if rows < w.len() {
         format!(
@@ -374,10 +371,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         y0: 40.0,
         x1: 940.0,
         y1: 360.0,
-        x: svg::Axis {
-            lo: 0.0,
-            hi: rows.len().max(1) as f64,
-        },
+        x: svg::Axis::span(0.0, rows.len().max(1) as f64),
         y: svg::Axis::covering(values.iter().copied().chain([1.0]), true),
     };
     let norm = match crate::compare::reference(rows) {

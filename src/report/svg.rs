@@ -325,6 +325,24 @@ impl Svg {
         self.body.push_str("/>\n");
     }
 
+    /// A filled polygon (no stroke), e.g. a band between two lines.
+    pub fn polygon(&mut self, points: &[(f64, f64)], fill: &str, opacity: f64) {
+        if points.len() < 3 {
+            return;
+        }
+        self.body.push_str("<polygon points=\"");
+        for (i, (x, y)) in points.iter().enumerate() {
+            if i > 0 {
+                self.body.push(' ');
+            }
+            let _ = write!(self.body, "{x:.2},{y:.2}");
+        }
+        let _ = writeln!(
+            self.body,
+            "\" fill=\"{fill}\" fill-opacity=\"{opacity:.2}\"/>"
+        );
+    }
+
     /// A filled circle.
     pub fn circle(&mut self, x: f64, y: f64, r: f64, fill: &str) {
         let _ = writeln!(
@@ -406,27 +424,35 @@ pub fn render_png(svg: &str) -> Result<Vec<u8>, String> {
     pixmap.encode_png().map_err(|e| format!("PNG: {e}"))
 }
 
-/// A linear axis over `[lo, hi]`.
-#[derive(Debug, Clone, Copy)]
+/// An axis over `[lo, hi]`: linear, or logarithmic for doubling grids; ticks at round
+/// values (integers only, for integer data), or at the data's own values on a log axis.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Axis {
     /// Lower end.
     pub lo: f64,
     /// Upper end.
     pub hi: f64,
+    /// Logarithmic (the data are positive and grow by a constant factor of 2 or more).
+    pub log: bool,
+    /// Ticks only at integers (the data are integers: requests, tokens, evictions).
+    pub integer: bool,
+    /// Ticks at these values instead of round ones (a log axis's data values).
+    pub marks: Vec<f64>,
 }
 
 impl Axis {
-    /// An axis covering `values`, starting at 0 when `from_zero`, padded to nice ticks.
+    /// A linear axis covering `values`, starting at 0 when `from_zero`, padded to nice
+    /// ticks; integer ticks when every value is an integer.
     pub fn covering(values: impl IntoIterator<Item = f64>, from_zero: bool) -> Self {
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for v in values {
-            if v.is_finite() {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
-        }
+        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        let integer = !values.is_empty() && values.iter().all(|v| v.fract() == 0.0);
+        let (mut lo, mut hi) = values
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            });
         if !lo.is_finite() {
-            return Self { lo: 0.0, hi: 1.0 };
+            return Self::linear(0.0, 1.0, false);
         }
         if from_zero {
             lo = lo.min(0.0);
@@ -438,21 +464,91 @@ impl Axis {
                 lo -= pad;
             }
         }
-        let step = nice_step((hi - lo) / 5.0);
-        Self {
-            lo: if from_zero && lo >= 0.0 {
+        let step = Self::step(hi - lo, integer);
+        Self::linear(
+            if from_zero && lo >= 0.0 {
                 lo
             } else {
                 (lo / step).floor() * step
             },
-            hi: (hi / step).ceil() * step,
+            (hi / step).ceil() * step,
+            integer,
+        )
+    }
+
+    /// An axis for a chart's x values (grid parameters): logarithmic with ticks at the
+    /// values when they grow by a constant factor of 2 or more (a doubling grid), else
+    /// linear over the data's own range (a small margin, not padded out to round ticks),
+    /// with integer ticks for integer data.
+    pub fn for_grid(values: impl IntoIterator<Item = f64>) -> Self {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        let geometric = v.len() >= 3 && v[0] > 0.0 && {
+            let r = v[1] / v[0];
+            r >= 2.0 - 1e-9 && v.windows(2).all(|p| ((p[1] / p[0]) / r - 1.0).abs() < 1e-6)
+        };
+        if geometric {
+            let (lo, hi) = (v[0], v[v.len() - 1]);
+            // A twentieth of the span on each side, in log space.
+            let pad = (hi / lo).powf(0.05);
+            return Self {
+                lo: lo / pad,
+                hi: hi * pad,
+                log: true,
+                integer: v.iter().all(|x| x.fract() == 0.0),
+                marks: v,
+            };
+        }
+        let Some((&lo, &hi)) = v.first().zip(v.last()) else {
+            return Self::linear(0.0, 1.0, false);
+        };
+        if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+            return Self::covering([lo], false);
+        }
+        let pad = (hi - lo) * 0.04;
+        Self::linear(lo - pad, hi + pad, v.iter().all(|x| x.fract() == 0.0))
+    }
+
+    /// A linear axis over exactly `[lo, hi]` (rows, bars: positions, not data).
+    pub fn span(lo: f64, hi: f64) -> Self {
+        Self::linear(lo, hi, false)
+    }
+
+    fn linear(lo: f64, hi: f64, integer: bool) -> Self {
+        Self {
+            lo,
+            hi,
+            log: false,
+            integer,
+            marks: Vec::new(),
         }
     }
 
-    /// About five round tick values inside the axis.
+    /// The tick step for a span: about five ticks, at least 1 for integer data.
+    fn step(span: f64, integer: bool) -> f64 {
+        let step = nice_step(span / 5.0);
+        if integer { step.max(1.0).round() } else { step }
+    }
+
+    /// Where `v` falls on the axis, from 0 (`lo`) to 1 (`hi`).
+    pub fn fraction(&self, v: f64) -> f64 {
+        if self.log {
+            (v.max(f64::MIN_POSITIVE).ln() - self.lo.ln()) / (self.hi.ln() - self.lo.ln())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        }
+    }
+
+    /// The tick values inside the axis: the marks where given, else about five round ones.
     pub fn ticks(&self) -> Vec<f64> {
-        let step = nice_step((self.hi - self.lo) / 5.0);
-        let first = (self.lo / step).ceil();
+        if !self.marks.is_empty() {
+            // At most 12 labels: every k-th mark.
+            let k = self.marks.len().div_ceil(12);
+            return self.marks.iter().step_by(k).copied().collect();
+        }
+        let step = Self::step(self.hi - self.lo, self.integer);
+        let first = (self.lo / step - 1e-9).ceil();
         let last = (self.hi / step + 1e-9).floor();
         (first as i64..=last as i64)
             .map(|k| k as f64 * step)
@@ -499,7 +595,7 @@ pub fn tick_label(v: f64) -> String {
 }
 
 /// A plot area: a pixel box and the two axes mapped onto it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Frame {
     /// Left edge (px).
     pub x0: f64,
@@ -518,12 +614,12 @@ pub struct Frame {
 impl Frame {
     /// Pixel x of a data value.
     pub fn px(&self, v: f64) -> f64 {
-        self.x0 + (v - self.x.lo) / (self.x.hi - self.x.lo) * (self.x1 - self.x0)
+        self.x0 + self.x.fraction(v) * (self.x1 - self.x0)
     }
 
     /// Pixel y of a data value.
     pub fn py(&self, v: f64) -> f64 {
-        self.y1 - (v - self.y.lo) / (self.y.hi - self.y.lo) * (self.y1 - self.y0)
+        self.y1 - self.y.fraction(v) * (self.y1 - self.y0)
     }
 
     /// The plot area's background.
@@ -616,35 +712,41 @@ impl Frame {
     }
 }
 
-/// Draws a legend box of `(name, style)` at the top right inside the frame: each entry's
-/// line in its dash with its marker.
+/// The width a legend of these names takes (px).
+pub fn legend_width<'a>(names: impl IntoIterator<Item = &'a str>) -> f64 {
+    let longest = names
+        .into_iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    if longest == 0.0 {
+        0.0
+    } else {
+        46.0 + longest * 6.6
+    }
+}
+
+/// Draws the legend of `(name, style)` to the right of the frame, top aligned: each entry's
+/// line in its dash with its marker (the chart leaves [`legend_width`] for it).
 pub fn legend(svg: &mut Svg, frame: &Frame, items: &[(String, Style)]) {
     if items.is_empty() {
         return;
     }
-    let longest = items
-        .iter()
-        .map(|(n, _)| n.chars().count())
-        .max()
-        .unwrap_or(0) as f64;
-    let w = 42.0 + longest * 7.0;
-    let h = 8.0 + items.len() as f64 * 16.0;
-    let x = frame.x1 - w - 8.0;
-    let y = frame.y0 + 8.0;
-    svg.rect(x, y, w, h, "#ffffff", 0.85);
+    let x = frame.x1 + 10.0;
+    let y = frame.y0;
     for (i, (name, st)) in items.iter().enumerate() {
         let yy = y + 14.0 + i as f64 * 16.0;
         svg.line(
-            x + 6.0,
+            x + 2.0,
             yy - 4.0,
-            x + 34.0,
+            x + 30.0,
             yy - 4.0,
             st.color,
             2.0,
             st.dash,
         );
-        svg.marker(x + 20.0, yy - 4.0, st.marker, st.color, false);
-        svg.text(x + 38.0, yy, name, 11.0, Anchor::Start, 0.0, false);
+        svg.marker(x + 16.0, yy - 4.0, st.marker, st.color, false);
+        svg.text(x + 36.0, yy, name, 11.0, Anchor::Start, 0.0, false);
     }
 }
 
@@ -666,6 +768,9 @@ pub struct Series {
     pub bars: Vec<Option<(f64, f64)>>,
     /// x values where a run of this series failed: a cross on the x axis.
     pub failed: Vec<f64>,
+    /// Per point (empty: none): the least and greatest of the values averaged into it
+    /// (seed replicates, other parameters), drawn as a translucent band.
+    pub spread: Vec<Option<(f64, f64)>>,
 }
 
 /// A labelled horizontal reference line.
@@ -700,13 +805,20 @@ pub fn line_chart(
                 .map(|p| p.1)
                 .chain(s.bars.iter().flatten().flat_map(|&(lo, hi)| [lo, hi]))
         })
+        .chain(
+            series
+                .iter()
+                .flat_map(|s| s.spread.iter().flatten().flat_map(|&(lo, hi)| [lo, hi])),
+        )
         .chain(refs.iter().map(|r| r.y));
+    // The legend goes to the right of the plot, never over the data.
+    let legend_w = legend_width(series.iter().map(|s| s.name.as_str()));
     let frame = Frame {
         x0: bounds.0 + 64.0,
         y0: bounds.1 + 30.0,
-        x1: bounds.2 - 16.0,
+        x1: bounds.2 - 16.0 - legend_w,
         y1: bounds.3 - 46.0,
-        x: Axis::covering(xs, false),
+        x: Axis::for_grid(xs),
         y: Axis::covering(ys, y_from_zero),
     };
     frame.draw_axes(svg, title, x_label, y_label);
@@ -727,6 +839,25 @@ pub fn line_chart(
     for (i, s) in series.iter().enumerate() {
         let style = series_style(&s.name, i);
         let c = style.color;
+        // The band between the least and greatest values behind each point.
+        let band: Vec<(f64, f64, f64)> = s
+            .points
+            .iter()
+            .zip(&s.spread)
+            .filter_map(|(&(x, _), sp)| sp.map(|(lo, hi)| (x, lo, hi)))
+            .collect();
+        if band.len() >= 2 && band.iter().any(|&(_, lo, hi)| hi > lo) {
+            let mut outline: Vec<(f64, f64)> = band
+                .iter()
+                .map(|&(x, _, hi)| (frame.px(x), frame.py(hi)))
+                .collect();
+            outline.extend(
+                band.iter()
+                    .rev()
+                    .map(|&(x, lo, _)| (frame.px(x), frame.py(lo))),
+            );
+            svg.polygon(&outline, c, 0.12);
+        }
         let mut pts = Vec::with_capacity(s.points.len() * 2);
         for (k, &(x, y)) in s.points.iter().enumerate() {
             if s.step && k > 0 {
@@ -757,6 +888,12 @@ pub fn line_chart(
     }
     legend(svg, &frame, &items);
     let mut notes = Vec::new();
+    if series
+        .iter()
+        .any(|s| s.spread.iter().flatten().any(|&(lo, hi)| hi > lo))
+    {
+        notes.push("band: least to greatest of the runs averaged");
+    }
     if series.iter().any(|s| s.unproven.iter().any(|&u| u)) {
         notes.push("hollow: not proven optimal (bar: to the proven bound)");
     }
@@ -791,6 +928,74 @@ mod tests {
         assert!(t.iter().all(|v| (v * 2.0).fract() == 0.0), "{t:?}");
         let flat = Axis::covering([5.0, 5.0], false);
         assert!(flat.lo < 5.0 && flat.hi > 5.0);
+    }
+
+    #[test]
+    fn doubling_grids_get_a_log_axis_with_ticks_at_the_data() {
+        let a = Axis::for_grid([16.0, 4.0, 8.0, 64.0, 32.0, 8.0]);
+        assert!(a.log && a.integer);
+        assert_eq!(a.ticks(), vec![4.0, 8.0, 16.0, 32.0, 64.0]);
+        // Each doubling takes the same width, and the data sit inside the axis.
+        let step = a.fraction(8.0) - a.fraction(4.0);
+        assert!((a.fraction(64.0) - a.fraction(32.0) - step).abs() < 1e-12);
+        assert!(a.fraction(4.0) > 0.0 && a.fraction(64.0) < 1.0);
+    }
+
+    #[test]
+    fn integer_data_get_integer_ticks_and_axes_stop_near_the_data() {
+        let a = Axis::for_grid([1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert!(!a.log && a.integer);
+        assert!(a.lo > 0.5 && a.hi < 5.5, "{a:?}");
+        let t = a.ticks();
+        assert!(!t.is_empty() && t.iter().all(|v| v.fract() == 0.0), "{t:?}");
+        // Evictions 0..2 on a y axis: no 0.5.
+        let y = Axis::covering([0.0, 1.0, 2.0], true);
+        assert!(
+            y.ticks().iter().all(|v| v.fract() == 0.0),
+            "{:?}",
+            y.ticks()
+        );
+        // Fractional data keep fractional ticks.
+        let f = Axis::covering([0.0, 0.3], true);
+        assert!(f.ticks().iter().any(|v| v.fract() != 0.0));
+    }
+
+    #[test]
+    fn spread_bands_and_the_legend_stay_off_the_data() {
+        let series = vec![Series {
+            name: "vllm".into(),
+            points: vec![(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)],
+            markers: true,
+            spread: vec![Some((1.5, 2.5)), Some((2.0, 4.0)), Some((4.0, 4.0))],
+            ..Default::default()
+        }];
+        let mut svg = Svg::new(960, 420);
+        line_chart(
+            &mut svg,
+            (0.0, 0.0, 960.0, 420.0),
+            "t",
+            "x",
+            "y",
+            &series,
+            &[],
+            true,
+        );
+        let doc = svg.finish();
+        assert!(doc.contains("<polygon"), "the band is drawn");
+        assert!(doc.contains("band: least to greatest"));
+        // The legend's label sits right of the plot area (x1 = 960 - 16 - legend width).
+        let x1 = 960.0 - 16.0 - legend_width(["vllm"]);
+        let label = doc
+            .split("<text")
+            .find(|t| t.contains(">vllm<"))
+            .expect("legend label");
+        let x: f64 = label
+            .split("x=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .expect("label x");
+        assert!(x > x1, "legend at {x}, plot ends at {x1}");
     }
 
     #[test]
