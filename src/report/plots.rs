@@ -451,31 +451,85 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
     s
 }
 
-/// Tokens per batch over time (at each batch's start), per scheduler.
+/// Runs longer than this many batches are drawn as means over as many equal time bins.
+pub const TOKEN_BINS: usize = 200;
+
+/// One time bin of [`binned_tokens`]: (its start, the mean tokens per batch), and the least
+/// and greatest batch (None: no batch started in it).
+pub type TokenBin = ((f64, f64), Option<(f64, f64)>);
+
+/// Tokens per batch of `batches` averaged over `bins` equal intervals of their start times
+/// (scaled by `k`): per bin its start, the mean, and the least and greatest batch; a bin
+/// where no batch starts (the GPU idle, waiting for arrivals) has 0 and no range.
+pub fn binned_tokens(batches: &[crate::core::BatchRecord], bins: usize, k: f64) -> Vec<TokenBin> {
+    let Some(last) = batches.last() else {
+        return Vec::new();
+    };
+    let span = last.start_s.max(f64::MIN_POSITIVE);
+    let bins = bins.max(1);
+    // (sum, count, least, greatest) per bin.
+    let mut acc = vec![(0.0f64, 0usize, f64::INFINITY, f64::NEG_INFINITY); bins];
+    for b in batches {
+        let i = (((b.start_s / span) * bins as f64) as usize).min(bins - 1);
+        let t = b.features.tokens as f64;
+        let a = &mut acc[i];
+        *a = (a.0 + t, a.1 + 1, a.2.min(t), a.3.max(t));
+    }
+    acc.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let x = span * i as f64 / bins as f64 * k;
+            if a.1 == 0 {
+                ((x, 0.0), None)
+            } else {
+                ((x, a.0 / a.1 as f64), Some((a.2, a.3)))
+            }
+        })
+        .collect()
+}
+
+/// Tokens per batch over time (at each batch's start), per scheduler: every batch with a
+/// marker up to [`TOKEN_BINS`] batches, else the mean per time bin as steps with a band
+/// from the least to the greatest batch of the bin.
 pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
     let (k, unit) = time_unit(longest_makespan(runs));
+    let mut binned = false;
     let series: Vec<Series> = runs
         .iter()
-        .map(|(name, o)| Series {
-            name: name.to_string(),
-            points: thin(
-                o.replay
-                    .batches
-                    .iter()
-                    .map(|b| (b.start_s * k, b.features.tokens as f64))
-                    .collect(),
-                4000,
-            ),
-            step: false,
-            markers: o.replay.batches.len() <= 200,
-            ..Default::default()
+        .map(|(name, o)| {
+            let batches = &o.replay.batches;
+            if batches.len() <= TOKEN_BINS {
+                return Series {
+                    name: name.to_string(),
+                    points: batches
+                        .iter()
+                        .map(|b| (b.start_s * k, b.features.tokens as f64))
+                        .collect(),
+                    markers: true,
+                    ..Default::default()
+                };
+            }
+            binned = true;
+            let bins = binned_tokens(batches, TOKEN_BINS, k);
+            Series {
+                name: name.to_string(),
+                points: bins.iter().map(|b| b.0).collect(),
+                step: true,
+                spread: bins.iter().map(|b| b.1).collect(),
+                ..Default::default()
+            }
         })
         .collect();
+    let title = if binned {
+        format!("Tokens per batch over time (mean per 1/{TOKEN_BINS} of the run)")
+    } else {
+        "Tokens per batch over time".to_string()
+    };
     let mut s = Svg::new(960, 420);
     svg::line_chart(
         &mut s,
         (0.0, 0.0, 960.0, 420.0),
-        "Tokens per batch over time",
+        &title,
         &format!("batch start ({unit})"),
         "tokens in the batch",
         &series,
@@ -483,4 +537,43 @@ pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
         true,
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{BatchFeatures, BatchRecord};
+
+    fn batch(start_s: f64, tokens: u64) -> BatchRecord {
+        BatchRecord {
+            index: 0,
+            start_s,
+            end_s: start_s,
+            features: BatchFeatures {
+                tokens,
+                ..BatchFeatures::default()
+            },
+            prefill_tokens: 0,
+            evictions: 0,
+            generated: 0,
+            finished: 0,
+            kv_tokens: 0,
+            running: 0,
+        }
+    }
+
+    #[test]
+    fn long_runs_are_averaged_per_time_bin_with_their_range() {
+        // Starts at 0, 1, 2, 3 (s): two bins of 2 s.
+        let b = [batch(0.0, 10), batch(1.0, 30), batch(2.0, 5), batch(3.0, 7)];
+        let bins = binned_tokens(&b, 2, 1e3);
+        assert_eq!(bins.len(), 2);
+        assert_eq!(bins[0], ((0.0, 20.0), Some((10.0, 30.0))));
+        // The last batch starts at the end of the span and belongs to the last bin.
+        assert_eq!(bins[1], ((1500.0, 6.0), Some((5.0, 7.0))));
+        // An idle stretch: bins without batches are 0 with no range.
+        let idle = binned_tokens(&[batch(0.0, 8), batch(3.0, 4)], 3, 1.0);
+        assert_eq!(idle[1], ((1.0, 0.0), None));
+        assert!(binned_tokens(&[], 4, 1.0).is_empty());
+    }
 }

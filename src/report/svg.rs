@@ -846,7 +846,22 @@ pub fn line_chart(
             .zip(&s.spread)
             .filter_map(|(&(x, _), sp)| sp.map(|(lo, hi)| (x, lo, hi)))
             .collect();
-        if band.len() >= 2 && band.iter().any(|&(_, lo, hi)| hi > lo) {
+        if s.step {
+            // Steps hold until the next point: one box per point, up to the next.
+            for (k, &(x, _)) in s.points.iter().enumerate() {
+                let Some(Some((lo, hi))) = s.spread.get(k) else {
+                    continue;
+                };
+                let next = match (s.points.get(k + 1), k.checked_sub(1)) {
+                    (Some(n), _) => n.0,
+                    (None, Some(p)) => x + (x - s.points[p].0),
+                    (None, None) => x,
+                };
+                let (x0, x1) = (frame.px(x), frame.px(next));
+                let (top, bottom) = (frame.py(*hi), frame.py(*lo));
+                svg.rect(x0, top, x1 - x0, bottom - top, c, 0.12);
+            }
+        } else if band.len() >= 2 && band.iter().any(|&(_, lo, hi)| hi > lo) {
             let mut outline: Vec<(f64, f64)> = band
                 .iter()
                 .map(|&(x, _, hi)| (frame.px(x), frame.py(hi)))
@@ -892,7 +907,7 @@ pub fn line_chart(
         .iter()
         .any(|s| s.spread.iter().flatten().any(|&(lo, hi)| hi > lo))
     {
-        notes.push("band: least to greatest of the runs averaged");
+        notes.push("band: least to greatest of the values averaged into each point");
     }
     if series.iter().any(|s| s.unproven.iter().any(|&u| u)) {
         notes.push("hollow: not proven optimal (bar: to the proven bound)");
