@@ -298,7 +298,8 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
     s
 }
 
-/// Empirical CDFs of TTFT, TPOT and E2E latency, one panel each.
+/// Empirical CDFs of TTFT, TPOT and E2E latency, one panel each; the last carries the
+/// legend for all three.
 pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
     let max_e2e = runs
         .iter()
@@ -312,6 +313,8 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
         ("TPOT", |r| r.tpot_s()),
         ("E2E latency", |r| Some(r.e2e_s())),
     ];
+    let legend_w = svg::legend_width(runs.iter().map(|(name, _)| *name));
+    let panel_w = (1200.0 - legend_w) / 3.0;
     for (p, (title, metric)) in panels.iter().enumerate() {
         let series: Vec<Series> = runs
             .iter()
@@ -338,16 +341,19 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
                 }
             })
             .collect();
-        let x0 = p as f64 * 400.0;
-        svg::line_chart(
+        let last = p + 1 == panels.len();
+        let x0 = p as f64 * panel_w;
+        let x1 = x0 + panel_w + if last { legend_w } else { 0.0 };
+        svg::line_chart_panel(
             &mut s,
-            (x0, 0.0, x0 + 400.0, 400.0),
+            (x0, 0.0, x1, 400.0),
             &format!("{title} CDF"),
             &format!("{title} ({unit})"),
             "fraction of requests",
             &series,
             &[],
             true,
+            last,
         );
     }
     s

@@ -782,7 +782,7 @@ pub struct RefLine {
     pub label: String,
 }
 
-/// Draws a line chart into the box `(x0, y0, x1, y1)` of `svg`.
+/// Draws a line chart into the box `(x0, y0, x1, y1)` of `svg`, its legend beside it.
 #[allow(clippy::too_many_arguments)]
 pub fn line_chart(
     svg: &mut Svg,
@@ -793,6 +793,32 @@ pub fn line_chart(
     series: &[Series],
     refs: &[RefLine],
     y_from_zero: bool,
+) {
+    line_chart_panel(
+        svg,
+        bounds,
+        title,
+        x_label,
+        y_label,
+        series,
+        refs,
+        y_from_zero,
+        true,
+    );
+}
+
+/// [`line_chart`], with or without the legend (panels side by side share the last one's).
+#[allow(clippy::too_many_arguments)]
+pub fn line_chart_panel(
+    svg: &mut Svg,
+    bounds: (f64, f64, f64, f64),
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    refs: &[RefLine],
+    y_from_zero: bool,
+    with_legend: bool,
 ) {
     let xs = series
         .iter()
@@ -812,7 +838,11 @@ pub fn line_chart(
         )
         .chain(refs.iter().map(|r| r.y));
     // The legend goes to the right of the plot, never over the data.
-    let legend_w = legend_width(series.iter().map(|s| s.name.as_str()));
+    let legend_w = if with_legend {
+        legend_width(series.iter().map(|s| s.name.as_str()))
+    } else {
+        0.0
+    };
     let frame = Frame {
         x0: bounds.0 + 64.0,
         y0: bounds.1 + 30.0,
@@ -901,7 +931,9 @@ pub fn line_chart(
         }
         items.push((s.name.clone(), style));
     }
-    legend(svg, &frame, &items);
+    if with_legend {
+        legend(svg, &frame, &items);
+    }
     let mut notes = Vec::new();
     if series
         .iter()
