@@ -615,7 +615,7 @@ impl Search<'_> {
 
 /// The counting search over whole-prefill schedules (the `no-chunk` class plus `class`'s
 /// other constraints) of an offline workload without FCFS, with a deadline: the optimum of
-/// that class, replayed, or None when it gave up (too many states or past `deadline`).
+/// that class with its replay and objective value, or None when it gave up (too many states or past `deadline`).
 /// C and P are enforced per batch.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn unchunked_optimum(
@@ -626,7 +626,7 @@ pub(crate) fn unchunked_optimum(
     class: &PolicyConstraints,
     max_states: usize,
     deadline: Instant,
-) -> Result<Option<(Found, f64)>, SolveError> {
+) -> Result<Option<(Found, infersched_core::Replay, f64)>, SolveError> {
     let members = request_classes(w, true);
     let reqs = w.requests();
     let Ok(sizes) = members
@@ -671,7 +671,7 @@ pub(crate) fn unchunked_optimum(
             "the counting search's optimum {searched} s does not replay ({replayed} s)"
         )));
     }
-    Ok(Some((found, replayed)))
+    Ok(Some((found, r, replayed)))
 }
 
 /// The counting search (module `counting`) where it is exact: an offline workload without
@@ -690,7 +690,7 @@ pub(crate) fn solve_by_counting(
     let t_solve = Instant::now();
     // Half the time limit at most; the MILP gets what is left.
     let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
-    let Some((found, replayed)) = unchunked_optimum(
+    let Some((found, _, replayed)) = unchunked_optimum(
         w,
         limits,
         cost,

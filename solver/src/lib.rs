@@ -410,12 +410,11 @@ pub fn solve(
             options.max_search_states,
             deadline,
         )? {
-            Some((found, value))
+            Some((found, replay, value))
                 if warm
                     .as_ref()
                     .is_none_or(|best| value < best.objective_value(objective)) =>
             {
-                let replay = infersched_core::replay(w, limits, cost, &found.schedule)?;
                 Some(portfolio::BestHeuristic {
                     name: format!(
                         "counting search over whole prefills (states: {})",

@@ -309,12 +309,7 @@ impl Svg {
         }
         self.body
             .push_str("<polyline fill=\"none\" stroke-linejoin=\"round\" points=\"");
-        for (i, (x, y)) in points.iter().enumerate() {
-            if i > 0 {
-                self.body.push(' ');
-            }
-            let _ = write!(self.body, "{x:.2},{y:.2}");
-        }
+        self.push_points(points);
         let _ = write!(
             self.body,
             "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
@@ -325,18 +320,23 @@ impl Svg {
         self.body.push_str("/>\n");
     }
 
-    /// A filled polygon (no stroke), e.g. a band between two lines.
-    pub fn polygon(&mut self, points: &[(f64, f64)], fill: &str, opacity: f64) {
-        if points.len() < 3 {
-            return;
-        }
-        self.body.push_str("<polygon points=\"");
+    /// Writes `x,y` pairs separated by spaces (an SVG `points` attribute's value).
+    fn push_points(&mut self, points: &[(f64, f64)]) {
         for (i, (x, y)) in points.iter().enumerate() {
             if i > 0 {
                 self.body.push(' ');
             }
             let _ = write!(self.body, "{x:.2},{y:.2}");
         }
+    }
+
+    /// A filled polygon (no stroke), e.g. a band between two lines.
+    pub fn polygon(&mut self, points: &[(f64, f64)], fill: &str, opacity: f64) {
+        if points.len() < 3 {
+            return;
+        }
+        self.body.push_str("<polygon points=\"");
+        self.push_points(points);
         let _ = writeln!(
             self.body,
             "\" fill=\"{fill}\" fill-opacity=\"{opacity:.2}\"/>"
