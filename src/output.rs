@@ -102,21 +102,17 @@ pub enum Cell {
     Time(Option<f64>),
 }
 
-/// A terminal table: the first column left-aligned, the others right-aligned; every
+/// The columns of a table, each its header first and then its rows' cells as text: every
 /// column of times in one unit, named in its header (`s` when its largest value is at least
-/// 10 s, else `ms`), so a column never mixes units.
-pub fn text_table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
+/// 10 s, else `ms`), so a column never mixes units. Shared by [`text_table`] and
+/// [`html_table`], so the terminal and the report print the same numbers.
+pub fn table_columns(headers: &[&str], rows: &[Vec<Cell>]) -> Vec<Vec<String>> {
     let mut columns: Vec<Vec<String>> = Vec::with_capacity(headers.len());
     for (c, h) in headers.iter().enumerate() {
-        let times: Vec<f64> = rows
-            .iter()
-            .filter_map(|r| match r.get(c) {
-                Some(Cell::Time(Some(x))) => Some(*x),
-                _ => None,
-            })
-            .collect();
         let is_time = rows.iter().any(|r| matches!(r.get(c), Some(Cell::Time(_))));
-        let in_s = times.iter().any(|x| x.abs() >= 10.0);
+        let in_s = rows
+            .iter()
+            .any(|r| matches!(r.get(c), Some(Cell::Time(Some(x))) if x.abs() >= 10.0));
         let mut col = vec![if is_time {
             format!("{h} ({})", if in_s { "s" } else { "ms" })
         } else {
@@ -132,6 +128,33 @@ pub fn text_table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
         }
         columns.push(col);
     }
+    columns
+}
+
+/// An HTML `<table>` of [`table_columns`] (headers in `<th>`, text escaped), inside a
+/// `<div class="table">` that scrolls sideways rather than widening the page.
+pub fn html_table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
+    let columns = table_columns(headers, rows);
+    let mut h = String::from("<div class=\"table\"><table>\n");
+    for line in 0..=rows.len() {
+        h.push_str("<tr>");
+        let tag = if line == 0 { "th" } else { "td" };
+        for col in &columns {
+            h.push_str(&format!(
+                "<{tag}>{}</{tag}>",
+                crate::report::svg::escape(&col[line])
+            ));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table></div>\n");
+    h
+}
+
+/// A terminal table: the first column left-aligned, the others right-aligned, the columns
+/// of [`table_columns`].
+pub fn text_table(headers: &[&str], rows: &[Vec<Cell>]) -> String {
+    let columns = table_columns(headers, rows);
     let widths: Vec<usize> = columns
         .iter()
         .map(|c| c.iter().map(|s| s.chars().count()).max().unwrap_or(0))
@@ -322,6 +345,42 @@ pub fn comparison_table(rows: &[(&str, Summary)]) -> String {
 #[cfg(test)]
 mod table_tests {
     use super::*;
+
+    #[test]
+    fn terminal_and_html_tables_print_each_time_column_in_one_unit() {
+        let rows = vec![
+            vec![
+                Cell::Text("a<b".into()),
+                Cell::Time(Some(12.5)),
+                Cell::Time(Some(0.0042)),
+            ],
+            vec![
+                Cell::Text("c".into()),
+                Cell::Time(Some(0.25)),
+                Cell::Time(None),
+            ],
+        ];
+        let cols = table_columns(&["name", "makespan", "TPOT"], &rows);
+        // A column with a value of 10 s or more is in s, the other in ms; none mixes.
+        assert_eq!(cols[1], ["makespan (s)", "12.50", "0.25"]);
+        assert_eq!(cols[2], ["TPOT (ms)", "4.200", "-"]);
+        let html = html_table(&["name", "makespan", "TPOT"], &rows);
+        assert!(html.contains("<th>makespan (s)</th>"), "{html}");
+        assert!(
+            html.contains("<td>a&lt;b</td><td>12.50</td><td>4.200</td>"),
+            "{html}"
+        );
+        assert_eq!(html.matches("<tr>").count(), 3);
+        let text = text_table(&["name", "makespan", "TPOT"], &rows);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with("makespan (s)  TPOT (ms)"),
+            "{text}"
+        );
+        assert!(text.contains("12.50"), "{text}");
+    }
 
     #[test]
     fn the_time_split_table_shows_each_term_and_the_difference_to_the_reference() {

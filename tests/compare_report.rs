@@ -242,6 +242,26 @@ fn heuristic_comparisons_are_byte_identical_across_runs() {
         outputs.push(files);
     }
     assert_eq!(outputs[0], outputs[1]);
+    // Without a solver the report claims no optimum or bound: its ratios are to the best
+    // heuristic (1.0000 for that one), and it says how to get the optimum.
+    let html = String::from_utf8(outputs[0][2].clone()).unwrap();
+    assert!(html.contains("<th>/best</th>"), "{html}");
+    assert!(
+        !html.contains("/bound") && !html.contains("/optimum"),
+        "{html}"
+    );
+    assert!(html.contains("<td>1.0000</td>"), "{html}");
+    assert!(
+        html.contains("<p><b>The best of the schedulers run is "),
+        "{html}"
+    );
+    assert!(!html.contains("MILP"), "{html}");
+    let text = report::comparison_text(
+        &compare::run(&w, &cost(), &spec(contenders, l)).rows(),
+        infersched::solver::Objective::Makespan,
+    );
+    assert!(text.lines().nth(1).unwrap().contains("/best"), "{text}");
+    assert!(!text.contains("/bound"), "{text}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::compare::{self, Comparison, ComparisonRow, Reference, Setting};
 use crate::core::Workload;
 use crate::core::io::write_bytes_atomic;
 use crate::cost_model::TimeBreakdown;
+use crate::output::{Cell, html_table, text_table};
 use crate::solver::Objective;
 use rayon::prelude::*;
 use std::fmt::Write as _;
@@ -124,21 +125,53 @@ fn fmt_ratio(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.4}"))
 }
 
-/// The comparison table for the terminal.
-pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
-    use crate::output::{Cell, text_table};
+/// The ratio columns of the result tables, with their headers: to the optimum (or the best
+/// schedule found) and to the bound where the solver ran; without a solver, only each
+/// scheduler's ratio to the best scheduler (`/best`), as the objective plot shows it.
+fn ratio_columns(rows: &[ComparisonRow]) -> (Vec<&'static str>, Vec<Vec<Cell>>) {
     let reference = match compare::reference(rows) {
-        Reference::Optimum | Reference::NoSolver => "/optimum",
+        Reference::Optimum => "/optimum",
         Reference::BestFound => "/best found",
+        Reference::NoSolver => {
+            let best = rows
+                .iter()
+                .map(|r| r.objective_s)
+                .fold(f64::INFINITY, f64::min);
+            let cells = rows
+                .iter()
+                .map(|r| {
+                    let ratio = (best > 0.0).then(|| r.objective_s / best);
+                    vec![Cell::Text(fmt_ratio(ratio))]
+                })
+                .collect();
+            return (vec!["/best"], cells);
+        }
     };
-    let cells: Vec<Vec<Cell>> = rows
+    let cells = rows
         .iter()
         .map(|r| {
             vec![
-                Cell::Text(r.scheduler.clone()),
-                Cell::Text(r.status.clone()),
                 Cell::Text(fmt_ratio(r.ratio_to_optimum)),
                 Cell::Text(fmt_ratio(r.ratio_to_bound)),
+            ]
+        })
+        .collect();
+    (vec![reference, "/bound"], cells)
+}
+
+/// The comparison table for the terminal.
+pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
+    let (ratio_heads, ratios) = ratio_columns(rows);
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .zip(ratios)
+        .map(|(r, ratio)| {
+            let mut row = vec![
+                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.status.clone()),
+            ];
+            row.extend(ratio);
+            row.extend([
                 Cell::Time(Some(r.makespan_s)),
                 Cell::Time(Some(r.e2e_s.mean)),
                 Cell::Time(Some(r.e2e_s.p99)),
@@ -147,30 +180,27 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
                 Cell::Time(r.tpot_s.map(|q| q.mean)),
                 Cell::Text(r.evictions.to_string()),
                 Cell::Text(r.batches.to_string()),
-            ]
+            ]);
+            row
         })
         .collect();
     let mut t = format!(
         "ratios are of the {} (the objective)\n",
         objective_label(objective)
     );
-    t.push_str(&text_table(
-        &[
-            "scheduler",
-            "status",
-            reference,
-            "/bound",
-            "makespan",
-            "mean E2E",
-            "p99 E2E",
-            "mean TTFT",
-            "p99 TTFT",
-            "mean TPOT",
-            "evictions",
-            "batches",
-        ],
-        &cells,
-    ));
+    let mut headers = vec!["scheduler", "status"];
+    headers.extend(ratio_heads);
+    headers.extend([
+        "makespan",
+        "mean E2E",
+        "p99 E2E",
+        "mean TTFT",
+        "p99 TTFT",
+        "mean TPOT",
+        "evictions",
+        "batches",
+    ]);
+    t.push_str(&text_table(&headers, &cells));
     t.push_str("\nlimits each ran under (heuristics: the limits given and their own defaults):\n");
     for r in rows {
         let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
@@ -187,6 +217,80 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     t
 }
 
+/// The report's results: one table of the objective and latencies, one of batches and
+/// memory (split so that neither is wider than the page), every time column in one unit.
+fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
+    let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
+    let objective_head = format!("objective: {}", objective_label(objective));
+    let (ratio_heads, ratios) = ratio_columns(rows);
+    let latency: Vec<Vec<Cell>> = rows
+        .iter()
+        .zip(ratios)
+        .map(|(r, ratio)| {
+            let mut row = vec![
+                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.status.clone()),
+                Cell::Time(Some(r.objective_s)),
+            ];
+            row.extend(ratio);
+            row.extend([
+                Cell::Time(Some(r.makespan_s)),
+                Cell::Text(r.throughput_tok_s.map_or("-".into(), |x| format!("{x:.1}"))),
+                Cell::Time(Some(r.ttft_s.mean)),
+                Cell::Time(Some(r.ttft_s.p99)),
+                Cell::Time(r.tpot_s.map(|q| q.mean)),
+                Cell::Time(r.tpot_s.map(|q| q.p99)),
+                Cell::Time(Some(r.e2e_s.mean)),
+                Cell::Time(Some(r.e2e_s.p99)),
+            ]);
+            row
+        })
+        .collect();
+    let mut headers = vec!["scheduler", "status", objective_head.as_str()];
+    headers.extend(ratio_heads);
+    headers.extend([
+        "makespan",
+        "throughput (tok/s)",
+        "TTFT mean",
+        "TTFT p99",
+        "TPOT mean",
+        "TPOT p99",
+        "E2E mean",
+        "E2E p99",
+    ]);
+    let mut h = html_table(&headers, &latency);
+    let memory: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.batches.to_string()),
+                Cell::Text(format!("{:.2}", r.mean_batch_size)),
+                Cell::Text(r.evictions.to_string()),
+                Cell::Text(r.recomputed_tokens.to_string()),
+                Cell::Text(r.peak_kv_tokens.to_string()),
+                Cell::Text(pct(r.peak_kv_utilization)),
+                Cell::Text(pct(r.mean_kv_utilization)),
+            ]
+        })
+        .collect();
+    h.push_str("<p>Batches, evictions and KV memory (utilization: of the capacity M):</p>\n");
+    h.push_str(&html_table(
+        &[
+            "scheduler",
+            "batches",
+            "mean batch (requests)",
+            "evictions",
+            "recomputed tokens",
+            "peak KV (tokens)",
+            "peak KV utilization",
+            "mean KV utilization",
+        ],
+        &memory,
+    ));
+    h
+}
+
 /// The "Where the time goes" section of the report: each scheduler's makespan split into
 /// the cost model's terms, and (with the solver's row) each one's difference to it.
 fn time_split_html(rows: &[ComparisonRow]) -> String {
@@ -198,19 +302,19 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
 <i>idle</i> is time with nothing to run (waiting for arrivals). They add up to the makespan.</p>\n",
     );
     let table = |h: &mut String, rows: &[(String, [f64; 6])]| {
-        h.push_str("<table>\n<tr><th>scheduler</th>");
-        for head in crate::output::TIME_SPLIT_HEADERS {
-            let _ = write!(h, "<th>{}</th>", html_escape(head));
-        }
-        h.push_str("<th>makespan</th></tr>\n");
-        for (name, terms) in rows {
-            let _ = write!(h, "<tr><td>{}</td>", html_escape(name));
-            for x in terms.iter().chain(std::iter::once(&terms.iter().sum())) {
-                let _ = write!(h, "<td>{}</td>", html_escape(&fmt_s(*x)));
-            }
-            h.push_str("</tr>\n");
-        }
-        h.push_str("</table>\n");
+        let mut headers = vec!["scheduler"];
+        headers.extend(crate::output::TIME_SPLIT_HEADERS);
+        headers.push("makespan");
+        let cells: Vec<Vec<Cell>> = rows
+            .iter()
+            .map(|(name, terms)| {
+                let mut row = vec![Cell::Text(name.clone())];
+                row.extend(terms.iter().map(|&x| Cell::Time(Some(x))));
+                row.push(Cell::Time(Some(terms.iter().sum())));
+                row
+            })
+            .collect();
+        h.push_str(&html_table(&headers, &cells));
     };
     let split: Vec<(String, [f64; 6])> = rows
         .iter()
@@ -256,9 +360,9 @@ pub fn report_html(setting: &Setting, c: &Comparison, plots: &[Plot], links: &[S
     );
     h.push_str(
         "<style>body{font-family:'DejaVu Sans',Verdana,sans-serif;margin:2em auto;max-width:1240px;color:#222}\
-table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td{white-space:nowrap}\
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.err{color:#a00}\
-figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}</style>\n</head>\n<body>\n",
+div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}</style>\n</head>\n<body>\n",
     );
     let _ = writeln!(
         h,
@@ -301,6 +405,14 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
             fmt_s(opt.objective_s),
             (1.0 - 1.0 / ratio) * 100.0,
             opt.certified_gap.unwrap_or(f64::NAN) * 100.0,
+        );
+    } else if let (Some(best_h), None) = (best_heuristic, optimal_row) {
+        let _ = writeln!(
+            h,
+            "<p><b>The best of the schedulers run is {}</b>, with {} {}. No solver ran, so how far any of them is from the optimum is not known (add <code>optimal</code> to <code>--schedulers</code> for a schedule, a proven bound and the gap).</p>",
+            html_escape(&best_h.scheduler),
+            objective_label(c.objective),
+            fmt_s(best_h.objective_s),
         );
     }
     h.push_str("<h2>Setting</h2>\n<table>\n");
@@ -378,81 +490,25 @@ figure{margin:1.5em 0}figcaption{font-size:13px;color:#555}svg{max-width:100%;he
         }
         h.push_str("</ul>\n");
     }
-    let (reference_head, reference_text) = match compare::reference(&rows) {
-        Reference::Optimum => (
-            "/optimum",
-            "<i>/optimum</i> divides by the proven optimum's replayed objective; ",
+    const BOUND_TEXT: &str = "<i>/bound</i> divides by the solver's proven lower bound, \
+so it is an upper bound on how far a scheduler is from the true optimum.";
+    let reference_text = match compare::reference(&rows) {
+        Reference::Optimum => format!(
+            "<i>/optimum</i> divides by the proven optimum's replayed objective; {BOUND_TEXT}"
         ),
-        Reference::BestFound => (
-            "/best found",
-            "<i>/best found</i> divides by the replayed objective of the best schedule the solver found, which is <b>not proven optimal</b>; ",
+        Reference::BestFound => format!(
+            "<i>/best found</i> divides by the replayed objective of the best schedule the solver found, which is <b>not proven optimal</b>; {BOUND_TEXT}"
         ),
-        Reference::NoSolver => (
-            "/optimum",
-            "No solver ran, so there is no optimum and no bound. ",
-        ),
+        Reference::NoSolver => "No solver ran, so there is no optimum and no bound: \
+<i>/best</i> divides by the best scheduler's objective."
+            .to_string(),
     };
     let _ = write!(
         h,
         "<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
-{reference_text}<i>/bound</i> divides by the solver's proven lower bound, \
-so it is an upper bound on how far a scheduler is from the true optimum.</p>\n<table>\n<tr>"
+{reference_text}</p>\n"
     );
-    let objective_head = format!("objective: {}", objective_label(c.objective));
-    for head in [
-        "scheduler",
-        "status",
-        objective_head.as_str(),
-        reference_head,
-        "/bound",
-        "makespan",
-        "throughput (tok/s)",
-        "TTFT mean",
-        "TTFT p99",
-        "TPOT mean",
-        "TPOT p99",
-        "E2E mean",
-        "E2E p99",
-        "evictions",
-        "recomputed",
-        "batches",
-        "mean batch",
-        "peak KV",
-        "mean KV",
-    ] {
-        let _ = write!(h, "<th>{}</th>", html_escape(head));
-    }
-    h.push_str("</tr>\n");
-    let pct = |v: Option<f64>| v.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
-    for r in &rows {
-        let cells = [
-            r.scheduler.clone(),
-            r.status.clone(),
-            fmt_s(r.objective_s),
-            fmt_ratio(r.ratio_to_optimum),
-            fmt_ratio(r.ratio_to_bound),
-            fmt_s(r.makespan_s),
-            r.throughput_tok_s.map_or("-".into(), |x| format!("{x:.1}")),
-            fmt_s(r.ttft_s.mean),
-            fmt_s(r.ttft_s.p99),
-            r.tpot_s.map_or("-".into(), |q| fmt_s(q.mean)),
-            r.tpot_s.map_or("-".into(), |q| fmt_s(q.p99)),
-            fmt_s(r.e2e_s.mean),
-            fmt_s(r.e2e_s.p99),
-            r.evictions.to_string(),
-            r.recomputed_tokens.to_string(),
-            r.batches.to_string(),
-            format!("{:.2}", r.mean_batch_size),
-            format!("{} ({})", r.peak_kv_tokens, pct(r.peak_kv_utilization)),
-            pct(r.mean_kv_utilization),
-        ];
-        h.push_str("<tr>");
-        for cell in cells {
-            let _ = write!(h, "<td>{}</td>", html_escape(&cell));
-        }
-        h.push_str("</tr>\n");
-    }
-    h.push_str("</table>\n");
+    h.push_str(&results_html(&rows, c.objective));
     h.push_str(&time_split_html(&rows));
     h.push_str("<h2>Plots</h2>\n");
     for p in plots {

@@ -162,11 +162,7 @@ pub fn request_phases(
 pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
     let phases = request_phases(w, &o.schedule, &o.replay, TIMELINE_MAX_ROWS);
     let rows = phases.len();
-    let row_h = if rows <= 16 {
-        18.0
-    } else {
-        (360.0 / rows as f64).max(5.0)
-    };
+    let row_h = timeline_row_height(rows);
     let height = (110.0 + row_h * rows as f64).ceil() as u32;
     let mut s = Svg::new(960, height.max(200));
     let makespan = o.replay.makespan_s();
@@ -216,18 +212,23 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
         -90.0,
         false,
     );
+    let label_every = timeline_label_step(row_h);
     for (i, segs) in phases.iter().take(rows).enumerate() {
         let y = frame.y0 + i as f64 * row_h;
-        if row_h >= 10.0 {
+        if i % label_every == 0 {
+            // The label sits at its row's middle, with a tick where rows are too thin to
+            // tell which one a label names.
+            let mid = y + row_h / 2.0;
             s.text(
-                frame.x0 - 6.0,
-                y + row_h * 0.75,
+                frame.x0 - 7.0,
+                mid + 3.5,
                 &i.to_string(),
                 10.0,
                 Anchor::End,
                 0.0,
                 false,
             );
+            s.line(frame.x0 - 4.0, mid, frame.x0, mid, "#444444", 1.0, "");
         }
         for &(a, b, p) in segs {
             let (xa, xb) = (frame.px(a * k), frame.px(b * k));
@@ -250,6 +251,25 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
         x += 34.0 + p.name().len() as f64 * 6.5;
     }
     s
+}
+
+/// A timeline's row height in px: 18 up to 16 rows, then 360 px shared (at least 5 each).
+fn timeline_row_height(rows: usize) -> f64 {
+    if rows <= 16 {
+        18.0
+    } else {
+        (360.0 / rows as f64).max(5.0)
+    }
+}
+
+/// Which requests a timeline labels: every one where rows are at least 11 px tall, else
+/// every 2nd, 5th, 10th, ... so that labels stay at least 11 px apart.
+fn timeline_label_step(row_h: f64) -> usize {
+    const MIN_LABEL_GAP_PX: f64 = 11.0;
+    [1, 2, 5, 10, 20, 50, 100]
+        .into_iter()
+        .find(|&k| k as f64 * row_h >= MIN_LABEL_GAP_PX)
+        .unwrap_or(100)
 }
 
 fn longest_makespan(runs: &[(&str, &Outcome)]) -> f64 {
@@ -581,5 +601,26 @@ mod tests {
         let idle = binned_tokens(&[batch(0.0, 8), batch(3.0, 4)], 3, 1.0);
         assert_eq!(idle[1], ((1.0, 0.0), None));
         assert!(binned_tokens(&[], 4, 1.0).is_empty());
+    }
+
+    #[test]
+    fn timeline_labels_stay_readable_at_every_row_height() {
+        // 16 rows of 18 px: every request; 64 rows of 5.6 px: every 2nd (11.2 px apart).
+        assert_eq!(timeline_label_step(18.0), 1);
+        assert_eq!(timeline_label_step(360.0 / 64.0), 2);
+        assert_eq!(timeline_label_step(5.0), 5);
+        for rows in 1..=TIMELINE_MAX_ROWS {
+            let row_h = timeline_row_height(rows);
+            let k = timeline_label_step(row_h);
+            assert!(
+                k as f64 * row_h >= 11.0,
+                "{rows} rows: labels {k} rows apart"
+            );
+            // Some label besides request 0 wherever there is a second row to label.
+            assert!(
+                rows == 1 || k < rows,
+                "{rows} rows: only request 0 labelled"
+            );
+        }
     }
 }
