@@ -6,7 +6,7 @@
 //! ```toml
 //! name = "evictions-vs-m"
 //! cost_model = "llama2-7b-a100"   # preset or coefficient file
-//! time_limit = 20                 # MILP seconds per run
+//! time_limit = 20                 # solver seconds per run
 //! threads = 1                     # HiGHS threads per run
 //! milp_only = false               # true: never the exact counting search, always the MILP
 //! block_size = 1
@@ -62,7 +62,7 @@ pub struct SweepSpec {
     /// Cost-model preset or coefficient file.
     #[serde(default)]
     pub cost_model: Option<String>,
-    /// MILP time limit per run (s) [default 30].
+    /// Solver time limit per run (s) [default 30].
     #[serde(default)]
     pub time_limit: Option<f64>,
     /// HiGHS threads per run [default 1].

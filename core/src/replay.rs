@@ -278,6 +278,9 @@ pub struct BatchRecord {
     pub finished: u32,
     /// KV occupied after the step (block-rounded, finishing requests included).
     pub kv_tokens: u64,
+    /// KV the requests finishing in this batch release at its end (block-rounded): what is
+    /// held until the next batch is `kv_tokens - kv_tokens_released`.
+    pub kv_tokens_released: u64,
     /// Requests holding KV after the step (finishing requests included).
     pub running: u64,
 }
@@ -607,6 +610,7 @@ pub fn replay(
 
         let mut gen_count = 0u32;
         let mut finished = 0u32;
+        let mut kv_released = 0u64;
         let kv_after_step = kv_used;
         let running_after_step = running;
         for &(i, gen_token) in &processed {
@@ -629,6 +633,7 @@ pub fn replay(
             if state[i].generated == reqs[i].output_tokens {
                 rec.completion_s = end_s;
                 finished += 1;
+                kv_released += limits.occupied(state[i].held);
                 kv_used -= limits.occupied(state[i].held);
                 running -= 1;
                 state[i].held = 0;
@@ -644,6 +649,7 @@ pub fn replay(
             generated: gen_count,
             finished,
             kv_tokens: kv_after_step,
+            kv_tokens_released: kv_released,
             running: running_after_step,
         });
         prev_end = end_s;
@@ -773,6 +779,9 @@ mod tests {
         assert_eq!(r.batches[2].features.decode_kv, 4);
         assert!(close(r.batches[2].duration_s(), 1.14));
         assert_eq!(r.batches[2].kv_tokens, 4, "max KV is I + O - 1");
+        // The request finishes in batch 2 and frees all of it; nothing earlier is freed.
+        assert_eq!(r.batches[2].kv_tokens_released, 4);
+        assert_eq!(r.batches[1].kv_tokens_released, 0);
         assert!(close(r.requests[0].max_tbt_s, 1.14));
         assert!(close(r.makespan_s(), 5.0 + 1.204 + 1.13 + 1.14));
     }

@@ -283,18 +283,12 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
     let (k, unit) = time_unit(longest_makespan(runs));
     let series: Vec<Series> = runs
         .iter()
-        .map(|(name, o)| {
-            let mut pts = vec![(0.0, 0.0)];
-            for b in &o.replay.batches {
-                pts.push((b.end_s * k, b.kv_tokens as f64));
-            }
-            Series {
-                name: name.to_string(),
-                points: thin(pts, 4000),
-                step: true,
-                markers: false,
-                ..Default::default()
-            }
+        .map(|(name, o)| Series {
+            name: name.to_string(),
+            points: thin(kv_steps(&o.replay.batches, k), 4000),
+            step: true,
+            markers: false,
+            ..Default::default()
         })
         .collect();
     let refs: Vec<RefLine> = kv_capacity
@@ -316,6 +310,21 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
         true,
     );
     s
+}
+
+/// The KV plot's steps (time scaled by `k`, tokens): from 0, each batch's KV at its end,
+/// then, where requests finish in it, what is still held once they free theirs, so idle
+/// time until the next batch shows what is really held.
+fn kv_steps(batches: &[crate::core::BatchRecord], k: f64) -> Vec<(f64, f64)> {
+    let mut pts = vec![(0.0, 0.0)];
+    for b in batches {
+        pts.push((b.end_s * k, b.kv_tokens as f64));
+        if b.kv_tokens_released > 0 {
+            let held = b.kv_tokens - b.kv_tokens_released;
+            pts.push((b.end_s * k, held as f64));
+        }
+    }
+    pts
 }
 
 /// Empirical CDFs of TTFT, TPOT and E2E latency, one panel each; the last carries the
@@ -380,7 +389,7 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
 }
 
 /// Each scheduler's objective normalized to the optimum (or, without one, to the best
-/// scheduler), with the MILP's bound marked.
+/// scheduler), with the solver's proven lower bound marked.
 pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
     let reference = rows
         .iter()
@@ -467,7 +476,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         s.text(
             frame.x1 - 4.0,
             yb + 14.0,
-            &format!("MILP lower bound ({:.3})", ratio(b)),
+            &format!("proven lower bound ({:.3})", ratio(b)),
             11.0,
             Anchor::End,
             0.0,
@@ -584,6 +593,7 @@ mod tests {
             generated: 0,
             finished: 0,
             kv_tokens: 0,
+            kv_tokens_released: 0,
             running: 0,
         }
     }
@@ -622,5 +632,28 @@ mod tests {
                 "{rows} rows: only request 0 labelled"
             );
         }
+    }
+
+    #[test]
+    fn kv_steps_drop_when_requests_finish() {
+        let mut a = batch(0.0, 4);
+        a.end_s = 1.0;
+        a.kv_tokens = 30;
+        a.kv_tokens_released = 20;
+        let mut b = batch(5.0, 1);
+        b.end_s = 6.0;
+        b.kv_tokens = 11;
+        b.kv_tokens_released = 11;
+        // After batch a, 10 tokens stay held through the idle time until b.
+        assert_eq!(
+            kv_steps(&[a, b], 1e3),
+            [
+                (0.0, 0.0),
+                (1e3, 30.0),
+                (1e3, 10.0),
+                (6e3, 11.0),
+                (6e3, 0.0)
+            ]
+        );
     }
 }
