@@ -1,8 +1,6 @@
 //! `compare` and `sweep` end to end: the files a researcher opens are there and well-formed,
 //! numbers agree with the replay, sweeps resume and shard correctly.
 
-mod support;
-
 use infersched::compare::{self, CSV_COLUMNS, CompareSpec, Contender, Setting};
 use infersched::core::{Limits, Summary, Workload, replay};
 use infersched::report;
@@ -61,7 +59,7 @@ fn all_contenders() -> Vec<Contender> {
 
 /// Three requests and a memory tight enough that heuristics evict.
 fn tiny() -> Workload {
-    support::workload(&[(4, 3, 0.0), (4, 3, 0.0), (3, 2, 0.0)])
+    infersched_test_kit::workload(&[(4, 3, 0.0), (4, 3, 0.0), (3, 2, 0.0)])
 }
 
 fn svg_size(path: &Path) -> (u32, u32) {
@@ -219,7 +217,8 @@ fn compare_writes_a_consistent_well_formed_report() {
 
 #[test]
 fn heuristic_comparisons_are_byte_identical_across_runs() {
-    let w = support::workload(&[(6, 4, 0.0), (5, 3, 0.001), (7, 2, 0.002), (3, 5, 0.004)]);
+    let w =
+        infersched_test_kit::workload(&[(6, 4, 0.0), (5, 3, 0.001), (7, 2, 0.002), (3, 5, 0.004)]);
     let l = limits(16);
     let contenders = all_contenders()[1..].to_vec();
     let mut outputs = Vec::new();

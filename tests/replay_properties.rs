@@ -5,8 +5,6 @@
 //! memory in use, and the replay's independent accounting must agree with it batch by
 //! batch.
 
-mod support;
-
 use infersched::core::{
     Action, Batch, Entry, Limits, Replay, ReplayError, Schedule, Summary, Workload, replay,
 };
@@ -126,8 +124,8 @@ fn arb_case() -> impl Strategy<Value = (Workload, Limits, u64)> {
         any::<u64>(),
     )
         .prop_map(|(rs, c, p_frac, r_max, block, seed)| {
-            let w = support::workload(&rs);
-            let need = support::largest_kv_need(&w);
+            let w = infersched_test_kit::workload(&rs);
+            let need = infersched_test_kit::largest_kv_need(&w);
             let l0 = Limits {
                 block_size: block,
                 ..Limits::unlimited()

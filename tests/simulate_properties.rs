@@ -2,8 +2,6 @@
 //! schedule the independent replay accepts, with the replay's clock (checked through the
 //! schedule's claimed batch times) and memory account equal to the simulator's own.
 
-mod support;
-
 use infersched::core::{Limits, Schedule, Workload, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
@@ -49,8 +47,8 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                 reserve_full_isl,
                 long_prefill_token_threshold,
             )| {
-                let w = support::workload(&rs);
-                let need = support::largest_kv_need(&w);
+                let w = infersched_test_kit::workload(&rs);
+                let need = infersched_test_kit::largest_kv_need(&w);
                 let b = u64::from(block);
                 let m = need.div_ceil(b) * b + m_slack;
                 let knobs = Knobs {

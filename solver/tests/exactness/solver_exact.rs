@@ -1,17 +1,15 @@
 //! The MILP against the independent exhaustive search, the heuristics and the replay.
 
-mod support;
-
-use infersched::core::{Limits, Request, Summary, Workload, replay};
-use infersched::cost_model::preset;
-use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind};
-use infersched::solver::{
+use infersched_core::{Limits, Request, Summary, Workload, replay};
+use infersched_cost_model::preset;
+use infersched_schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind};
+use infersched_solver::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveStatus,
     solve,
 };
+use infersched_test_kit::exhaustive::{self, Class};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use support::exhaustive::{self, Class};
 
 fn tiny(seed: u64) -> (Workload, Limits) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -26,7 +24,7 @@ fn tiny(seed: u64) -> (Workload, Limits) {
             .collect(),
     )
     .unwrap();
-    let need = support::largest_kv_need(&w);
+    let need = infersched_test_kit::largest_kv_need(&w);
     // M from just enough for the largest request (forcing evictions) to a little more.
     let limits = Limits {
         token_budget: if rng.random_bool(0.5) {
@@ -66,9 +64,9 @@ fn check_against_search(
     seed: u64,
     w: &Workload,
     limits: &Limits,
-    cost: &infersched::cost_model::LinearCostModel,
+    cost: &infersched_cost_model::LinearCostModel,
     constraints: PolicyConstraints,
-) -> Option<(f64, infersched::solver::SolveReport)> {
+) -> Option<(f64, infersched_solver::SolveReport)> {
     let (best, _) = exhaustive::optimum(
         w,
         limits,
@@ -79,7 +77,7 @@ fn check_against_search(
     )?;
     // The combinatorial bound holds for every schedule, so it is at most the optimum (of
     // the unconstrained class too, which is at most this class's).
-    let bound = infersched::solver::bounds::lower_bound(w, limits, cost, Objective::Makespan);
+    let bound = infersched_solver::bounds::lower_bound(w, limits, cost, Objective::Makespan);
     assert!(
         bound.value_s > 0.0 && bound.value_s <= best * (1.0 + 1e-9),
         "seed {seed}: combinatorial bound {:?} above the optimum {best}",
@@ -165,8 +163,8 @@ fn fcfs_and_reserve_optima_equal_the_exhaustive_search() {
 
 #[test]
 fn class_membership_checks_fcfs_order_and_reservations() {
-    use infersched::core::{Batch, Entry, Schedule};
-    let w = support::workload(&[(2, 2, 0.0), (2, 2, 0.0)]);
+    use infersched_core::{Batch, Entry, Schedule};
+    let w = infersched_test_kit::workload(&[(2, 2, 0.0), (2, 2, 0.0)]);
     let limits = Limits {
         kv_capacity: Some(5),
         ..Limits::unlimited()
@@ -200,7 +198,7 @@ fn class_membership_checks_fcfs_order_and_reservations() {
     assert!(reserve.admits(&w, &limits, &serial));
 }
 
-fn cost_model() -> infersched::cost_model::LinearCostModel {
+fn cost_model() -> infersched_cost_model::LinearCostModel {
     preset("llama2-7b-a100").unwrap()
 }
 
@@ -267,7 +265,7 @@ fn mean_latency_equals_the_exhaustive_optimum() {
             continue;
         };
         let bound =
-            infersched::solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency);
+            infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency);
         assert!(
             bound.value_s > 0.0 && bound.value_s <= best * (1.0 + 1e-9),
             "seed {seed}: mean-latency bound {bound:?} above the optimum {best}"
@@ -324,7 +322,7 @@ fn the_phase_relaxation_never_exceeds_the_exhaustive_optimum() {
         ) else {
             continue;
         };
-        let phase = infersched::solver::bounds::phase_relaxation_bound(
+        let phase = infersched_solver::bounds::phase_relaxation_bound(
             &w,
             &limits,
             &cost,
@@ -334,7 +332,7 @@ fn the_phase_relaxation_never_exceeds_the_exhaustive_optimum() {
         )
         .expect("applies to a few requests");
         let machine =
-            infersched::solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency)
+            infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency)
                 .value_s;
         assert!(
             phase.value_s <= best * (1.0 + 1e-9),
@@ -765,7 +763,7 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
         let w = Workload::new(reqs).unwrap();
         let limits = Limits {
             token_budget: Some(rng.random_range(3..=8)),
-            kv_capacity: Some(support::largest_kv_need(&w) + rng.random_range(0..=4)),
+            kv_capacity: Some(infersched_test_kit::largest_kv_need(&w) + rng.random_range(0..=4)),
             ..Limits::unlimited()
         };
         let run = |options: SolveOptions| {
@@ -810,7 +808,7 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
         if split.method == SolveMethod::IndependentGroups {
             split_count += 1;
             let machine =
-                infersched::solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency)
+                infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency)
                     .value_s;
             stronger += usize::from(split.best_bound > machine * 1.001);
         }

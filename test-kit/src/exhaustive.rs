@@ -6,7 +6,7 @@
 //! time `t` adds `t` to the makespan and `t` to the completion time of every request not
 //! yet finished before it (so the sum of completion times grows by `t * unfinished`).
 
-use infersched::core::{Batch, BatchFeatures, CostModel, Entry, Limits, Schedule, Workload};
+use infersched_core::{Batch, BatchFeatures, CostModel, Entry, Limits, Schedule, Workload};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 

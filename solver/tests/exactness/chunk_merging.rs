@@ -6,15 +6,13 @@
 //! - on tiny instances the exhaustive search's optimum with chunking allowed equals its
 //!   optimum with chunking forbidden, for makespan and mean latency.
 
-mod support;
-
-use infersched::core::{Limits, Summary, Workload, replay};
-use infersched::cost_model::preset;
-use infersched::schedulers::{Knobs, SchedulerKind};
-use infersched::solver::PolicyConstraints;
-use infersched::solver::dominance::{chunking_never_helps, merge_prefill_chunks};
+use infersched_core::{Limits, Summary, Workload, replay};
+use infersched_cost_model::preset;
+use infersched_schedulers::{Knobs, SchedulerKind};
+use infersched_solver::PolicyConstraints;
+use infersched_solver::dominance::{chunking_never_helps, merge_prefill_chunks};
+use infersched_test_kit::exhaustive::{Class, Objective, optimum};
 use proptest::prelude::*;
-use support::exhaustive::{Class, Objective, optimum};
 
 fn arb_chunked_case() -> impl Strategy<Value = (Workload, Knobs, bool)> {
     let request = (1u32..40, 1u32..10, Just(0.0));
@@ -27,8 +25,8 @@ fn arb_chunked_case() -> impl Strategy<Value = (Workload, Knobs, bool)> {
         any::<bool>(),
     )
         .prop_map(|(rs, c, m_slack, r_max, block, v1)| {
-            let w = support::workload(&rs);
-            let need = support::largest_kv_need(&w);
+            let w = infersched_test_kit::workload(&rs);
+            let need = infersched_test_kit::largest_kv_need(&w);
             let b = u64::from(block);
             let knobs = Knobs {
                 token_budget: Some(c),
@@ -68,7 +66,7 @@ proptest! {
         let no_chunk = PolicyConstraints { no_chunk: true, ..Default::default() };
         prop_assert!(no_chunk.admits(&w, &limits, &merged));
         prop_assert!(merged.batches.len() <= sim.schedule.batches.len());
-        let evictions = |r: &infersched::core::Replay| r.requests.iter().map(|q| q.evictions).sum::<u32>();
+        let evictions = |r: &infersched_core::Replay| r.requests.iter().map(|q| q.evictions).sum::<u32>();
         prop_assert!(evictions(&after) <= evictions(&before));
         for (a, b) in after.requests.iter().zip(&before.requests) {
             prop_assert!(a.completion_s <= b.completion_s + 1e-12);
@@ -94,8 +92,8 @@ fn tiny(seed: u64) -> (Workload, Limits) {
     let reqs: Vec<(u32, u32, f64)> = (0..n)
         .map(|_| (1 + next(4) as u32, 1 + next(3) as u32, 0.0))
         .collect();
-    let w = support::workload(&reqs);
-    let need = support::largest_kv_need(&w);
+    let w = infersched_test_kit::workload(&reqs);
+    let need = infersched_test_kit::largest_kv_need(&w);
     let limits = Limits {
         kv_capacity: Some(need + next(3)),
         max_running: if next(3) == 0 { Some(2) } else { None },

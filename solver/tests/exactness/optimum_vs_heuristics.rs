@@ -1,17 +1,15 @@
 //! The exhaustive optimum of tiny instances, checked by the replay, bounds every
 //! heuristic from below; hand-checkable cases pin the search itself.
 
-mod support;
-
-use infersched::core::{Limits, Summary, Workload, replay};
-use infersched::cost_model::preset;
-use infersched::schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind, SimError};
+use infersched_core::{Limits, Summary, Workload, replay};
+use infersched_cost_model::preset;
+use infersched_schedulers::{Knobs, SCHEDULER_NAMES, SchedulerKind, SimError};
+use infersched_test_kit::exhaustive::{Class, Objective, optimum};
 use proptest::prelude::*;
-use support::exhaustive::{Class, Objective, optimum};
 
 fn workload(reqs: &[(u32, u32)]) -> Workload {
     let offline: Vec<(u32, u32, f64)> = reqs.iter().map(|&(i, o)| (i, o, 0.0)).collect();
-    support::workload(&offline)
+    infersched_test_kit::workload(&offline)
 }
 
 #[test]
@@ -36,8 +34,8 @@ fn single_request_optimum_is_prefill_then_decodes() {
             b.entries
                 .iter()
                 .map(|e| match e.action {
-                    infersched::core::Action::Process(c) => c,
-                    infersched::core::Action::Evict => 0,
+                    infersched_core::Action::Process(c) => c,
+                    infersched_core::Action::Evict => 0,
                 })
                 .collect()
         })
@@ -55,7 +53,7 @@ fn arb_tiny() -> impl Strategy<Value = (Workload, Limits)> {
     )
         .prop_map(|(rs, c, slack)| {
             let w = workload(&rs);
-            let need = support::largest_kv_need(&w);
+            let need = infersched_test_kit::largest_kv_need(&w);
             let limits = Limits {
                 token_budget: c,
                 kv_capacity: Some(need + slack),

@@ -1,0 +1,39 @@
+//! Test support shared by infersched's crates (a dev-dependency only, never published):
+//! tiny workloads from tuples and the exhaustive-search oracle ([`exhaustive`]), written
+//! from the spec alone so that the solver's and the schedulers' tests can check against
+//! code that shares nothing with them.
+//!
+//! ```
+//! let w = infersched_test_kit::workload(&[(4, 2, 0.0), (3, 3, 0.5)]);
+//! assert_eq!(w.len(), 2);
+//! // The largest I + O - 1: the smallest KV capacity that serves every request.
+//! assert_eq!(infersched_test_kit::largest_kv_need(&w), 5);
+//! ```
+
+pub mod exhaustive;
+
+use infersched_core::{Request, Workload};
+
+/// A workload from `(I, O, arrival)` tuples (panics on invalid ones: test data).
+pub fn workload(reqs: &[(u32, u32, f64)]) -> Workload {
+    Workload::new(
+        reqs.iter()
+            .map(|&(i, o, t)| Request {
+                input_tokens: i,
+                output_tokens: o,
+                arrival_s: t,
+            })
+            .collect(),
+    )
+    .expect("test workload")
+}
+
+/// The most KV any single request of `w` needs (`max(I + O - 1)`): the smallest M that
+/// can serve it.
+pub fn largest_kv_need(w: &Workload) -> u64 {
+    w.requests()
+        .iter()
+        .map(|r| r.max_kv_tokens())
+        .max()
+        .unwrap_or(0)
+}
