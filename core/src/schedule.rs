@@ -41,6 +41,29 @@ pub struct Entry {
     pub action: Action,
 }
 
+/// Compact text: `3:128` (request 3 processes 128 tokens) or `3:evict`.
+impl std::fmt::Display for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.action {
+            Action::Process(c) => write!(f, "{}:{c}", self.request),
+            Action::Evict => write!(f, "{}:evict", self.request),
+        }
+    }
+}
+
+/// Compact text: the entries' [`Entry`] texts separated by spaces (`0:4 1:evict`).
+impl std::fmt::Display for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (k, e) in self.entries.iter().enumerate() {
+            if k > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
 impl Entry {
     /// An entry processing `tokens` tokens of `request`.
     pub fn process(request: u32, tokens: u32) -> Self {
@@ -432,6 +455,17 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_and_batches_print_compactly() {
+        let b = Batch::new(vec![
+            Entry::process(0, 4),
+            Entry::evict(1),
+            Entry::process(2, 1),
+        ]);
+        assert_eq!(b.to_string(), "0:4 1:evict 2:1");
+        assert_eq!(Batch::new(vec![]).to_string(), "");
+    }
 
     fn p() -> &'static Path {
         Path::new("s.json")

@@ -1,22 +1,10 @@
 //! Golden tests: tiny hand-made workloads whose batches are derived by hand from
 //! `schedulers.md`. Each batch is written as "request:tokens" or "request:evict".
 
-use infersched_core::{Action, Request, Workload};
+use infersched_core::Workload;
 use infersched_cost_model::preset;
 use infersched_schedulers::{Knobs, Policy, SchedulerKind, SimError, Simulator, simulate};
-
-fn workload(reqs: &[(u32, u32, f64)]) -> Workload {
-    Workload::new(
-        reqs.iter()
-            .map(|&(i, o, t)| Request {
-                input_tokens: i,
-                output_tokens: o,
-                arrival_s: t,
-            })
-            .collect(),
-    )
-    .unwrap()
-}
+use infersched_test_kit::workload;
 
 fn knobs(c: Option<u64>, m: u64, block: u32) -> Knobs {
     Knobs {
@@ -38,16 +26,7 @@ fn run(kind: &str, w: &Workload, k: &Knobs) -> Vec<String> {
     sim.schedule
         .batches
         .iter()
-        .map(|b| {
-            b.entries
-                .iter()
-                .map(|e| match e.action {
-                    Action::Process(c) => format!("{}:{c}", e.request),
-                    Action::Evict => format!("{}:evict", e.request),
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
+        .map(ToString::to_string)
         .collect()
 }
 

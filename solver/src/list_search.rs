@@ -619,7 +619,8 @@ pub(crate) fn improve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use infersched_core::{Action, Request};
+    use infersched_core::Action;
+    use infersched_test_kit::workload;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -627,27 +628,17 @@ mod tests {
         infersched_cost_model::preset("llama2-7b-a100").unwrap()
     }
 
-    fn req(i: u32, o: u32, t: f64) -> Request {
-        Request {
-            input_tokens: i,
-            output_tokens: o,
-            arrival_s: t,
-        }
-    }
-
     fn random_workload(rng: &mut ChaCha8Rng, n: usize) -> Workload {
-        Workload::new(
-            (0..n)
-                .map(|_| {
-                    req(
-                        rng.random_range(1..200),
-                        rng.random_range(1..20),
-                        f64::from(rng.random_range(0..5u32)) * 0.01,
-                    )
-                })
-                .collect(),
-        )
-        .unwrap()
+        let requests: Vec<(u32, u32, f64)> = (0..n)
+            .map(|_| {
+                (
+                    rng.random_range(1..200),
+                    rng.random_range(1..20),
+                    f64::from(rng.random_range(0..5u32)) * 0.01,
+                )
+            })
+            .collect();
+        workload(&requests)
     }
 
     fn limits(m: u64, c: u64) -> Limits {
@@ -699,13 +690,7 @@ mod tests {
     #[test]
     fn one_at_a_time_follows_the_order() {
         // Offline, one running request, whole prompts: completions in priority order.
-        let w = Workload::new(vec![
-            req(50, 3, 0.0),
-            req(10, 2, 0.0),
-            req(30, 4, 0.0),
-            req(20, 1, 0.0),
-        ])
-        .unwrap();
+        let w = workload(&[(50, 3, 0.0), (10, 2, 0.0), (30, 4, 0.0), (20, 1, 0.0)]);
         let cost = cost();
         let order = [2, 0, 3, 1];
         let mut p = PriorityList::new(&order, u64::MAX, u64::MAX, 1).whole_prompts(true);
@@ -736,7 +721,7 @@ mod tests {
         // chunk. Shortest remaining first serves it next (its prompt first, the long
         // prompt the rest of the chunk), then its decodes with no prompt tokens beside them
         // (decode chunk 0).
-        let w = Workload::new(vec![req(1000, 2, 0.0), req(8, 3, 0.001)]).unwrap();
+        let w = workload(&[(1000, 2, 0.0), (8, 3, 0.001)]);
         let cost = cost();
         let mut p = PriorityList::new(&[0, 1], 100, 0, 8).shortest_remaining_first(&cost);
         let sim = simulate(&w, &Limits::unlimited(), &mut p, &cost).unwrap();

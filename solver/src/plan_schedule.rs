@@ -392,25 +392,17 @@ pub(crate) fn search_plans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use infersched_core::Request;
+    use infersched_test_kit::workload;
 
     fn cost() -> infersched_cost_model::LinearCostModel {
         infersched_cost_model::preset("llama2-7b-a100").unwrap()
-    }
-
-    fn req(i: u32, o: u32, t: f64) -> Request {
-        Request {
-            input_tokens: i,
-            output_tokens: o,
-            arrival_s: t,
-        }
     }
 
     #[test]
     fn the_plan_splits_a_long_prompt_around_a_short_request() {
         // A long prompt at 0, a short request 10 ms later. The plan: the short one completes
         // first; half the long prompt before it, half after.
-        let w = Workload::new(vec![req(2000, 3, 0.0), req(10, 3, 0.010)]).unwrap();
+        let w = workload(&[(2000, 3, 0.0), (10, 3, 0.010)]);
         let limits = Limits::unlimited();
         let plan = PhasePlan {
             completes: vec![1, 0],
@@ -421,24 +413,8 @@ mod tests {
         let r = replay(&w, &limits, &cost(), &s).expect("valid");
         // Batch 0: the first 1,000 prompt tokens; then the short prompt (with nothing of the
         // long one, which is planned after it), its two decodes, then the rest.
-        let entries: Vec<Vec<(u32, u32)>> = s
-            .batches
-            .iter()
-            .map(|b| {
-                b.entries
-                    .iter()
-                    .map(|e| match e.action {
-                        infersched_core::Action::Process(c) => (e.request, c),
-                        infersched_core::Action::Evict => (e.request, 0),
-                    })
-                    .collect()
-            })
-            .collect();
-        assert_eq!(entries[0], [(0, 1000)]);
-        assert_eq!(entries[1], [(1, 10)]);
-        assert_eq!(entries[2], [(1, 1)]);
-        assert_eq!(entries[3], [(1, 1)]);
-        assert_eq!(entries[4], [(0, 1000)]);
+        let batches: Vec<String> = s.batches.iter().map(ToString::to_string).collect();
+        assert_eq!(batches[..5], ["0:1000", "1:10", "1:1", "1:1", "0:1000"]);
         assert!(r.requests[1].completion_s < r.requests[0].first_token_s);
         assert_eq!(Summary::from_replay(&r).requests, 2);
     }
@@ -446,7 +422,7 @@ mod tests {
     #[test]
     fn a_plan_that_overfills_memory_waits_and_stays_valid() {
         // Three requests at 0 planned together; M fits two prompts at a time.
-        let w = Workload::new(vec![req(40, 4, 0.0), req(40, 4, 0.0), req(40, 4, 0.0)]).unwrap();
+        let w = workload(&[(40, 4, 0.0), (40, 4, 0.0), (40, 4, 0.0)]);
         let limits = Limits {
             kv_capacity: Some(90),
             token_budget: Some(64),
@@ -471,7 +447,7 @@ mod tests {
     fn the_plan_search_moves_the_short_request_first_and_never_gets_worse() {
         // The plan serves the long prompt first; finishing the short request first is
         // better for mean latency, one swap away.
-        let w = Workload::new(vec![req(2000, 3, 0.0), req(10, 3, 0.0)]).unwrap();
+        let w = workload(&[(2000, 3, 0.0), (10, 3, 0.0)]);
         let limits = Limits::unlimited();
         let plan = PhasePlan {
             completes: vec![0, 1],
@@ -535,7 +511,7 @@ mod tests {
     #[test]
     fn a_schedules_own_plan_gives_that_schedule_back() {
         // Half the long prompt, the short request whole and its decodes, then the rest.
-        let w = Workload::new(vec![req(2000, 3, 0.0), req(10, 3, 0.010)]).unwrap();
+        let w = workload(&[(2000, 3, 0.0), (10, 3, 0.010)]);
         let limits = Limits::unlimited();
         let s = Schedule::new(
             [
@@ -562,7 +538,7 @@ mod tests {
 
     #[test]
     fn classes_it_does_not_model_give_no_schedule() {
-        let w = Workload::new(vec![req(10, 2, 0.0)]).unwrap();
+        let w = workload(&[(10, 2, 0.0)]);
         let plan = PhasePlan {
             completes: vec![0],
             prompt_share: vec![vec![1.0]],

@@ -27,20 +27,8 @@ fn single_request_optimum_is_prefill_then_decodes() {
         100_000,
     )
     .unwrap();
-    let shape: Vec<Vec<u32>> = s
-        .batches
-        .iter()
-        .map(|b| {
-            b.entries
-                .iter()
-                .map(|e| match e.action {
-                    infersched_core::Action::Process(c) => c,
-                    infersched_core::Action::Evict => 0,
-                })
-                .collect()
-        })
-        .collect();
-    assert_eq!(shape, vec![vec![3], vec![1], vec![1]]);
+    let batches: Vec<String> = s.batches.iter().map(ToString::to_string).collect();
+    assert_eq!(batches, ["0:3", "0:1", "0:1"]);
     let r = replay(&w, &Limits::unlimited(), &cost, &s).unwrap();
     assert!((r.makespan_s() - best).abs() < 1e-12);
 }
