@@ -49,7 +49,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
-    let limits = a.knobs.explicit_limits(&knobs)?;
+    let limits = a.knobs.explicit_limits(&cost)?;
     let objective = a.objective;
     let contenders = Contender::parse_list(&a.schedulers)
         .map_err(anyhow::Error::msg)

@@ -172,66 +172,92 @@ pub(crate) fn named<T: Named>() -> impl clap::builder::TypedValueParser<Value = 
     })
 }
 
-/// The per-batch limits of semantics.md.
-#[derive(Args, Clone)]
-pub(crate) struct LimitArgs {
-    /// C: tokens per batch [default: unlimited]. vLLM: --max-num-batched-tokens.
-    #[arg(long, visible_alias = "max-num-batched-tokens")]
-    pub(crate) token_budget: Option<u64>,
-    /// P: prefill tokens per batch, P <= C [default: C].
-    #[arg(long)]
-    pub(crate) prefill_budget: Option<u64>,
-    #[command(flatten)]
-    pub(crate) memory: KvCapacityArgs,
-    /// R_max: requests holding KV [default: unlimited]. vLLM: --max-num-seqs.
-    #[arg(long, visible_alias = "max-num-seqs")]
-    pub(crate) max_running: Option<u64>,
-    /// KV block size in tokens.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) block_size: u32,
-    /// Fraction of M kept free at admission by watermark-aware schedulers (replay checks M only).
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) watermark: f64,
+/// Declares a flag group of the per-batch limits of semantics.md (C, P, M, R_max, block
+/// size, watermark). The flags are the same everywhere; only what an unset one means
+/// differs: unlimited where the limits are the question (`solve`, `replay`), each policy's
+/// own default where a heuristic runs (`simulate`, `compare`). So the group is written
+/// once and declared twice, with the defaults its help states.
+macro_rules! batch_limit_flags {
+    ($(#[$meta:meta])* $name:ident, C: $c:literal, R_max: $r:literal, block: $b:literal, watermark: $wm:literal) => {
+        $(#[$meta])*
+        #[derive(Args, Clone)]
+        pub(crate) struct $name {
+            #[arg(
+                long,
+                visible_alias = "max-num-batched-tokens",
+                help = concat!("C: tokens per batch [default: ", $c, "]. vLLM: --max-num-batched-tokens")
+            )]
+            pub(crate) token_budget: Option<u64>,
+            /// P: prefill tokens per batch, P <= C [default: C].
+            #[arg(long)]
+            pub(crate) prefill_budget: Option<u64>,
+            #[command(flatten)]
+            pub(crate) memory: KvCapacityArgs,
+            #[arg(
+                long,
+                visible_alias = "max-num-seqs",
+                help = concat!("R_max: requests holding KV [default: ", $r, "]. vLLM: --max-num-seqs")
+            )]
+            pub(crate) max_running: Option<u64>,
+            #[arg(long, help = concat!("KV block size in tokens [default: ", $b, "]"))]
+            pub(crate) block_size: Option<u32>,
+            #[arg(long, help = concat!("Fraction of M kept free at admission [default: ", $wm, "]"))]
+            pub(crate) watermark: Option<f64>,
+        }
+
+        impl $name {
+            /// The limits these flags give alone, with M = `kv_capacity`: C, P and R_max
+            /// where given (else unlimited), the block size given or 1, the watermark given
+            /// or 0; validated.
+            pub(crate) fn given_limits(&self, kv_capacity: u64) -> Result<Limits> {
+                let l = Limits {
+                    token_budget: self.token_budget,
+                    prefill_budget: self.prefill_budget,
+                    kv_capacity: Some(kv_capacity),
+                    max_running: self.max_running,
+                    block_size: self.block_size.unwrap_or(1),
+                    watermark: self.watermark.unwrap_or(0.0),
+                };
+                l.validate()?;
+                Ok(l)
+            }
+        }
+    };
 }
+
+batch_limit_flags!(
+    /// The per-batch limits as the question (`solve`, `replay`): unset ones are unlimited.
+    LimitArgs,
+    C: "unlimited",
+    R_max: "unlimited",
+    block: "1",
+    watermark: "0; carried with the limits, the replay checks M only"
+);
+
+batch_limit_flags!(
+    /// The per-batch limits where heuristics run (`simulate`, `compare`): unset ones take
+    /// each policy's default.
+    PolicyLimitArgs,
+    C: "per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited",
+    R_max: "per policy; 256, sarathi 128",
+    block: "per policy; 16, orca/static 1 (mcsf 16)",
+    watermark: "per policy; vllm and sarathi 0.01"
+);
 
 impl LimitArgs {
     /// The limits; M from --kv-capacity, --num-gpu-blocks, or `cost`'s model and GPU (the
     /// default every command shares).
     pub(crate) fn limits(&self, cost: &LinearCostModel) -> Result<Limits> {
-        let kv_capacity = Some(self.memory.kv_capacity(cost, self.block_size)?);
-        let l = Limits {
-            token_budget: self.token_budget,
-            prefill_budget: self.prefill_budget,
-            kv_capacity,
-            max_running: self.max_running,
-            block_size: self.block_size,
-            watermark: self.watermark,
-        };
-        l.validate()?;
-        Ok(l)
+        let block = self.block_size.unwrap_or(1);
+        self.given_limits(self.memory.kv_capacity(cost, block)?)
     }
 }
 
 /// Knobs of the heuristic schedulers; unset ones take each policy's default.
 #[derive(Args, Clone)]
 pub(crate) struct KnobArgs {
-    /// C: tokens per batch [default: per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited]. vLLM: --max-num-batched-tokens.
-    #[arg(long, visible_alias = "max-num-batched-tokens")]
-    pub(crate) token_budget: Option<u64>,
-    /// P: prefill tokens per batch, P <= C [default: C].
-    #[arg(long)]
-    pub(crate) prefill_budget: Option<u64>,
     #[command(flatten)]
-    pub(crate) memory: KvCapacityArgs,
-    /// R_max: requests holding KV [default: per policy; 256, sarathi 128]. vLLM: --max-num-seqs.
-    #[arg(long, visible_alias = "max-num-seqs")]
-    pub(crate) max_running: Option<u64>,
-    /// KV block size [default: per policy; 16, orca/static 1 (mcsf 16)].
-    #[arg(long)]
-    pub(crate) block_size: Option<u32>,
-    /// Fraction of M kept free at admission [default: per policy; vllm and sarathi 0.01].
-    #[arg(long)]
-    pub(crate) watermark: Option<f64>,
+    pub(crate) limits: PolicyLimitArgs,
     /// Admit only with a full I + O - 1 reservation (never preempt).
     #[arg(long)]
     pub(crate) no_preemption: bool,
@@ -291,13 +317,14 @@ impl KnobArgs {
                 );
             }
         }
+        let l = &self.limits;
         Ok(Knobs {
-            token_budget: self.token_budget,
-            prefill_budget: self.prefill_budget,
+            token_budget: l.token_budget,
+            prefill_budget: l.prefill_budget,
             kv_capacity: Some(self.kv_capacity(cost)?),
-            max_running: self.max_running,
-            block_size: self.block_size,
-            watermark: self.watermark,
+            max_running: l.max_running,
+            block_size: l.block_size,
+            watermark: l.watermark,
             no_preemption: self.no_preemption,
             victim: self.victim,
             max_model_len: self.max_model_len,
@@ -310,23 +337,18 @@ impl KnobArgs {
     /// The limits the flags set explicitly, for the optimal scheduler (which has no policy
     /// defaults): C, P and R_max where given, M as for the heuristics, the block size given
     /// or 1, no watermark (a policy's admission rule, not a limit of the GPU).
-    pub(crate) fn explicit_limits(&self, knobs: &Knobs) -> Result<Limits> {
-        let l = Limits {
-            token_budget: self.token_budget,
-            prefill_budget: self.prefill_budget,
-            kv_capacity: knobs.kv_capacity,
-            max_running: self.max_running,
-            block_size: self.block_size.unwrap_or(1),
+    pub(crate) fn explicit_limits(&self, cost: &LinearCostModel) -> Result<Limits> {
+        Ok(Limits {
             watermark: 0.0,
-        };
-        l.validate()?;
-        Ok(l)
+            ..self.limits.given_limits(self.kv_capacity(cost)?)?
+        })
     }
 
     /// M from --kv-capacity, --num-gpu-blocks, or the cost model's model and GPU.
     pub(crate) fn kv_capacity(&self, cost: &LinearCostModel) -> Result<u64> {
         // vLLM's default block size when none is given.
-        self.memory.kv_capacity(cost, self.block_size.unwrap_or(16))
+        let l = &self.limits;
+        l.memory.kv_capacity(cost, l.block_size.unwrap_or(16))
     }
 }
 
