@@ -249,7 +249,16 @@ impl Svg {
     ) {
         let _ = write!(
             self.body,
-            "<line x1=\"{x1:.2}\" y1=\"{y1:.2}\" x2=\"{x2:.2}\" y2=\"{y2:.2}\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
+            "<line x1=\"{x1:.2}\" y1=\"{y1:.2}\" x2=\"{x2:.2}\" y2=\"{y2:.2}\""
+        );
+        self.end_stroked(stroke, width, dash);
+    }
+
+    /// Closes an element with its stroke: colour, width and dash pattern (none if empty).
+    fn end_stroked(&mut self, stroke: &str, width: f64, dash: &str) {
+        let _ = write!(
+            self.body,
+            " stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
         );
         if !dash.is_empty() {
             let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
@@ -310,14 +319,8 @@ impl Svg {
         self.body
             .push_str("<polyline fill=\"none\" stroke-linejoin=\"round\" points=\"");
         self.push_points(points);
-        let _ = write!(
-            self.body,
-            "\" stroke=\"{stroke}\" stroke-width=\"{width:.2}\""
-        );
-        if !dash.is_empty() {
-            let _ = write!(self.body, " stroke-dasharray=\"{dash}\"");
-        }
-        self.body.push_str("/>\n");
+        self.body.push('"');
+        self.end_stroked(stroke, width, dash);
     }
 
     /// Writes `x,y` pairs separated by spaces (an SVG `points` attribute's value).
