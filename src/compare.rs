@@ -50,11 +50,27 @@ pub struct Comparison {
 
 /// Runs every contender (in parallel) and replays each schedule.
 pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparison {
-    let results = spec
+    let mut results: Vec<(Contender, Result<Outcome, String>)> = spec
         .contenders
         .par_iter()
         .map(|&c| (c, run_one(w, cost, spec, c)))
         .collect();
+    // The heuristics ran in parallel with the solver, under their own defaults: where one's
+    // schedule is better and in the solver's class, the solver's answer is that schedule.
+    let (optimal, heuristics): (Vec<_>, Vec<_>) = results
+        .iter_mut()
+        .partition(|(c, _)| matches!(c, Contender::Optimal(_)));
+    let schedules: Vec<(String, &crate::core::Schedule)> = heuristics
+        .iter()
+        .filter_map(|(c, r)| r.as_ref().ok().map(|o| (c.to_string(), &o.schedule)))
+        .collect();
+    let candidates: Vec<(&str, &crate::core::Schedule)> =
+        schedules.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    for (_, result) in optimal {
+        if let Ok(o) = result {
+            crate::produce::adopt_better_schedule(w, cost, spec.objective, o, &candidates);
+        }
+    }
     Comparison {
         objective: spec.objective,
         limits: spec.limits,
