@@ -255,6 +255,7 @@ fn heuristic_comparisons_are_byte_identical_across_runs() {
         "{html}"
     );
     assert!(!html.contains("MILP"), "{html}");
+    assert!(!html.contains("How the solver answered"), "{html}");
     let text = report::comparison_text(
         &compare::run(&w, &cost(), &spec(contenders, l)).rows(),
         infersched::solver::Objective::Makespan,
@@ -662,6 +663,15 @@ fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
     assert!(html.contains("is at most") && html.contains("No schedule is proven optimal"));
     assert!(!html.contains("above the proven optimum"));
     assert!(html.contains("not proven optimal"));
+    // Which method produced the schedule and the bound, and why no exact model ran.
+    assert!(html.contains("<h2>How the solver answered</h2>"), "{html}");
+    assert!(
+        html.contains(
+            "<th>method</th><td style=\"text-align:left;white-space:normal\">best-heuristic</td>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("no exact model"), "{html}");
     // With the exact model: proven, and said so.
     let (stdout, html) = run("4", &dir.path().join("proven"));
     assert!(

@@ -291,6 +291,42 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
     h
 }
 
+/// How the solver answered: its status and method, where its schedule and its bound come
+/// from, the certified gap and its note (why no exact model ran, which schedule won).
+fn solver_html(c: &Comparison) -> String {
+    let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) else {
+        return String::new();
+    };
+    let mut h = String::from("<h2>How the solver answered</h2>\n<table>\n");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(
+            h,
+            "<tr><th style=\"white-space:nowrap\">{}</th><td style=\"text-align:left;white-space:normal\">{}</td></tr>",
+            html_escape(k),
+            html_escape(&v)
+        );
+    };
+    row("status", r.status.name().to_string());
+    row("method", r.method.name().to_string());
+    row(
+        "schedule",
+        r.warm_start.as_ref().map_or_else(
+            || format!("the {} itself", r.method.name()),
+            |s| format!("{} ({})", s.heuristic, fmt_s(s.objective)),
+        ),
+    );
+    row(
+        "lower bound",
+        format!("{} ({})", fmt_s(r.best_bound), r.bound_method.name()),
+    );
+    row("certified gap", format!("{:.2}%", r.certified_gap * 100.0));
+    if let Some(note) = &r.note {
+        row("note", note.clone());
+    }
+    h.push_str("</table>\n");
+    h
+}
+
 /// The "Where the time goes" section of the report: each scheduler's makespan split into
 /// the cost model's terms, and (with the solver's row) each one's difference to it.
 fn time_split_html(rows: &[ComparisonRow]) -> String {
@@ -509,6 +545,7 @@ so it is an upper bound on how far a scheduler is from the true optimum.";
 {reference_text}</p>\n"
     );
     h.push_str(&results_html(&rows, c.objective));
+    h.push_str(&solver_html(c));
     h.push_str(&time_split_html(&rows));
     h.push_str("<h2>Plots</h2>\n");
     for p in plots {
