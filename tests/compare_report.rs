@@ -667,7 +667,7 @@ fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
     assert!(html.contains("<h2>How the solver answered</h2>"), "{html}");
     assert!(
         html.contains(
-            "<th>method</th><td style=\"text-align:left;white-space:normal\">best-heuristic</td>"
+            ">method</th><td style=\"text-align:left;white-space:normal\">best-heuristic</td>"
         ),
         "{html}"
     );
