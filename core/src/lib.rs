@@ -26,7 +26,7 @@ pub mod schedule;
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
 pub use limits::{Infeasibility, Limits, LimitsError};
-pub use metrics::{Distribution, Summary};
+pub use metrics::{Distribution, Objectives, Summary};
 pub use replay::{
     BatchRecord, ClassifiedEntry, EntryKind, Replay, ReplayError, RequestRecord, classify_entries,
     replay,

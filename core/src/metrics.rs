@@ -61,6 +61,26 @@ pub struct Objectives {
     pub throughput_tok_s: Option<f64>,
 }
 
+impl Objectives {
+    /// The objective values of a replay alone, without the rest of [`Summary`] (no
+    /// time-between-tokens distribution, whose sort dominates on long outputs): the same
+    /// numbers, bit for bit, as `Summary::from_replay(replay).objectives`.
+    pub fn from_replay(replay: &Replay) -> Self {
+        let reqs = &replay.requests;
+        let mean = |f: &dyn Fn(&crate::replay::RequestRecord) -> f64| {
+            Distribution::of(reqs.iter().map(f).collect()).map_or(0.0, |d| d.mean)
+        };
+        let makespan_s = replay.makespan_s();
+        let output_tokens: u64 = reqs.iter().map(|r| u64::from(r.output_tokens)).sum();
+        Self {
+            makespan_s,
+            mean_latency_s: mean(&|r| r.e2e_s()),
+            mean_ttft_s: mean(&|r| r.ttft_s()),
+            throughput_tok_s: (makespan_s > 0.0).then(|| output_tokens as f64 / makespan_s),
+        }
+    }
+}
+
 /// Everything `summary.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -211,6 +231,39 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objectives_alone_equal_the_summarys_bit_for_bit() {
+        use crate::{Batch, Entry, Limits, Request, Schedule, Workload};
+        struct Cost;
+        impl crate::CostModel for Cost {
+            fn batch_time_s(&self, f: &crate::BatchFeatures) -> f64 {
+                0.001 + 0.0003 * f.tokens as f64 + 1e-7 * f.decode_kv as f64
+            }
+        }
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: 3,
+                output_tokens: 3,
+                arrival_s: 0.0,
+            },
+            Request {
+                input_tokens: 2,
+                output_tokens: 2,
+                arrival_s: 0.0007,
+            },
+        ])
+        .unwrap();
+        let s = Schedule::new(vec![
+            Batch::new(vec![Entry::process(0, 3)]),
+            Batch::new(vec![Entry::process(0, 1), Entry::process(1, 2)]),
+            Batch::new(vec![Entry::process(0, 1), Entry::process(1, 1)]),
+        ]);
+        let r = crate::replay(&w, &Limits::unlimited(), &Cost, &s).unwrap();
+        let alone = Objectives::from_replay(&r);
+        assert_eq!(alone, Summary::from_replay(&r).objectives);
+        assert!(alone.mean_latency_s > 0.0 && alone.mean_ttft_s < alone.mean_latency_s);
+    }
 
     #[test]
     fn quantiles_interpolate_like_numpy() {

@@ -18,9 +18,7 @@ use crate::{
     SolveReport, SolveStatus, WarmStart, bounds, progress,
 };
 use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, highs, variable};
-use infersched_core::{
-    Batch, Entry, Feature, Limits, Replay, Request, Schedule, Summary, Workload, replay,
-};
+use infersched_core::{Batch, Entry, Feature, Limits, Replay, Request, Schedule, Workload, replay};
 use infersched_cost_model::LinearCostModel;
 use std::time::Instant;
 
@@ -817,7 +815,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     };
 
     let r = replay(w, limits, cost, &schedule)?;
-    let replayed = objective.of(&Summary::from_replay(&r));
+    let replayed = objective.of_replay(&r);
     // The model minimizes the mean of absolute times F_i; latencies are F_i - T_i.
     let offset_s = if objective == Objective::Makespan {
         0.0

@@ -26,7 +26,7 @@ use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport,
     SolveStatus,
 };
-use infersched_core::{Summary, Workload, replay};
+use infersched_core::{Workload, replay};
 use std::time::Instant;
 
 /// A proven optimum found by the search.
@@ -658,7 +658,7 @@ pub(crate) fn unchunked_optimum(
         return Ok(None);
     };
     let r = replay(w, limits, cost, &found.schedule)?;
-    let replayed = objective.of(&Summary::from_replay(&r));
+    let replayed = objective.of_replay(&r);
     // The search counts time from the common arrival; makespan is from 0.
     let offset_s = if objective == Objective::Makespan {
         reqs.first().map_or(0.0, |q| q.arrival_s)

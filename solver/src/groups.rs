@@ -28,7 +28,7 @@ use crate::{
     BoundMethod, Objective, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
     WarmStart,
 };
-use infersched_core::{Batch, Entry, Limits, Replay, Request, Schedule, Summary, Workload, replay};
+use infersched_core::{Batch, Entry, Limits, Replay, Request, Schedule, Workload, replay};
 use infersched_cost_model::LinearCostModel;
 use std::time::Instant;
 
@@ -151,7 +151,7 @@ pub(crate) fn solve_by_groups(
     let joined = replay(w, limits, cost, &concatenated)
         .ok()
         .filter(|_| options.constraints.admits(w, limits, &concatenated))
-        .map(|r| objective.of(&Summary::from_replay(&r)));
+        .map(|r| objective.of_replay(&r));
     let whole_value = whole.objective_value(objective);
     let sizes: Vec<String> = solved
         .iter()

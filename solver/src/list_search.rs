@@ -23,7 +23,7 @@
 
 use crate::portfolio::BestHeuristic;
 use crate::{Objective, PolicyConstraints, bounds};
-use infersched_core::{Feature, Limits, Summary, Workload, replay};
+use infersched_core::{Feature, Limits, Workload, replay};
 use infersched_cost_model::LinearCostModel;
 use infersched_schedulers::{Policy, SimError, Simulator, simulate};
 use std::time::Instant;
@@ -223,7 +223,11 @@ impl Policy for PriorityList {
             let i = key.2;
             let c = self.chunk(sim, i, prefill_left);
             if c == 0 {
-                admitting = !self.strict_admission;
+                // With no prompt room left at all, no later waiting request gets a token
+                // either: stop scanning the queue (the schedule is the same, and a long
+                // queue is not walked at every decode step).
+                let room = prefill_left.min(sim.token_room()).min(sim.prefill_room());
+                admitting = !self.strict_admission && room > 0;
                 continue;
             }
             let reservation = sim.request(i).max_kv_tokens();
@@ -431,7 +435,7 @@ impl Search<'_> {
         if !self.class.admits(self.w, self.limits, &sim.schedule) {
             return f64::INFINITY;
         }
-        let v = self.objective.of(&Summary::from_replay(&r));
+        let v = self.objective.of_replay(&r);
         if !cand.shortest_remaining && self.best_static.as_ref().is_none_or(|b| v < b.0) {
             self.best_static = Some((v, cand.clone()));
         }
@@ -787,7 +791,7 @@ mod tests {
                 assert!(tries <= 300);
                 // The returned schedule is replayed, not taken from the search.
                 let r = replay(&w, &l, &cost, &found.schedule).unwrap();
-                let after = objective.of(&Summary::from_replay(&r));
+                let after = objective.of_replay(&r);
                 assert!(after <= before, "{w:?}: {after} > {before}");
                 if after < before {
                     improved += 1;

@@ -32,6 +32,18 @@ impl Objective {
             Self::MeanTtft => s.mean_ttft_s,
         }
     }
+
+    /// The objective's value in a replay (seconds): the same number as
+    /// `self.of(&Summary::from_replay(r))`, without computing the rest of the summary
+    /// (searches that judge thousands of schedules need only this).
+    pub fn of_replay(self, r: &infersched_core::Replay) -> f64 {
+        let o = infersched_core::Objectives::from_replay(r);
+        match self {
+            Self::Makespan => o.makespan_s,
+            Self::MeanLatency => o.mean_latency_s,
+            Self::MeanTtft => o.mean_ttft_s,
+        }
+    }
 }
 
 /// Policy constraints: the best schedule a policy class can reach.

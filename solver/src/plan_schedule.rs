@@ -30,7 +30,7 @@
 use crate::bounds::PhasePlan;
 use crate::{Objective, PolicyConstraints};
 use infersched_core::{
-    Batch, BatchFeatures, CostModel, Entry, Limits, Replay, Schedule, Summary, Workload, replay,
+    Batch, BatchFeatures, CostModel, Entry, Limits, Replay, Schedule, Workload, replay,
 };
 use infersched_cost_model::LinearCostModel;
 use rand::{Rng, SeedableRng};
@@ -332,7 +332,7 @@ pub(crate) fn search_plans(
         let found = schedule_from_plan(w, limits, cost, class, p).and_then(|schedule| {
             let replay = replay(w, limits, cost, &schedule).ok()?;
             class.admits(w, limits, &schedule).then(|| Found {
-                value: objective.of(&Summary::from_replay(&replay)),
+                value: objective.of_replay(&replay),
                 plan: p.clone(),
                 schedule,
                 replay,
@@ -392,6 +392,7 @@ pub(crate) fn search_plans(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use infersched_core::Summary;
     use infersched_test_kit::workload;
 
     fn cost() -> infersched_cost_model::LinearCostModel {

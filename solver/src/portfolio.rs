@@ -8,7 +8,7 @@ use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveReport, SolveStatus,
     WarmStart, dominance,
 };
-use infersched_core::{Limits, Replay, Schedule, Summary, Workload, replay};
+use infersched_core::{Limits, Replay, Schedule, Workload, replay};
 use infersched_cost_model::LinearCostModel;
 use infersched_schedulers::{Knobs, McsfOrder, SchedulerKind};
 use std::time::Instant;
@@ -27,7 +27,7 @@ pub(crate) struct BestHeuristic {
 impl BestHeuristic {
     /// Its replayed objective (seconds).
     pub fn objective_value(&self, objective: Objective) -> f64 {
-        objective.of(&Summary::from_replay(&self.replay))
+        objective.of_replay(&self.replay)
     }
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn best_heuristic(
             if !class.admits(w, limits, &sim.schedule) {
                 continue;
             }
-            let v = objective.of(&Summary::from_replay(&r));
+            let v = objective.of_replay(&r);
             if best.as_ref().is_none_or(|b| v < b.3) {
                 let name = format!(
                     "{}{}{}{}{}",
@@ -165,7 +165,7 @@ pub(crate) fn heuristic_with_bound(
         )));
     };
     let r = replay(w, limits, cost, &schedule)?;
-    let replayed = objective.of(&Summary::from_replay(&r));
+    let replayed = objective.of_replay(&r);
     let best_bound = bound.value_s.min(replayed).max(0.0);
     Ok(SolveReport {
         status: SolveStatus::NotProven,
