@@ -34,6 +34,7 @@ pub mod bounds;
 mod classes;
 mod counting;
 pub mod dominance;
+mod first_tokens;
 pub mod graph;
 pub mod groups;
 pub mod list_search;

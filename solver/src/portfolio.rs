@@ -138,6 +138,17 @@ pub(crate) fn best_heuristic(
             }
         }
     }
+    // For mean TTFT, first tokens first (module `first_tokens`), judged the same way.
+    if objective == Objective::MeanTtft
+        && let Some(schedule) = crate::first_tokens::first_tokens_first(w, limits, cost, class)
+        && let Ok(r) = replay(w, limits, cost, &schedule)
+        && class.admits(w, limits, &schedule)
+    {
+        let v = objective.of_replay(&r);
+        if best.as_ref().is_none_or(|b| v < b.3) {
+            best = Some(("first-tokens-first".to_string(), schedule, r, v));
+        }
+    }
     best.map(|(name, schedule, replay, _)| BestHeuristic {
         name,
         schedule,

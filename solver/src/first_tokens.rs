@@ -1,0 +1,269 @@
+//! First tokens first: a schedule for `mean-ttft` that gives every request its first token
+//! as early as the machine allows and only then finishes them.
+//!
+//! Mean TTFT counts nothing after a request's first token, so memory held by requests that
+//! already have one is memory taken from prompts still waiting. The schedule prefills one
+//! request at a time, shortest prompt first among those that have arrived (prompt chunks
+//! of at most `min(C, P)` tokens), evicts it at the start of the next batch (an eviction
+//! frees its KV before that batch's prompt is processed), and once every request has its
+//! first token, refills and decodes them one at a time. So the k-th first token comes
+//! after the k shortest prompts' work alone, as in the machine relaxation's shortest-first
+//! order, which is what makes it strong where memory is tight and prompts are long: there
+//! every heuristic keeps the running set's KV while prompts wait (1,000 offline arXiv
+//! requests, M = 32,768: README). It is a candidate of the heuristic portfolio, judged by
+//! the replay like the others, and applies only in classes that allow evictions.
+
+use infersched_core::{Batch, BatchFeatures, CostModel, Entry, Limits, Schedule, Workload};
+
+use crate::PolicyConstraints;
+
+/// The first-tokens-first schedule of `w` under `limits` (times estimated with `cost` to
+/// know which requests have arrived), or None where the class forbids it (no evictions,
+/// reservations) or a prompt cannot run as the class requires (whole prompts over C or P).
+pub(crate) fn first_tokens_first(
+    w: &Workload,
+    limits: &Limits,
+    cost: &dyn CostModel,
+    class: &PolicyConstraints,
+) -> Option<Schedule> {
+    if class.no_evict || class.reserve {
+        return None;
+    }
+    let reqs = w.requests();
+    let chunk_cap = limits
+        .token_budget
+        .unwrap_or(u64::MAX)
+        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
+        .max(1);
+    // Whole prefill phases: every prompt, and every refill of I + 1 tokens, in one batch.
+    if class.no_chunk
+        && reqs
+            .iter()
+            .any(|r| u64::from(r.input_tokens) + u64::from(r.output_tokens > 1) > chunk_cap)
+    {
+        return None;
+    }
+    // The order of first tokens: arrival order under FCFS (first admissions in arrival
+    // order), else the shortest prompt among the requests that have arrived.
+    let order: Vec<u32> = if class.fcfs {
+        w.fcfs_order()
+    } else {
+        let mut waiting: Vec<u32> = (0..reqs.len() as u32).collect();
+        waiting.sort_by(|&a, &b| {
+            reqs[a as usize]
+                .arrival_s
+                .total_cmp(&reqs[b as usize].arrival_s)
+                .then(a.cmp(&b))
+        });
+        let mut order = Vec::with_capacity(reqs.len());
+        let mut now = 0.0f64;
+        let mut next = 0;
+        let mut arrived: Vec<u32> = Vec::new();
+        while order.len() < reqs.len() {
+            while next < waiting.len() && reqs[waiting[next] as usize].arrival_s <= now {
+                arrived.push(waiting[next]);
+                next += 1;
+            }
+            let Some(k) = (0..arrived.len()).min_by_key(|&k| {
+                let i = arrived[k];
+                (reqs[i as usize].input_tokens, i)
+            }) else {
+                now = reqs[waiting[next] as usize].arrival_s;
+                continue;
+            };
+            let i = arrived.swap_remove(k);
+            let r = &reqs[i as usize];
+            now = now.max(r.arrival_s) + prompt_time(cost, u64::from(r.input_tokens), chunk_cap);
+            order.push(i);
+        }
+        order
+    };
+    let mut batches: Vec<Batch> = Vec::new();
+    let mut evict_next: Option<u32> = None;
+    // Phase one: each prompt, then its eviction at the start of the next batch.
+    for &i in &order {
+        let r = &reqs[i as usize];
+        let mut done = 0u64;
+        let prompt = u64::from(r.input_tokens);
+        while done < prompt {
+            let c = (prompt - done).min(chunk_cap);
+            let mut entries: Vec<Entry> = evict_next.take().map(Entry::evict).into_iter().collect();
+            entries.push(Entry::process(i, c as u32));
+            batches.push(Batch::new(entries));
+            done += c;
+        }
+        // Requests with one output token are finished by their prompt.
+        if r.output_tokens > 1 {
+            evict_next = Some(i);
+        }
+    }
+    // Phase two: the request prefilled last still holds its KV and decodes on at once;
+    // every other one refills its prompt and first token (which generates its second) and
+    // decodes the rest, one request at a time.
+    let holding = evict_next;
+    if let Some(i) = holding {
+        for _ in 1..reqs[i as usize].output_tokens {
+            batches.push(Batch::new(vec![Entry::process(i, 1)]));
+        }
+    }
+    for &i in &order {
+        let r = &reqs[i as usize];
+        if r.output_tokens <= 1 || holding == Some(i) {
+            continue;
+        }
+        let known = u64::from(r.input_tokens) + 1;
+        let mut done = 0u64;
+        while done < known {
+            let c = (known - done).min(chunk_cap);
+            batches.push(Batch::new(vec![Entry::process(i, c as u32)]));
+            done += c;
+        }
+        for _ in 2..r.output_tokens {
+            batches.push(Batch::new(vec![Entry::process(i, 1)]));
+        }
+    }
+    Some(Schedule::new(batches))
+}
+
+/// Seconds to run a prompt of `tokens` alone, in chunks of at most `cap`.
+fn prompt_time(cost: &dyn CostModel, tokens: u64, cap: u64) -> f64 {
+    let mut t = 0.0;
+    let mut done = 0;
+    while done < tokens {
+        let c = (tokens - done).min(cap);
+        let mut f = BatchFeatures::default();
+        f.add_prefill(c, done);
+        t += cost.batch_time_s(&f);
+        done += c;
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::{Action, Summary, replay};
+    use infersched_test_kit::workload;
+
+    fn cost() -> infersched_cost_model::LinearCostModel {
+        infersched_cost_model::preset("llama2-7b-a100").unwrap()
+    }
+
+    /// The batches, compactly (`0:4 1:evict`).
+    fn text(s: &Schedule) -> Vec<String> {
+        s.batches.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn prompts_run_shortest_first_then_each_request_is_refilled_and_finished() {
+        // Three requests at 0; M holds one of them at a time.
+        let w = workload(&[(6, 3, 0.0), (2, 2, 0.0), (4, 1, 0.0)]);
+        let limits = Limits {
+            kv_capacity: Some(8),
+            token_budget: Some(4),
+            ..Limits::unlimited()
+        };
+        let s = first_tokens_first(&w, &limits, &cost(), &PolicyConstraints::default()).unwrap();
+        assert_eq!(
+            text(&s),
+            [
+                // Shortest prompt first; each prompt's chunks at most C = 4.
+                "1:2",
+                "1:evict 2:4", // request 2 (O = 1) is finished by its prompt
+                "0:4",
+                "0:2", // request 0 prefilled last keeps its KV and decodes on
+                "0:1",
+                "0:1",
+                "1:3", // request 1 refills I + 1 = 3 tokens, generating its last
+            ]
+        );
+        let r = replay(&w, &limits, &cost(), &s).unwrap();
+        assert!(PolicyConstraints::default().admits(&w, &limits, &s));
+        // First tokens in the order of the prompts' lengths.
+        let first = |i: usize| r.requests[i].first_token_s;
+        assert!(first(1) < first(2) && first(2) < first(0));
+        assert_eq!(Summary::from_replay(&r).evictions, 1);
+    }
+
+    #[test]
+    fn classes_that_forbid_it_get_none_and_fcfs_keeps_arrival_order() {
+        let w = workload(&[(6, 3, 0.0), (2, 2, 0.001)]);
+        let limits = Limits {
+            kv_capacity: Some(8),
+            ..Limits::unlimited()
+        };
+        let c = cost();
+        for class in [
+            PolicyConstraints {
+                no_evict: true,
+                ..PolicyConstraints::default()
+            },
+            PolicyConstraints {
+                reserve: true,
+                ..PolicyConstraints::default()
+            },
+        ] {
+            assert!(first_tokens_first(&w, &limits, &c, &class).is_none());
+        }
+        // Whole prompts that do not fit C: none.
+        let tight = Limits {
+            token_budget: Some(4),
+            ..limits
+        };
+        let no_chunk = PolicyConstraints {
+            no_chunk: true,
+            ..PolicyConstraints::default()
+        };
+        assert!(first_tokens_first(&w, &tight, &c, &no_chunk).is_none());
+        // FCFS: request 0 (arrived first) starts first, and the class admits the result.
+        let fcfs = PolicyConstraints {
+            fcfs: true,
+            no_mix: true,
+            ..PolicyConstraints::default()
+        };
+        let s = first_tokens_first(&w, &limits, &c, &fcfs).unwrap();
+        assert!(matches!(s.batches[0].entries[0].action, Action::Process(6)));
+        assert!(fcfs.admits(&w, &limits, &s));
+        replay(&w, &limits, &c, &s).unwrap();
+    }
+
+    #[test]
+    fn the_schedule_is_valid_on_random_workloads_with_arrivals_and_budgets() {
+        use rand::{Rng, SeedableRng};
+        let c = cost();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..300 {
+            let n = rng.random_range(1..8);
+            let reqs: Vec<(u32, u32, f64)> = (0..n)
+                .map(|_| {
+                    (
+                        rng.random_range(1..40),
+                        rng.random_range(1..12),
+                        f64::from(rng.random_range(0..4u32)) * 0.004,
+                    )
+                })
+                .collect();
+            let w = workload(&reqs);
+            let need = infersched_test_kit::largest_kv_need(&w);
+            let block = rng.random_range(1..5u32);
+            let limits = Limits {
+                // Enough for the largest request in whole blocks, and a little more.
+                kv_capacity: Some(
+                    need.div_ceil(u64::from(block)) * u64::from(block) + rng.random_range(0..8),
+                ),
+                token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..24)),
+                block_size: block,
+                max_running: Some(1),
+                ..Limits::unlimited()
+            };
+            let class = PolicyConstraints {
+                fcfs: rng.random_bool(0.3),
+                no_mix: rng.random_bool(0.3),
+                ..PolicyConstraints::default()
+            };
+            let s = first_tokens_first(&w, &limits, &c, &class).unwrap();
+            replay(&w, &limits, &c, &s).unwrap_or_else(|e| panic!("{reqs:?} {limits:?}: {e}"));
+            assert!(class.admits(&w, &limits, &s), "{reqs:?} {limits:?}");
+        }
+    }
+}
