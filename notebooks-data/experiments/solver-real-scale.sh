@@ -48,7 +48,7 @@ for n in 8 32 128 512 1000; do
   wl="$work/b$n.csv"
   "$bin" workload sample --trace "$root/notebooks-data/traces/splitwise_code.csv" --first "$n" \
     --time-scale 0.25 --max-total-tokens 4096 --rebase-time --out "$wl" > /dev/null
-  for objective in makespan mean-latency; do
+  for objective in makespan mean-latency mean-ttft; do
     run b "$n" "$objective" "$wl" 4096 32768 16
   done
 done
@@ -57,7 +57,7 @@ for n in 32 128; do
   wl="$work/c$n.csv"
   "$bin" workload sample --trace "$root/notebooks-data/traces/arxiv_summarization.csv" --random "$n" \
     --seed 0 --max-total-tokens 4096 --arrival static --out "$wl" > /dev/null
-  for objective in makespan mean-latency; do
+  for objective in makespan mean-latency mean-ttft; do
     run c "$n" "$objective" "$wl" 2048 32768 16
   done
 done
