@@ -275,11 +275,7 @@ pub fn adopt_better_schedule(
     let (name, adopted, v) = best?;
     let mut report = optimal.solve.take()?;
     report.replayed_objective = v;
-    report.certified_gap = if v > 0.0 {
-        ((v - report.best_bound) / v).max(0.0)
-    } else {
-        0.0
-    };
+    report.certified_gap = crate::solver::certified_gap(v, report.best_bound);
     report.warm_start = Some(WarmStart {
         heuristic: format!("{name} (its own schedule, replayed under these limits)"),
         objective: v,

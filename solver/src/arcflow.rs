@@ -12,7 +12,7 @@ use crate::bounds::CombinatorialBound;
 use crate::classes::{class_graph, entry_cost_ms, request_classes};
 use crate::graph::{ArcKind, StateGraph};
 use crate::portfolio::{BestHeuristic, heuristic_with_bound};
-use crate::report::gap;
+use crate::report::certified_gap;
 use crate::{
     BoundMethod, ModelSize, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions,
     SolveReport, SolveStatus, WarmStart, bounds, progress,
@@ -849,7 +849,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         milp_objective: milp_objective.map(|v| v - offset_s),
         replayed_objective: replayed,
         best_bound,
-        certified_gap: gap(replayed, best_bound),
+        certified_gap: certified_gap(replayed, best_bound),
         bound_method,
         note: (status == SolveStatus::NoSolution)
             .then(|| format!("HiGHS found no schedule within {time_limit_s:.0} s: the best heuristic schedule is returned")),

@@ -13,6 +13,9 @@
 //! requests, M = 32,768: README). It is a candidate of the heuristic portfolio, judged by
 //! the replay like the others, and applies only in classes that allow evictions.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use infersched_core::{Batch, BatchFeatures, CostModel, Entry, Limits, Schedule, Workload};
 
 use crate::PolicyConstraints;
@@ -58,20 +61,18 @@ pub(crate) fn first_tokens_first(
         let mut order = Vec::with_capacity(reqs.len());
         let mut now = 0.0f64;
         let mut next = 0;
-        let mut arrived: Vec<u32> = Vec::new();
+        // The arrived requests, shortest prompt (then lowest id) on top.
+        let mut arrived: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::new();
         while order.len() < reqs.len() {
             while next < waiting.len() && reqs[waiting[next] as usize].arrival_s <= now {
-                arrived.push(waiting[next]);
+                let i = waiting[next];
+                arrived.push(Reverse((reqs[i as usize].input_tokens, i)));
                 next += 1;
             }
-            let Some(k) = (0..arrived.len()).min_by_key(|&k| {
-                let i = arrived[k];
-                (reqs[i as usize].input_tokens, i)
-            }) else {
+            let Some(Reverse((_, i))) = arrived.pop() else {
                 now = reqs[waiting[next] as usize].arrival_s;
                 continue;
             };
-            let i = arrived.swap_remove(k);
             let r = &reqs[i as usize];
             now = now.max(r.arrival_s) + prompt_time(cost, u64::from(r.input_tokens), chunk_cap);
             order.push(i);
@@ -83,14 +84,10 @@ pub(crate) fn first_tokens_first(
     // Phase one: each prompt, then its eviction at the start of the next batch.
     for &i in &order {
         let r = &reqs[i as usize];
-        let mut done = 0u64;
-        let prompt = u64::from(r.input_tokens);
-        while done < prompt {
-            let c = (prompt - done).min(chunk_cap);
+        for (_, c) in chunks(u64::from(r.input_tokens), chunk_cap) {
             let mut entries: Vec<Entry> = evict_next.take().map(Entry::evict).into_iter().collect();
-            entries.push(Entry::process(i, c as u32));
+            entries.push(Entry::process(i, c));
             batches.push(Batch::new(entries));
-            done += c;
         }
         // Requests with one output token are finished by their prompt.
         if r.output_tokens > 1 {
@@ -111,12 +108,8 @@ pub(crate) fn first_tokens_first(
         if r.output_tokens <= 1 || holding == Some(i) {
             continue;
         }
-        let known = u64::from(r.input_tokens) + 1;
-        let mut done = 0u64;
-        while done < known {
-            let c = (known - done).min(chunk_cap);
-            batches.push(Batch::new(vec![Entry::process(i, c as u32)]));
-            done += c;
+        for (_, c) in chunks(u64::from(r.input_tokens) + 1, chunk_cap) {
+            batches.push(Batch::new(vec![Entry::process(i, c)]));
         }
         for _ in 2..r.output_tokens {
             batches.push(Batch::new(vec![Entry::process(i, 1)]));
@@ -127,16 +120,23 @@ pub(crate) fn first_tokens_first(
 
 /// Seconds to run a prompt of `tokens` alone, in chunks of at most `cap`.
 fn prompt_time(cost: &dyn CostModel, tokens: u64, cap: u64) -> f64 {
-    let mut t = 0.0;
-    let mut done = 0;
-    while done < tokens {
-        let c = (tokens - done).min(cap);
-        let mut f = BatchFeatures::default();
-        f.add_prefill(c, done);
-        t += cost.batch_time_s(&f);
-        done += c;
-    }
-    t
+    chunks(tokens, cap)
+        .map(|(before, c)| {
+            let mut f = BatchFeatures::default();
+            f.add_prefill(u64::from(c), before);
+            cost.batch_time_s(&f)
+        })
+        .sum()
+}
+
+/// `total` tokens in chunks of at most `cap` (and of at most `u32::MAX`, an entry's
+/// width): each chunk with the tokens processed before it.
+fn chunks(total: u64, cap: u64) -> impl Iterator<Item = (u64, u32)> {
+    let cap = cap.clamp(1, u64::from(u32::MAX));
+    (0..total.div_ceil(cap)).map(move |k| {
+        let before = k * cap;
+        (before, (total - before).min(cap) as u32)
+    })
 }
 
 #[cfg(test)]
@@ -265,5 +265,17 @@ mod tests {
             replay(&w, &limits, &c, &s).unwrap_or_else(|e| panic!("{reqs:?} {limits:?}: {e}"));
             assert!(class.admits(&w, &limits, &s), "{reqs:?} {limits:?}");
         }
+    }
+
+    #[test]
+    fn chunks_cover_the_tokens_and_fit_an_entry() {
+        assert_eq!(chunks(10, 4).collect::<Vec<_>>(), [(0, 4), (4, 4), (8, 2)]);
+        assert_eq!(chunks(0, 4).count(), 0);
+        // An unlimited budget still makes entries of at most u32::MAX tokens.
+        let big = u64::from(u32::MAX) + 1;
+        assert_eq!(
+            chunks(big, u64::MAX).collect::<Vec<_>>(),
+            [(0, u32::MAX), (u64::from(u32::MAX), 1)]
+        );
     }
 }

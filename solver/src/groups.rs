@@ -23,7 +23,7 @@
 
 use crate::bounds::{self, BoundArgument, CombinatorialBound};
 use crate::portfolio::BestHeuristic;
-use crate::report::gap;
+use crate::report::certified_gap;
 use crate::{
     BoundMethod, Objective, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
     WarmStart,
@@ -232,7 +232,7 @@ pub(crate) fn solve_by_groups(
         milp_objective: None,
         replayed_objective: replayed,
         best_bound,
-        certified_gap: gap(replayed, best_bound),
+        certified_gap: certified_gap(replayed, best_bound),
         bound_method,
         note: Some(note),
         horizon: schedule.batches.len(),

@@ -47,6 +47,7 @@ mod report;
 pub use options::{Objective, PolicyConstraints, SolveOptions};
 pub use report::{
     BoundMethod, ModelSize, SolveError, SolveMethod, SolveReport, SolveStatus, WarmStart,
+    certified_gap,
 };
 
 use graph::StateGraph;

@@ -3,7 +3,7 @@
 //! combinatorial bound when no exact model fits the limits.
 
 use crate::bounds::CombinatorialBound;
-use crate::report::gap;
+use crate::report::certified_gap;
 use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveReport, SolveStatus,
     WarmStart, dominance,
@@ -186,7 +186,7 @@ pub(crate) fn heuristic_with_bound(
         milp_objective: None,
         replayed_objective: replayed,
         best_bound,
-        certified_gap: gap(replayed, best_bound),
+        certified_gap: certified_gap(replayed, best_bound),
         bound_method: BoundMethod::Combinatorial(bound.argument),
         note: Some(format!(
             "{note}; the best schedule found without it ({name}) is returned with the {} bound",

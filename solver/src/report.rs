@@ -166,8 +166,9 @@ pub struct SolveReport {
     pub schedule: Schedule,
 }
 
-/// `(replayed - bound) / replayed`, 0 for a zero objective.
-pub(crate) fn gap(replayed: f64, bound: f64) -> f64 {
+/// The certified gap of a schedule whose replayed objective is `replayed` against a lower
+/// bound `bound`: `(replayed - bound) / replayed`, 0 for a zero objective.
+pub fn certified_gap(replayed: f64, bound: f64) -> f64 {
     if replayed > 0.0 {
         (replayed - bound) / replayed
     } else {
