@@ -36,6 +36,7 @@
 
 mod batch_count;
 mod machine;
+pub(crate) mod patterns;
 mod phases;
 
 pub use phases::MAX_REQUESTS as PHASE_RELAXATION_MAX_REQUESTS;

@@ -16,10 +16,15 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 
 use infersched_core::{Batch, Entry, Feature, Limits, Schedule};
 use infersched_cost_model::LinearCostModel;
 
+use crate::bounds::patterns::{BatchTerms, EntryType, pattern_prices};
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
 use crate::{
@@ -50,21 +55,84 @@ struct Slot {
 const MAX_MOVES: usize = 50_000;
 
 /// What a batch holds while its moves are enumerated: KV after it, requests holding KV,
-/// tokens processed and prefill tokens (the last two against C and P).
+/// tokens processed and prefill tokens (the last two against C and P), and what it costs.
 #[derive(Debug, Clone, Copy, Default)]
 struct Load {
     kv: u64,
     holders: u64,
     tokens: u64,
     prefill: u64,
+    /// The process arcs' own cost (ms), without the per-batch terms.
+    ms: f64,
+    has_prefill: bool,
+    has_decode: bool,
 }
 
 /// What a batch does: how many requests of `(class, arc)` take it.
 type Move = Vec<(usize, usize, u16)>;
 
-/// A count vector reached by the search: the counts, the best cost to reach it, and the
-/// node and move it was reached from.
-type Node = (Vec<u16>, f64, Option<(usize, Move)>);
+/// The count vectors reached by the search, stored flat (`width` counts each), with the
+/// best cost found to reach each and the vector it was reached from; indexed by a hash
+/// table of ids, so a vector is stored once and looked up without allocating.
+struct Reached {
+    width: usize,
+    counts: Vec<u16>,
+    cost: Vec<f64>,
+    parent: Vec<u32>,
+    index: HashTable<u32>,
+}
+
+fn key_hash(key: &[u16]) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+impl Reached {
+    /// Bytes one reached vector takes: its counts, cost, parent, table slot, and about two
+    /// open-list entries.
+    fn bytes_per_vector(width: usize) -> usize {
+        2 * width + 8 + 4 + 8 + 2 * std::mem::size_of::<Open>()
+    }
+
+    fn new(width: usize) -> Self {
+        Self {
+            width,
+            counts: Vec::new(),
+            cost: Vec::new(),
+            parent: Vec::new(),
+            index: HashTable::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.cost.len()
+    }
+
+    fn counts(&self, id: usize) -> &[u16] {
+        &self.counts[id * self.width..(id + 1) * self.width]
+    }
+
+    fn find(&self, key: &[u16]) -> Option<usize> {
+        let (counts, width) = (&self.counts, self.width);
+        self.index
+            .find(key_hash(key), |&j| {
+                &counts[j as usize * width..(j as usize + 1) * width] == key
+            })
+            .map(|&j| j as usize)
+    }
+
+    /// Stores a vector not reached before; its id.
+    fn insert(&mut self, key: &[u16], cost: f64, parent: u32) -> usize {
+        let id = self.len();
+        self.counts.extend_from_slice(key);
+        self.cost.push(cost);
+        self.parent.push(parent);
+        let (counts, width) = (&self.counts, self.width);
+        self.index.insert_unique(key_hash(key), id as u32, |&j| {
+            key_hash(&counts[j as usize * width..(j as usize + 1) * width])
+        });
+        id
+    }
+}
 
 struct Search<'a> {
     graphs: &'a [StateGraph],
@@ -76,6 +144,13 @@ struct Search<'a> {
     theta: [f64; 9],
     /// Per class and arc: the arc's own cost (ms) without the per-batch terms.
     arc_ms: Vec<Vec<f64>>,
+    /// Per class and arc: the slot its requests move to.
+    arc_to: Vec<Vec<usize>>,
+    /// Per slot: the arcs that hold KV after the step (idle holding, process).
+    holding: Vec<Vec<usize>>,
+    /// Per slot: the one arc without KV after the step (idle without KV, evict) that the
+    /// requests given no holding arc take, if any.
+    free: Vec<Option<usize>>,
 }
 
 #[derive(PartialEq)]
@@ -106,7 +181,7 @@ impl PartialOrd for Open {
 
 /// Runs the search for classes of identical requests (`graphs[k]` built without chunk
 /// arcs, `sizes[k]` members, `members[k]` their ids), giving up after `max_states` count
-/// vectors or at `deadline`. None when it gives up.
+/// vectors, past `memory_bytes` of them, or at `deadline`. None when it gives up.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search(
     graphs: &[StateGraph],
@@ -117,6 +192,7 @@ pub(crate) fn search(
     objective: Objective,
     no_mix: bool,
     max_states: usize,
+    memory_bytes: u64,
     deadline: std::time::Instant,
 ) -> Option<Found> {
     let mut theta = [0.0; 9];
@@ -156,7 +232,38 @@ pub(crate) fn search(
         })
         .collect();
     // Each state stores its count vector twice (list and index): keep that under ~256 MB.
-    let max_states = max_states.min((1usize << 28) / (4 * slots.len().max(1)));
+    // Within the memory limit too (the reached vectors and the open list).
+    let per_vector = Reached::bytes_per_vector(slots.len()) as u64;
+    let max_states =
+        max_states.min(usize::try_from(memory_bytes / per_vector).unwrap_or(usize::MAX));
+    let arc_to = graphs
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            g.arcs
+                .iter()
+                .map(|a| position.get(&(k, a.to)).copied().unwrap_or(usize::MAX))
+                .collect()
+        })
+        .collect();
+    let holding = slots
+        .iter()
+        .map(|sl| {
+            let g = &graphs[sl.class];
+            g.out[sl.state]
+                .iter()
+                .copied()
+                .filter(|&a| g.arcs[a].kv > 0)
+                .collect()
+        })
+        .collect();
+    let free = slots
+        .iter()
+        .map(|sl| {
+            let g = &graphs[sl.class];
+            g.out[sl.state].iter().copied().find(|&a| g.arcs[a].kv == 0)
+        })
+        .collect();
     let search = Search {
         graphs,
         limits,
@@ -165,6 +272,9 @@ pub(crate) fn search(
         position,
         theta,
         arc_ms: arc_costs,
+        arc_to,
+        holding,
+        free,
     };
     search.run(sizes, members, objective, max_states, deadline)
 }
@@ -222,6 +332,117 @@ impl Search<'_> {
         }
     }
 
+    /// Per slot: the least sum of `weight(class, arc)` over the process arcs of a path to
+    /// the finished state (infinite where none).
+    fn cheapest_to_finish(&self, weight: impl Fn(usize, usize) -> f64) -> Vec<f64> {
+        let mut best = vec![f64::INFINITY; self.slots.len()];
+        for (i, slot) in self.slots.iter().enumerate() {
+            if slot.state == self.graphs[slot.class].finished() {
+                best[i] = 0.0;
+            }
+        }
+        loop {
+            let mut changed = false;
+            for (i, slot) in self.slots.iter().enumerate() {
+                let g = &self.graphs[slot.class];
+                for &a in &g.out[slot.state] {
+                    let arc = &g.arcs[a];
+                    if arc.to == slot.state {
+                        continue;
+                    }
+                    let rest = best[self.arc_to[slot.class][a]];
+                    if !rest.is_finite() {
+                        continue;
+                    }
+                    let own = if matches!(arc.kind, ArcKind::Process { .. }) {
+                        weight(slot.class, a)
+                    } else {
+                        0.0
+                    };
+                    if rest + own < best[i] - 1e-12 {
+                        best[i] = rest + own;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                return best;
+            }
+        }
+    }
+
+    /// Per slot: a lower bound on the per-batch terms (ms) of the batches that still
+    /// process its request, from the pattern prices ([`crate::bounds::patterns`]) of the
+    /// entries on its cheapest path; None when no prices could be computed.
+    fn pattern_bound(&self, sizes: &[u16]) -> Option<Vec<f64>> {
+        let mut types: Vec<EntryType> = Vec::new();
+        let mut type_of: Vec<Vec<usize>> = Vec::new();
+        for (class, g) in self.graphs.iter().enumerate() {
+            let mut row = Vec::with_capacity(g.arcs.len());
+            for arc in &g.arcs {
+                if !self.position.contains_key(&(class, arc.from)) {
+                    row.push(usize::MAX);
+                    continue;
+                }
+                let t = match arc.kind {
+                    ArcKind::Process { c, decode, .. } => EntryType {
+                        kv: arc.kv,
+                        tokens: u64::from(c),
+                        prefill: !decode,
+                    },
+                    _ => {
+                        row.push(usize::MAX);
+                        continue;
+                    }
+                };
+                let k = types.iter().position(|x| *x == t).unwrap_or_else(|| {
+                    types.push(t);
+                    types.len() - 1
+                });
+                row.push(k);
+            }
+            type_of.push(row);
+        }
+        // The demand the prices are tuned for: each request's path without evictions,
+        // taking the longest process arc (a whole prompt, then decodes).
+        let mut demand = vec![0.0; types.len()];
+        for (k, g) in self.graphs.iter().enumerate() {
+            let mut at = StateGraph::START;
+            let mut steps = 0;
+            while at != g.finished() && steps <= g.states.len() {
+                let Some(a) = g.out[at]
+                    .iter()
+                    .copied()
+                    .filter(|&a| {
+                        matches!(
+                            g.arcs[a].kind,
+                            ArcKind::Process {
+                                evict_first: false,
+                                ..
+                            }
+                        )
+                    })
+                    .max_by_key(|&a| match g.arcs[a].kind {
+                        ArcKind::Process { c, .. } => c,
+                        _ => 0,
+                    })
+                else {
+                    break;
+                };
+                demand[type_of[k][a]] += f64::from(sizes[k]);
+                at = g.arcs[a].to;
+                steps += 1;
+            }
+        }
+        let terms = BatchTerms {
+            one: self.theta[Feature::One as usize],
+            has_prefill: self.theta[Feature::HasPrefill as usize],
+            has_decode: self.theta[Feature::HasDecode as usize],
+        };
+        let prices = pattern_prices(&types, &demand, self.limits, terms, self.no_mix)?;
+        Some(self.cheapest_to_finish(|class, a| prices[type_of[class][a]]))
+    }
+
     fn run(
         &self,
         sizes: &[u16],
@@ -232,6 +453,11 @@ impl Search<'_> {
     ) -> Option<Found> {
         let n: f64 = sizes.iter().map(|&s| f64::from(s)).sum();
         let remaining = self.remaining();
+        let patterns = if objective == Objective::Makespan {
+            self.pattern_bound(sizes)
+        } else {
+            None
+        };
         let (t_pre, t_dec) = (
             self.theta[Feature::HasPrefill as usize],
             self.theta[Feature::HasDecode as usize],
@@ -297,7 +523,17 @@ impl Search<'_> {
                         batches = batches.max(area.div_ceil(m));
                         prefill_batches = pre.div_ceil(m);
                     }
-                    own + bias * batches as f64 + (t_pre - t_dec).max(0.0) * prefill_batches as f64
+                    let by_counts =
+                        bias * batches as f64 + (t_pre - t_dec).max(0.0) * prefill_batches as f64;
+                    let by_prices = patterns.as_ref().map_or(0.0, |per_slot| {
+                        counts
+                            .iter()
+                            .zip(per_slot)
+                            .filter(|(c, _)| **c > 0)
+                            .map(|(&c, y)| f64::from(c) * y)
+                            .sum()
+                    });
+                    own + by_counts.max(by_prices)
                 }
                 // Each request still to finish (or to get its first token) needs at least
                 // its own remaining work and one bias per remaining step.
@@ -318,21 +554,20 @@ impl Search<'_> {
                 }
             }
         };
-        let mut start = vec![0u16; self.slots.len()];
+        let width = self.slots.len();
+        let mut start = vec![0u16; width];
         for (k, &size) in sizes.iter().enumerate() {
             start[self.position[&(k, StateGraph::START)]] = size;
         }
         // A class whose finished state is unreachable (a whole prompt over C or P) has no
         // schedule of whole prefills: nothing to search.
-        let mut goal = vec![0u16; self.slots.len()];
+        let mut goal = vec![0u16; width];
         for (k, &size) in sizes.iter().enumerate() {
             goal[*self.position.get(&(k, self.graphs[k].finished()))?] = size;
         }
-        let mut ids: HashMap<Vec<u16>, usize> = HashMap::new();
-        let mut nodes: Vec<Node> = Vec::new();
-        ids.insert(start.clone(), 0);
+        let mut reached = Reached::new(width);
         let h0 = estimate(&start);
-        nodes.push((start, 0.0, None));
+        reached.insert(&start, 0.0, u32::MAX);
         let mut open = BinaryHeap::new();
         open.push(Open {
             f: h0,
@@ -340,68 +575,66 @@ impl Search<'_> {
             id: 0,
         });
         let mut expanded = 0usize;
+        let mut counts = vec![0u16; width];
+        // The batches from the vector being expanded: next vectors (flat) and durations.
+        let (mut next_counts, mut durations) = (Vec::new(), Vec::new());
         while let Some(Open { g, id, .. }) = open.pop() {
-            if g > nodes[id].1 + 1e-12 {
+            if g > reached.cost[id] + 1e-12 {
                 continue;
             }
-            if nodes[id].0 == goal {
+            counts.copy_from_slice(reached.counts(id));
+            if counts == goal {
                 return Some(Found {
-                    schedule: self.schedule(&nodes, id, members),
+                    schedule: self.schedule(
+                        &reached,
+                        id,
+                        members,
+                        objective,
+                        &finished,
+                        &no_first_token,
+                        n,
+                    ),
                     objective_ms: g,
                     expanded,
                 });
             }
             expanded += 1;
-            if nodes.len() > max_states
+            if reached.len() > max_states
                 || (expanded.is_multiple_of(1024) && std::time::Instant::now() > deadline)
             {
                 return None;
             }
-            let counts = nodes[id].0.clone();
-            let weight = match objective {
-                Objective::Makespan => 1.0,
-                Objective::MeanLatency => {
-                    counts
-                        .iter()
-                        .zip(&finished)
-                        .filter(|(_, f)| !**f)
-                        .map(|(c, _)| f64::from(*c))
-                        .sum::<f64>()
-                        / n
-                }
-                Objective::MeanTtft => {
-                    counts
-                        .iter()
-                        .zip(&no_first_token)
-                        .filter(|(_, f)| **f)
-                        .map(|(c, _)| f64::from(*c))
-                        .sum::<f64>()
-                        / n
-                }
-            };
+            let weight = self.weight(&counts, objective, &finished, &no_first_token, n);
+            next_counts.clear();
+            durations.clear();
             // Many distinct requests make the batches from one state explode: give up.
-            let moves = self.moves(&counts)?;
-            for (next, duration, mv) in moves {
+            let complete = self.batches(&counts, |next, duration, _| {
+                next_counts.extend_from_slice(next);
+                durations.push(duration);
+                true
+            });
+            if !complete {
+                return None;
+            }
+            for (next, &duration) in next_counts.chunks_exact(width).zip(&durations) {
                 let g2 = g + duration * weight;
-                match ids.get(&next) {
-                    Some(&j) if nodes[j].1 <= g2 + 1e-12 => {}
-                    Some(&j) => {
-                        nodes[j].1 = g2;
-                        nodes[j].2 = Some((id, mv));
+                match reached.find(next) {
+                    Some(j) if reached.cost[j] <= g2 + 1e-12 => {}
+                    Some(j) => {
+                        reached.cost[j] = g2;
+                        reached.parent[j] = id as u32;
                         open.push(Open {
-                            f: g2 + estimate(&next),
+                            f: g2 + estimate(next),
                             g: g2,
                             id: j,
                         });
                     }
                     None => {
-                        let j = nodes.len();
-                        let f = g2 + estimate(&next);
+                        let f = g2 + estimate(next);
                         if !f.is_finite() {
                             continue;
                         }
-                        ids.insert(next.clone(), j);
-                        nodes.push((next, g2, Some((id, mv))));
+                        let j = reached.insert(next, g2, id as u32);
                         open.push(Open { f, g: g2, id: j });
                     }
                 }
@@ -410,166 +643,102 @@ impl Search<'_> {
         None
     }
 
-    /// Every batch from `counts`: the next count vector, the batch's duration (ms) and the
-    /// move. A batch processes at least one token.
-    fn moves(&self, counts: &[u16]) -> Option<Vec<(Vec<u16>, f64, Move)>> {
-        struct Walk<'b> {
-            search: &'b Search<'b>,
-            occupied: Vec<usize>,
-            out: Vec<(Vec<u16>, f64, Move)>,
-            mv: Move,
-            /// Set when there are more than `MAX_MOVES` batches from one state.
-            overflow: bool,
+    /// What one unit of batch time costs from `counts`: 1 for makespan, the share of
+    /// requests not yet finished (without a first token) for mean latency (mean TTFT).
+    fn weight(
+        &self,
+        counts: &[u16],
+        objective: Objective,
+        finished: &[bool],
+        no_first_token: &[bool],
+        n: f64,
+    ) -> f64 {
+        let pending = |flags: &[bool], want: bool| {
+            counts
+                .iter()
+                .zip(flags)
+                .filter(|(_, f)| **f == want)
+                .map(|(c, _)| f64::from(*c))
+                .sum::<f64>()
+                / n
+        };
+        match objective {
+            Objective::Makespan => 1.0,
+            Objective::MeanLatency => pending(finished, false),
+            Objective::MeanTtft => pending(no_first_token, true),
         }
-        impl Walk<'_> {
-            /// Distributes the requests of occupied slot `o` and after; `load` is what the
-            /// batch holds so far: KV after it, KV holders, tokens, prefill tokens.
-            fn go(&mut self, o: usize, counts: &[u16], load: Load) {
-                let s = self.search;
-                if self.overflow {
-                    return;
-                }
-                if o == self.occupied.len() {
-                    self.finish(counts);
-                    return;
-                }
-                let slot = &s.slots[self.occupied[o]];
-                let g = &s.graphs[slot.class];
-                let n = counts[self.occupied[o]];
-                // Arcs holding KV after the step take room; the rest (idle without KV,
-                // evict) take whatever is left, and one of them must exist for that.
-                let arcs = &g.out[slot.state];
-                let free = arcs.iter().copied().find(|&a| g.arcs[a].kv == 0);
-                let holding: Vec<usize> =
-                    arcs.iter().copied().filter(|&a| g.arcs[a].kv > 0).collect();
-                self.assign(o, counts, &holding, 0, n, free, load);
-            }
+    }
 
-            #[allow(clippy::too_many_arguments)]
-            fn assign(
-                &mut self,
-                o: usize,
-                counts: &[u16],
-                holding: &[usize],
-                h: usize,
-                left: u16,
-                free: Option<usize>,
-                load: Load,
-            ) {
-                let s = self.search;
-                let class = s.slots[self.occupied[o]].class;
-                if h == holding.len() {
-                    if left > 0 {
-                        let Some(a) = free else { return };
-                        self.mv.push((class, a, left));
-                        self.go(o + 1, counts, load);
-                        self.mv.pop();
-                    } else {
-                        self.go(o + 1, counts, load);
-                    }
-                    return;
-                }
-                let a = holding[h];
-                let arc = &s.graphs[class].arcs[a];
-                let (tokens, prefill) = match arc.kind {
-                    ArcKind::Process { c, decode, .. } => {
-                        (u64::from(c), if decode { 0 } else { u64::from(c) })
-                    }
-                    _ => (0, 0),
-                };
-                for take in (0..=left).rev() {
-                    let t = u64::from(take);
-                    let next = Load {
-                        kv: load.kv + arc.kv * t,
-                        holders: load.holders + t,
-                        tokens: load.tokens + tokens * t,
-                        prefill: load.prefill + prefill * t,
-                    };
-                    if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
-                        || s.limits.max_running.is_some_and(|r| next.holders > r)
-                        || s.limits.token_budget.is_some_and(|c| next.tokens > c)
-                        || s.limits
-                            .effective_prefill_budget()
-                            .is_some_and(|p| next.prefill > p)
-                    {
-                        continue;
-                    }
-                    if take > 0 {
-                        self.mv.push((class, a, take));
-                    }
-                    self.assign(o, counts, holding, h + 1, left - take, free, next);
-                    if take > 0 {
-                        self.mv.pop();
-                    }
-                }
-            }
-
-            fn finish(&mut self, counts: &[u16]) {
-                let s = self.search;
-                let (mut prefill, mut decode) = (false, false);
-                let mut duration = 0.0;
-                let mut next = vec![0u16; counts.len()];
-                for &(class, a, n) in &self.mv {
-                    let arc = &s.graphs[class].arcs[a];
-                    if let ArcKind::Process { decode: d, .. } = arc.kind {
-                        if d {
-                            decode = true;
-                        } else {
-                            prefill = true;
-                        }
-                        duration += f64::from(n) * s.arc_ms[class][a];
-                    }
-                    next[s.position[&(class, arc.to)]] += n;
-                }
-                if !(prefill || decode) || (s.no_mix && prefill && decode) {
-                    return;
-                }
-                duration += s.theta[Feature::One as usize]
-                    + if prefill {
-                        s.theta[Feature::HasPrefill as usize]
-                    } else {
-                        0.0
-                    }
-                    + if decode {
-                        s.theta[Feature::HasDecode as usize]
-                    } else {
-                        0.0
-                    };
-                self.out.push((next, duration, self.mv.clone()));
-                if self.out.len() > MAX_MOVES {
-                    self.overflow = true;
-                }
-            }
-        }
-        let occupied: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] > 0).collect();
+    /// Calls `emit(next, duration_ms, move)` for every batch from `counts` (one processing
+    /// at least one token) until it returns false. False when there were more than
+    /// [`MAX_MOVES`] batches (or `emit` stopped the walk).
+    fn batches(&self, counts: &[u16], emit: impl FnMut(&[u16], f64, &Move) -> bool) -> bool {
         let mut walk = Walk {
             search: self,
-            occupied,
-            out: Vec::new(),
+            counts,
+            occupied: (0..counts.len()).filter(|&i| counts[i] > 0).collect(),
+            next: vec![0; counts.len()],
             mv: Vec::new(),
-            overflow: false,
+            emitted: 0,
+            stopped: false,
+            emit,
         };
-        walk.go(0, counts, Load::default());
-        (!walk.overflow).then_some(walk.out)
+        walk.go(0, Load::default());
+        !walk.stopped
+    }
+
+    /// The move that takes `from` to `to` at cost `cost_ms` (duration times weight), for
+    /// writing the schedule of the path found.
+    fn move_between(&self, from: &[u16], to: &[u16], cost_ms: f64, weight: f64) -> Move {
+        let mut best: Option<(f64, Move)> = None;
+        self.batches(from, |next, duration, mv| {
+            if next == to {
+                let miss = (duration * weight - cost_ms).abs();
+                if best.as_ref().is_none_or(|(m, _)| miss < *m) {
+                    best = Some((miss, mv.clone()));
+                }
+            }
+            true
+        });
+        best.map(|(_, mv)| mv).unwrap_or_default()
     }
 
     /// The schedule along the path to `goal`: members of a class take the move's arcs in
     /// id order among those in the arc's state; an evict-first arc adds a zero-time
     /// eviction batch before its batch.
-    fn schedule(&self, nodes: &[Node], goal: usize, members: &[Vec<usize>]) -> Schedule {
-        let mut path = Vec::new();
-        let mut at = goal;
-        while let Some((parent, mv)) = &nodes[at].2 {
-            path.push(mv);
-            at = *parent;
+    #[allow(clippy::too_many_arguments)]
+    fn schedule(
+        &self,
+        reached: &Reached,
+        goal: usize,
+        members: &[Vec<usize>],
+        objective: Objective,
+        finished: &[bool],
+        no_first_token: &[bool],
+        n: f64,
+    ) -> Schedule {
+        let mut ids = vec![goal];
+        while let Some(&at) = ids.last()
+            && reached.parent[at] != u32::MAX
+        {
+            ids.push(reached.parent[at] as usize);
         }
-        path.reverse();
+        ids.reverse();
+        let path: Vec<Move> = ids
+            .windows(2)
+            .map(|pair| {
+                let (from, to) = (reached.counts(pair[0]), reached.counts(pair[1]));
+                let weight = self.weight(from, objective, finished, no_first_token, n);
+                let cost = reached.cost[pair[1]] - reached.cost[pair[0]];
+                self.move_between(from, to, cost, weight)
+            })
+            .collect();
         let mut state: Vec<Vec<usize>> = members
             .iter()
             .map(|m| vec![StateGraph::START; m.len()])
             .collect();
         let mut batches = Vec::new();
-        for mv in path {
+        for mv in &path {
             let mut moved: Vec<Vec<bool>> = members.iter().map(|m| vec![false; m.len()]).collect();
             let mut evict_first = Vec::new();
             let mut entries = Vec::new();
@@ -613,9 +782,140 @@ impl Search<'_> {
     }
 }
 
+/// Enumerates the batches from one count vector: the requests of each occupied slot are
+/// distributed over the slot's arcs, holding arcs first (within C, P, M and R_max), the
+/// rest taking the slot's free arc.
+struct Walk<'b, F> {
+    search: &'b Search<'b>,
+    counts: &'b [u16],
+    occupied: Vec<usize>,
+    /// The count vector after the batch built so far.
+    next: Vec<u16>,
+    mv: Move,
+    emitted: usize,
+    /// Set when there are more than `MAX_MOVES` batches or `emit` said stop.
+    stopped: bool,
+    emit: F,
+}
+
+impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
+    /// Distributes the requests of occupied slot `o` and after; `load` is what the batch
+    /// holds so far.
+    fn go(&mut self, o: usize, load: Load) {
+        if self.stopped {
+            return;
+        }
+        if o == self.occupied.len() {
+            self.finish(load);
+            return;
+        }
+        let n = self.counts[self.occupied[o]];
+        self.assign(o, 0, n, load);
+    }
+
+    /// Moves `take` requests of `class` along arc `a` (or back, `sign` -1).
+    fn shift(&mut self, class: usize, a: usize, take: u16, undo: bool) {
+        let to = self.search.arc_to[class][a];
+        if undo {
+            self.next[to] -= take;
+            self.mv.pop();
+        } else {
+            self.next[to] += take;
+            self.mv.push((class, a, take));
+        }
+    }
+
+    fn assign(&mut self, o: usize, h: usize, left: u16, load: Load) {
+        let s = self.search;
+        let slot = self.occupied[o];
+        let class = s.slots[slot].class;
+        let holding = &s.holding[slot];
+        if h == holding.len() {
+            if left > 0 {
+                let Some(a) = s.free[slot] else { return };
+                self.shift(class, a, left, false);
+                self.go(o + 1, load);
+                self.shift(class, a, left, true);
+            } else {
+                self.go(o + 1, load);
+            }
+            return;
+        }
+        let a = holding[h];
+        let arc = &s.graphs[class].arcs[a];
+        let (tokens, prefill, decode) = match arc.kind {
+            ArcKind::Process { c, decode, .. } => (
+                u64::from(c),
+                if decode { 0 } else { u64::from(c) },
+                Some(decode),
+            ),
+            _ => (0, 0, None),
+        };
+        for take in (0..=left).rev() {
+            let t = u64::from(take);
+            let mut next = Load {
+                kv: load.kv + arc.kv * t,
+                holders: load.holders + t,
+                tokens: load.tokens + tokens * t,
+                prefill: load.prefill + prefill * t,
+                ms: load.ms,
+                has_prefill: load.has_prefill,
+                has_decode: load.has_decode,
+            };
+            if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
+                || s.limits.max_running.is_some_and(|r| next.holders > r)
+                || s.limits.token_budget.is_some_and(|c| next.tokens > c)
+                || s.limits
+                    .effective_prefill_budget()
+                    .is_some_and(|p| next.prefill > p)
+            {
+                continue;
+            }
+            if take > 0 {
+                if let Some(d) = decode {
+                    next.ms += f64::from(take) * s.arc_ms[class][a];
+                    next.has_decode |= d;
+                    next.has_prefill |= !d;
+                }
+                self.shift(class, a, take, false);
+            }
+            self.assign(o, h + 1, left - take, next);
+            if take > 0 {
+                self.shift(class, a, take, true);
+            }
+        }
+    }
+
+    fn finish(&mut self, load: Load) {
+        let s = self.search;
+        if !(load.has_prefill || load.has_decode)
+            || (s.no_mix && load.has_prefill && load.has_decode)
+        {
+            return;
+        }
+        let duration = load.ms
+            + s.theta[Feature::One as usize]
+            + if load.has_prefill {
+                s.theta[Feature::HasPrefill as usize]
+            } else {
+                0.0
+            }
+            + if load.has_decode {
+                s.theta[Feature::HasDecode as usize]
+            } else {
+                0.0
+            };
+        self.emitted += 1;
+        if !(self.emit)(&self.next, duration, &self.mv) || self.emitted > MAX_MOVES {
+            self.stopped = true;
+        }
+    }
+}
+
 /// The counting search over whole-prefill schedules (the `no-chunk` class plus `class`'s
 /// other constraints) of an offline workload without FCFS, with a deadline: the optimum of
-/// that class with its replay and objective value, or None when it gave up (too many states or past `deadline`).
+/// that class with its replay and objective value, or None when it gave up (too many states
+/// for `max_states` or `memory_bytes`, or past `deadline`).
 /// C and P are enforced per batch.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn unchunked_optimum(
@@ -625,6 +925,7 @@ pub(crate) fn unchunked_optimum(
     objective: Objective,
     class: &PolicyConstraints,
     max_states: usize,
+    memory_bytes: u64,
     deadline: Instant,
 ) -> Result<Option<(Found, infersched_core::Replay, f64)>, SolveError> {
     let members = request_classes(w, true);
@@ -653,6 +954,7 @@ pub(crate) fn unchunked_optimum(
         objective,
         class.no_mix,
         max_states,
+        memory_bytes,
         deadline,
     ) else {
         return Ok(None);
@@ -697,6 +999,7 @@ pub(crate) fn solve_by_counting(
         objective,
         &class,
         options.max_search_states,
+        options.memory_limit_bytes,
         deadline,
     )?
     else {

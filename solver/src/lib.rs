@@ -410,6 +410,7 @@ pub fn solve(
             objective,
             &class,
             options.max_search_states,
+            options.memory_limit_bytes,
             deadline,
         )? {
             Some((found, replay, value))
