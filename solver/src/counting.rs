@@ -27,9 +27,10 @@ use infersched_cost_model::LinearCostModel;
 use crate::bounds::patterns::{BatchTerms, EntryType, pattern_prices};
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
+use crate::portfolio::BestHeuristic;
 use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport,
-    SolveStatus,
+    SolveStatus, WarmStart,
 };
 use infersched_core::{Workload, replay};
 use std::time::Instant;
@@ -42,6 +43,17 @@ pub(crate) struct Found {
     pub objective_ms: f64,
     /// Count vectors expanded.
     pub expanded: usize,
+}
+
+/// How a search ended.
+pub(crate) enum Outcome {
+    /// A proven optimum better than the incumbent (or without one).
+    Found(Found),
+    /// Every schedule has been shown to cost at least the incumbent's objective, so the
+    /// incumbent is optimal; count vectors expanded.
+    IncumbentOptimal { expanded: usize },
+    /// It gave up (state budget, memory, deadline, or too many batches from one state).
+    GaveUp,
 }
 
 /// One request state of one class, as a position in the count vector.
@@ -181,7 +193,10 @@ impl PartialOrd for Open {
 
 /// Runs the search for classes of identical requests (`graphs[k]` built without chunk
 /// arcs, `sizes[k]` members, `members[k]` their ids), giving up after `max_states` count
-/// vectors, past `memory_bytes` of them, or at `deadline`. None when it gives up.
+/// vectors, past `memory_bytes` of them, or at `deadline`. With `incumbent_ms` (the
+/// objective of a known schedule, as the search counts it) it keeps only count vectors
+/// that could still lead to a better one, and ends with
+/// [`Outcome::IncumbentOptimal`] when none does.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search(
     graphs: &[StateGraph],
@@ -193,8 +208,9 @@ pub(crate) fn search(
     no_mix: bool,
     max_states: usize,
     memory_bytes: u64,
+    incumbent_ms: Option<f64>,
     deadline: std::time::Instant,
-) -> Option<Found> {
+) -> Outcome {
     let mut theta = [0.0; 9];
     for f in Feature::ALL {
         theta[f as usize] = cost.theta(f) * 1e3;
@@ -276,7 +292,14 @@ pub(crate) fn search(
         holding,
         free,
     };
-    search.run(sizes, members, objective, max_states, deadline)
+    search.run(
+        sizes,
+        members,
+        objective,
+        max_states,
+        incumbent_ms,
+        deadline,
+    )
 }
 
 impl Search<'_> {
@@ -449,8 +472,9 @@ impl Search<'_> {
         members: &[Vec<usize>],
         objective: Objective,
         max_states: usize,
+        incumbent_ms: Option<f64>,
         deadline: std::time::Instant,
-    ) -> Option<Found> {
+    ) -> Outcome {
         let n: f64 = sizes.iter().map(|&s| f64::from(s)).sum();
         let remaining = self.remaining();
         let patterns = if objective == Objective::Makespan {
@@ -563,8 +587,13 @@ impl Search<'_> {
         // schedule of whole prefills: nothing to search.
         let mut goal = vec![0u16; width];
         for (k, &size) in sizes.iter().enumerate() {
-            goal[*self.position.get(&(k, self.graphs[k].finished()))?] = size;
+            let Some(&at) = self.position.get(&(k, self.graphs[k].finished())) else {
+                return Outcome::GaveUp;
+            };
+            goal[at] = size;
         }
+        // A vector whose estimate reaches the incumbent cannot lead to a better schedule.
+        let cutoff = incumbent_ms.map_or(f64::INFINITY, |ub| ub - 1e-9 * ub.abs().max(1.0));
         let mut reached = Reached::new(width);
         let h0 = estimate(&start);
         reached.insert(&start, 0.0, u32::MAX);
@@ -584,7 +613,7 @@ impl Search<'_> {
             }
             counts.copy_from_slice(reached.counts(id));
             if counts == goal {
-                return Some(Found {
+                return Outcome::Found(Found {
                     schedule: self.schedule(
                         &reached,
                         id,
@@ -602,7 +631,7 @@ impl Search<'_> {
             if reached.len() > max_states
                 || (expanded.is_multiple_of(1024) && std::time::Instant::now() > deadline)
             {
-                return None;
+                return Outcome::GaveUp;
             }
             let weight = self.weight(&counts, objective, &finished, &no_first_token, n);
             next_counts.clear();
@@ -614,24 +643,24 @@ impl Search<'_> {
                 true
             });
             if !complete {
-                return None;
+                return Outcome::GaveUp;
             }
             for (next, &duration) in next_counts.chunks_exact(width).zip(&durations) {
                 let g2 = g + duration * weight;
                 match reached.find(next) {
                     Some(j) if reached.cost[j] <= g2 + 1e-12 => {}
                     Some(j) => {
+                        let f = g2 + estimate(next);
+                        if f >= cutoff {
+                            continue;
+                        }
                         reached.cost[j] = g2;
                         reached.parent[j] = id as u32;
-                        open.push(Open {
-                            f: g2 + estimate(next),
-                            g: g2,
-                            id: j,
-                        });
+                        open.push(Open { f, g: g2, id: j });
                     }
                     None => {
                         let f = g2 + estimate(next);
-                        if !f.is_finite() {
+                        if !f.is_finite() || f >= cutoff {
                             continue;
                         }
                         let j = reached.insert(next, g2, id as u32);
@@ -640,7 +669,13 @@ impl Search<'_> {
                 }
             }
         }
-        None
+        // Nothing left below the cutoff: with an incumbent, it is optimal; without one,
+        // the goal is unreachable under the limits.
+        if incumbent_ms.is_some() {
+            Outcome::IncumbentOptimal { expanded }
+        } else {
+            Outcome::GaveUp
+        }
     }
 
     /// What one unit of batch time costs from `counts`: 1 for makespan, the share of
@@ -912,11 +947,22 @@ impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
     }
 }
 
+/// What [`unchunked_optimum`] found.
+pub(crate) enum Searched {
+    /// The optimum over whole prefills, its replay and its objective (seconds).
+    Optimum(Found, infersched_core::Replay, f64),
+    /// No whole-prefill schedule beats the incumbent; count vectors expanded.
+    IncumbentOptimal(usize),
+    /// It gave up.
+    GaveUp,
+}
+
 /// The counting search over whole-prefill schedules (the `no-chunk` class plus `class`'s
 /// other constraints) of an offline workload without FCFS, with a deadline: the optimum of
-/// that class with its replay and objective value, or None when it gave up (too many states
-/// for `max_states` or `memory_bytes`, or past `deadline`).
-/// C and P are enforced per batch.
+/// that class with its replay and objective value, or the proof that nothing beats
+/// `incumbent_s` (a known schedule's objective, seconds), or [`Searched::GaveUp`] (too many
+/// states for `max_states` or `memory_bytes`, or past `deadline`). C and P are enforced
+/// per batch.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn unchunked_optimum(
     w: &Workload,
@@ -926,8 +972,9 @@ pub(crate) fn unchunked_optimum(
     class: &PolicyConstraints,
     max_states: usize,
     memory_bytes: u64,
+    incumbent_s: Option<f64>,
     deadline: Instant,
-) -> Result<Option<(Found, infersched_core::Replay, f64)>, SolveError> {
+) -> Result<Searched, SolveError> {
     let members = request_classes(w, true);
     let reqs = w.requests();
     let Ok(sizes) = members
@@ -935,7 +982,7 @@ pub(crate) fn unchunked_optimum(
         .map(|m| u16::try_from(m.len()))
         .collect::<Result<Vec<u16>, _>>()
     else {
-        return Ok(None);
+        return Ok(Searched::GaveUp);
     };
     let unchunked = PolicyConstraints {
         no_chunk: true,
@@ -945,7 +992,14 @@ pub(crate) fn unchunked_optimum(
         .iter()
         .map(|m| class_graph(&reqs[m[0]], limits, &unchunked))
         .collect();
-    let Some(found) = search(
+    // The search counts time from the common arrival; makespan is from 0.
+    let offset_s = if objective == Objective::Makespan {
+        reqs.first().map_or(0.0, |q| q.arrival_s)
+    } else {
+        0.0
+    };
+    let incumbent_ms = incumbent_s.map(|v| (v - offset_s) * 1e3);
+    let found = match search(
         &graphs,
         &sizes,
         &members,
@@ -955,44 +1009,46 @@ pub(crate) fn unchunked_optimum(
         class.no_mix,
         max_states,
         memory_bytes,
+        incumbent_ms,
         deadline,
-    ) else {
-        return Ok(None);
+    ) {
+        Outcome::Found(found) => found,
+        Outcome::IncumbentOptimal { expanded } => {
+            return Ok(Searched::IncumbentOptimal(expanded));
+        }
+        Outcome::GaveUp => return Ok(Searched::GaveUp),
     };
     let r = replay(w, limits, cost, &found.schedule)?;
     let replayed = objective.of_replay(&r);
-    // The search counts time from the common arrival; makespan is from 0.
-    let offset_s = if objective == Objective::Makespan {
-        reqs.first().map_or(0.0, |q| q.arrival_s)
-    } else {
-        0.0
-    };
     let searched = found.objective_ms / 1e3 + offset_s;
     if (searched - replayed).abs() > 1e-9 * replayed.max(1e-3) {
         return Err(SolveError::Internal(format!(
             "the counting search's optimum {searched} s does not replay ({replayed} s)"
         )));
     }
-    Ok(Some((found, r, replayed)))
+    Ok(Searched::Optimum(found, r, replayed))
 }
 
 /// The counting search (module `counting`) where it is exact: an offline workload without
 /// FCFS whose optimum needs no chunked prefill (no C and P, see [`crate::dominance`]) or
-/// whose class forbids it (`no-chunk`). A report with the proven optimum, or None when it
-/// gave up (too many states, or half the time limit).
+/// whose class forbids it (`no-chunk`). A report with the proven optimum (the search's, or
+/// `incumbent`'s schedule when the search shows nothing beats it), or None when it gave up
+/// (too many states, or half the time limit).
 pub(crate) fn solve_by_counting(
     w: &Workload,
     limits: &Limits,
     cost: &LinearCostModel,
     objective: Objective,
     options: &SolveOptions,
+    incumbent: Option<&BestHeuristic>,
     started: Instant,
 ) -> Result<Option<SolveReport>, SolveError> {
     let class = options.constraints;
     let t_solve = Instant::now();
     // Half the time limit at most; the MILP gets what is left.
     let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
-    let Some((found, _, replayed)) = unchunked_optimum(
+    let incumbent_s = incumbent.map(|b| b.objective_value(objective));
+    let (schedule, replayed, expanded, warm_start, note) = match unchunked_optimum(
         w,
         limits,
         cost,
@@ -1000,10 +1056,32 @@ pub(crate) fn solve_by_counting(
         &class,
         options.max_search_states,
         options.memory_limit_bytes,
+        incumbent_s,
         deadline,
-    )?
-    else {
-        return Ok(None);
+    )? {
+        Searched::Optimum(found, _, replayed) => {
+            (found.schedule, replayed, found.expanded, None, None)
+        }
+        Searched::IncumbentOptimal(expanded) => {
+            let Some(best) = incumbent else {
+                return Ok(None);
+            };
+            let value = best.objective_value(objective);
+            (
+                best.schedule.clone(),
+                value,
+                expanded,
+                Some(WarmStart {
+                    heuristic: best.name.clone(),
+                    objective: value,
+                }),
+                Some(format!(
+                    "the counting search showed that no schedule beats {}'s, so it is optimal",
+                    best.name
+                )),
+            )
+        }
+        Searched::GaveUp => return Ok(None),
     };
     let solve_s = t_solve.elapsed().as_secs_f64();
     Ok(Some(SolveReport {
@@ -1016,15 +1094,75 @@ pub(crate) fn solve_by_counting(
         best_bound: replayed,
         certified_gap: 0.0,
         bound_method: BoundMethod::Exact,
-        note: None,
-        horizon: found.schedule.batches.len(),
+        note,
+        horizon: schedule.batches.len(),
         horizon_proven_sufficient: true,
         model: None,
         build_s: t_solve.duration_since(started).as_secs_f64(),
         solve_s,
         nodes: None,
-        states_expanded: Some(found.expanded as u64),
-        warm_start: None,
-        schedule: found.schedule,
+        states_expanded: Some(expanded as u64),
+        warm_start,
+        schedule,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::Request;
+
+    fn identical(n: usize) -> Workload {
+        Workload::new(
+            (0..n)
+                .map(|_| Request {
+                    input_tokens: 8,
+                    output_tokens: 4,
+                    arrival_s: 0.0,
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn run(w: &Workload, incumbent_s: Option<f64>) -> Searched {
+        let limits = Limits {
+            kv_capacity: Some(33),
+            ..Limits::unlimited()
+        };
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        unchunked_optimum(
+            w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &PolicyConstraints::default(),
+            1_000_000,
+            1 << 30,
+            incumbent_s,
+            Instant::now() + std::time::Duration::from_secs(60),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_incumbent_at_the_optimum_is_proven_and_a_worse_one_is_beaten() {
+        let w = identical(8);
+        let Searched::Optimum(found, _, optimum) = run(&w, None) else {
+            panic!("no optimum without an incumbent");
+        };
+        // Family (a) at n = 8 (README): 44.070 ms.
+        assert!((optimum - 0.044_070).abs() < 1e-6, "{optimum}");
+        // An incumbent at the optimum: the search shows nothing beats it, expanding no
+        // more than the search that found it.
+        match run(&w, Some(optimum)) {
+            Searched::IncumbentOptimal(expanded) => assert!(expanded <= found.expanded),
+            _ => panic!("an incumbent at the optimum was not proven optimal"),
+        }
+        // A worse incumbent: the optimum itself comes back.
+        match run(&w, Some(optimum * 1.01)) {
+            Searched::Optimum(_, _, value) => assert!((value - optimum).abs() < 1e-12),
+            _ => panic!("a worse incumbent was not beaten"),
+        }
+    }
 }

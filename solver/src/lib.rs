@@ -389,8 +389,15 @@ pub fn solve(
     let counting_exact =
         counting_applies && (class.no_chunk || dominance::chunking_never_helps(w, limits, &class));
     if counting_exact
-        && let Some(report) =
-            counting::solve_by_counting(w, limits, cost, objective, options, t_build)?
+        && let Some(report) = counting::solve_by_counting(
+            w,
+            limits,
+            cost,
+            objective,
+            options,
+            warm.as_ref(),
+            t_build,
+        )?
     {
         return Ok(report);
     }
@@ -411,9 +418,10 @@ pub fn solve(
             &class,
             options.max_search_states,
             options.memory_limit_bytes,
+            warm.as_ref().map(|best| best.objective_value(objective)),
             deadline,
         )? {
-            Some((found, replay, value))
+            counting::Searched::Optimum(found, replay, value)
                 if warm
                     .as_ref()
                     .is_none_or(|best| value < best.objective_value(objective)) =>
