@@ -950,7 +950,7 @@ impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
 /// What [`unchunked_optimum`] found.
 pub(crate) enum Searched {
     /// The optimum over whole prefills, its replay and its objective (seconds).
-    Optimum(Found, infersched_core::Replay, f64),
+    Optimum(Box<(Found, infersched_core::Replay, f64)>),
     /// No whole-prefill schedule beats the incumbent; count vectors expanded.
     IncumbentOptimal(usize),
     /// It gave up.
@@ -1026,7 +1026,7 @@ pub(crate) fn unchunked_optimum(
             "the counting search's optimum {searched} s does not replay ({replayed} s)"
         )));
     }
-    Ok(Searched::Optimum(found, r, replayed))
+    Ok(Searched::Optimum(Box::new((found, r, replayed))))
 }
 
 /// The counting search (module `counting`) where it is exact: an offline workload without
@@ -1059,7 +1059,8 @@ pub(crate) fn solve_by_counting(
         incumbent_s,
         deadline,
     )? {
-        Searched::Optimum(found, _, replayed) => {
+        Searched::Optimum(optimum) => {
+            let (found, _, replayed) = *optimum;
             (found.schedule, replayed, found.expanded, None, None)
         }
         Searched::IncumbentOptimal(expanded) => {
@@ -1148,9 +1149,10 @@ mod tests {
     #[test]
     fn an_incumbent_at_the_optimum_is_proven_and_a_worse_one_is_beaten() {
         let w = identical(8);
-        let Searched::Optimum(found, _, optimum) = run(&w, None) else {
+        let Searched::Optimum(searched) = run(&w, None) else {
             panic!("no optimum without an incumbent");
         };
+        let (found, _, optimum) = *searched;
         // Family (a) at n = 8 (README): 44.070 ms.
         assert!((optimum - 0.044_070).abs() < 1e-6, "{optimum}");
         // An incumbent at the optimum: the search shows nothing beats it, expanding no
@@ -1161,7 +1163,7 @@ mod tests {
         }
         // A worse incumbent: the optimum itself comes back.
         match run(&w, Some(optimum * 1.01)) {
-            Searched::Optimum(_, _, value) => assert!((value - optimum).abs() < 1e-12),
+            Searched::Optimum(searched) => assert!((searched.2 - optimum).abs() < 1e-12),
             _ => panic!("a worse incumbent was not beaten"),
         }
     }

@@ -421,11 +421,12 @@ pub fn solve(
             warm.as_ref().map(|best| best.objective_value(objective)),
             deadline,
         )? {
-            counting::Searched::Optimum(found, replay, value)
+            counting::Searched::Optimum(searched)
                 if warm
                     .as_ref()
-                    .is_none_or(|best| value < best.objective_value(objective)) =>
+                    .is_none_or(|best| searched.2 < best.objective_value(objective)) =>
             {
+                let (found, replay, _) = *searched;
                 Some(portfolio::BestHeuristic {
                     name: format!(
                         "counting search over whole prefills (states: {})",
