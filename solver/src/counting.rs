@@ -43,6 +43,42 @@ pub(crate) struct Found {
     pub objective_ms: f64,
     /// Count vectors expanded.
     pub expanded: usize,
+    /// The search's estimate at the start (ms): a lower bound on `objective_ms`.
+    pub start_estimate_ms: f64,
+}
+
+/// The least per-batch term of a batch that processes anything (ms).
+fn bias_of(theta: &[f64; 9]) -> f64 {
+    theta[Feature::One as usize]
+        + theta[Feature::HasPrefill as usize].min(theta[Feature::HasDecode as usize])
+}
+
+/// `sum_k max(P_k, T_k)` over the requests not `done`, where `P_k` is the sum of the `k`
+/// smallest `share` and `T_k` the `k`-th smallest `time` (slots listed in increasing order
+/// of each in `by_share`, `by_time`; a slot holds `counts[slot]` requests).
+fn sum_of_positions(
+    counts: &[u16],
+    done: &[bool],
+    by_share: &[usize],
+    share: &[f64],
+    by_time: &[usize],
+    time: &[f64],
+) -> f64 {
+    let pending = |order: &[usize]| {
+        order
+            .iter()
+            .filter(|&&i| counts[i] > 0 && !done[i])
+            .flat_map(|&i| std::iter::repeat_n(i, usize::from(counts[i])))
+            .collect::<Vec<usize>>()
+    };
+    let (w, t) = (pending(by_share), pending(by_time));
+    let mut prefix = 0.0;
+    let mut sum = 0.0;
+    for (&i, &j) in w.iter().zip(&t) {
+        prefix += share[i];
+        sum += prefix.max(time[j]);
+    }
+    sum
 }
 
 /// How a search ended.
@@ -358,14 +394,12 @@ impl Search<'_> {
     }
 
     /// Per slot: the least sum of `weight(class, arc)` over the process arcs of a path to
-    /// the finished state (infinite where none).
-    fn cheapest_to_finish(&self, weight: impl Fn(usize, usize) -> f64) -> Vec<f64> {
-        let mut best = vec![f64::INFINITY; self.slots.len()];
-        for (i, slot) in self.slots.iter().enumerate() {
-            if slot.state == self.graphs[slot.class].finished() {
-                best[i] = 0.0;
-            }
-        }
+    /// a slot in `target` (infinite where none).
+    fn cheapest_to(&self, target: &[bool], weight: impl Fn(usize, usize) -> f64) -> Vec<f64> {
+        let mut best: Vec<f64> = target
+            .iter()
+            .map(|&t| if t { 0.0 } else { f64::INFINITY })
+            .collect();
         loop {
             let mut changed = false;
             for (i, slot) in self.slots.iter().enumerate() {
@@ -396,10 +430,10 @@ impl Search<'_> {
         }
     }
 
-    /// Per slot: a lower bound on the per-batch terms (ms) of the batches that still
-    /// process its request, from the pattern prices ([`crate::bounds::patterns`]) of the
-    /// entries on its cheapest path; None when no prices could be computed.
-    fn pattern_bound(&self, sizes: &[u16]) -> Option<Vec<f64>> {
+    /// Per class and arc: the pattern price (ms, [`crate::bounds::patterns`]) of the
+    /// arc's entry (0 for idle and evict arcs), a lower bound on its share of its batch's
+    /// per-batch terms; None when no prices could be computed.
+    fn arc_prices(&self, sizes: &[u16]) -> Option<Vec<Vec<f64>>> {
         let mut types: Vec<EntryType> = Vec::new();
         let mut type_of: Vec<Vec<usize>> = Vec::new();
         for (class, g) in self.graphs.iter().enumerate() {
@@ -465,7 +499,16 @@ impl Search<'_> {
             has_decode: self.theta[Feature::HasDecode as usize],
         };
         let prices = pattern_prices(&types, &demand, self.limits, terms, self.no_mix)?;
-        Some(self.cheapest_to_finish(|class, a| prices[type_of[class][a]]))
+        Some(
+            type_of
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .map(|&t| if t == usize::MAX { 0.0 } else { prices[t] })
+                        .collect()
+                })
+                .collect(),
+        )
     }
 
     fn run(
@@ -479,11 +522,47 @@ impl Search<'_> {
     ) -> Outcome {
         let n: f64 = sizes.iter().map(|&s| f64::from(s)).sum();
         let remaining = self.remaining();
-        let patterns = if objective == Objective::Makespan {
-            self.pattern_bound(sizes)
-        } else {
-            None
+        let finished: Vec<bool> = self
+            .slots
+            .iter()
+            .map(|s| s.state == self.graphs[s.class].finished())
+            .collect();
+        let no_first_token: Vec<bool> = self
+            .slots
+            .iter()
+            .map(|s| self.graphs[s.class].states[s.state].1 == 0)
+            .collect();
+        let prices = self.arc_prices(sizes);
+        // Makespan: per slot, the least sum of prices still to pay.
+        let patterns = prices
+            .as_ref()
+            .filter(|_| objective == Objective::Makespan)
+            .map(|y| self.cheapest_to(&finished, |class, a| y[class][a]));
+        // Mean latency (TTFT): per slot, the least own work plus prices until the request
+        // finishes (gets its first token), its share of the time until then, and its own
+        // minimum time (that work plus a bias per step); each with the slots in increasing
+        // order.
+        let done: Vec<bool> = match objective {
+            Objective::MeanTtft => no_first_token.iter().map(|&p| !p).collect(),
+            _ => finished.clone(),
         };
+        let own_work = self.cheapest_to(&done, |class, a| self.arc_ms[class][a]);
+        let steps = self.cheapest_to(&done, |_, _| 1.0);
+        let share: Vec<f64> = match &prices {
+            Some(y) => self.cheapest_to(&done, |class, a| self.arc_ms[class][a] + y[class][a]),
+            None => own_work.clone(),
+        };
+        let own_time: Vec<f64> = own_work
+            .iter()
+            .zip(&steps)
+            .map(|(w, k)| w + bias_of(&self.theta) * k)
+            .collect();
+        let by = |v: &[f64]| {
+            let mut order: Vec<usize> = (0..v.len()).filter(|&i| v[i].is_finite()).collect();
+            order.sort_by(|&a, &b| v[a].total_cmp(&v[b]).then(a.cmp(&b)));
+            order
+        };
+        let (by_share, by_time) = (by(&share), by(&own_time));
         let (t_pre, t_dec) = (
             self.theta[Feature::HasPrefill as usize],
             self.theta[Feature::HasDecode as usize],
@@ -509,16 +588,6 @@ impl Search<'_> {
             })
             .collect();
         let cap = self.limits.kv_capacity;
-        let finished: Vec<bool> = self
-            .slots
-            .iter()
-            .map(|s| s.state == self.graphs[s.class].finished())
-            .collect();
-        let no_first_token: Vec<bool> = self
-            .slots
-            .iter()
-            .map(|s| self.graphs[s.class].states[s.state].1 == 0)
-            .collect();
         // Admissible estimate of what is left from a count vector.
         let estimate = |counts: &[u16]| -> f64 {
             // A request on a state from which it cannot finish under the limits (with P, an
@@ -561,22 +630,12 @@ impl Search<'_> {
                     });
                     own + by_counts.max(by_prices)
                 }
-                // Each request still to finish (or to get its first token) needs at least
-                // its own remaining work and one bias per remaining step.
+                // The k-th of the requests still to finish (to get a first token) gets there
+                // no earlier than the k smallest shares of time add up to (own work plus
+                // prices: the batches until then hold all their entries), nor than the
+                // k-th smallest own minimum time.
                 Objective::MeanLatency | Objective::MeanTtft => {
-                    let mut sum = 0.0;
-                    for (i, &c) in counts.iter().enumerate() {
-                        let pending = if objective == Objective::MeanLatency {
-                            !finished[i]
-                        } else {
-                            no_first_token[i]
-                        };
-                        if c > 0 && pending {
-                            sum +=
-                                f64::from(c) * (remaining[i].0 + bias * f64::from(remaining[i].1));
-                        }
-                    }
-                    sum / n
+                    sum_of_positions(counts, &done, &by_share, &share, &by_time, &own_time) / n
                 }
             }
         };
@@ -616,6 +675,7 @@ impl Search<'_> {
             counts.copy_from_slice(reached.counts(id));
             if counts == goal {
                 return Outcome::Found(Found {
+                    start_estimate_ms: h0,
                     schedule: self.schedule(
                         &reached,
                         id,
@@ -1020,6 +1080,13 @@ pub(crate) fn unchunked_optimum(
         }
         Outcome::GaveUp => return Ok(Searched::GaveUp),
     };
+    // An estimate above the optimum would have made the search's proof unsound.
+    debug_assert!(
+        found.start_estimate_ms <= found.objective_ms * (1.0 + 1e-9) + 1e-9,
+        "inadmissible estimate: {} ms at the start, optimum {} ms",
+        found.start_estimate_ms,
+        found.objective_ms
+    );
     let r = replay(w, limits, cost, &found.schedule)?;
     let replayed = objective.of_replay(&r);
     let searched = found.objective_ms / 1e3 + offset_s;
@@ -1146,6 +1213,70 @@ mod tests {
             Instant::now() + std::time::Duration::from_secs(60),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn positions_take_the_larger_of_the_share_prefix_and_the_own_time() {
+        // Slots: 0 done; 1 holds 2 requests (share 1, time 5); 2 holds 1 (share 3, time 2).
+        let counts = [4, 2, 1];
+        let done = [true, false, false];
+        let share = [0.0, 1.0, 3.0];
+        let time = [0.0, 5.0, 2.0];
+        // Shares in order 1, 1, 3: prefixes 1, 2, 5; times in order 2, 5, 5.
+        let sum = sum_of_positions(&counts, &done, &[0, 1, 2], &share, &[0, 2, 1], &time);
+        assert_eq!(sum, 2.0 + 5.0 + 5.0);
+    }
+
+    #[test]
+    fn the_start_estimate_is_a_positive_lower_bound_for_every_objective() {
+        // Long outputs: the time to a first token is far below the time to finish, which
+        // the TTFT estimate must not count.
+        for (n, input, output, m) in [(5u16, 4u32, 12u32, 40u64), (6, 8, 4, 33), (4, 3, 9, 20)] {
+            let w = Workload::new(
+                (0..n)
+                    .map(|_| Request {
+                        input_tokens: input,
+                        output_tokens: output,
+                        arrival_s: 0.0,
+                    })
+                    .collect(),
+            )
+            .unwrap();
+            let limits = Limits {
+                kv_capacity: Some(m),
+                ..Limits::unlimited()
+            };
+            let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+            for objective in [
+                Objective::Makespan,
+                Objective::MeanLatency,
+                Objective::MeanTtft,
+            ] {
+                let searched = unchunked_optimum(
+                    &w,
+                    &limits,
+                    &cost,
+                    objective,
+                    &PolicyConstraints::default(),
+                    1_000_000,
+                    1 << 30,
+                    None,
+                    Instant::now() + std::time::Duration::from_secs(60),
+                )
+                .unwrap();
+                let Searched::Optimum(searched) = searched else {
+                    panic!("{objective:?}: no optimum");
+                };
+                let found = &searched.0;
+                assert!(
+                    found.start_estimate_ms > 0.0
+                        && found.start_estimate_ms <= found.objective_ms * (1.0 + 1e-12),
+                    "{objective:?} n = {n}: estimate {} vs optimum {}",
+                    found.start_estimate_ms,
+                    found.objective_ms
+                );
+            }
+        }
     }
 
     #[test]
