@@ -1,5 +1,5 @@
 //! An exact search for offline workloads made of a few classes of identical requests, used
-//! before the MILP when it applies.
+//! before the MILP when it applies (milp.md, "the counting search").
 //!
 //! When chunked prefill never helps ([`crate::dominance`]: offline, no C, no P, no FCFS),
 //! each request lives on the few states of its no-chunk graph (not started, after each
@@ -9,22 +9,23 @@
 //! how many requests take each arc. The optimum is then a shortest path over count vectors:
 //! for `makespan` a batch costs its duration; for `mean-latency` (`mean-ttft`) its duration
 //! times the requests not yet finished (without a first token), over n. A* with an
-//! admissible bound (each request's own cheapest remaining work, the per-batch bias times
-//! the batches still needed, by path length and by KV area, and the prefill flag of the
-//! prefill batches still needed) returns a proven optimum, or gives up past a state budget
-//! or a deadline.
+//! admissible estimate (module `estimate`: own remaining work, batch counts and pattern
+//! prices; for the means, the positions of the requests still to be done) returns a proven
+//! optimum, or shows that nothing beats the best schedule known before it (the
+//! incumbent), or gives up past a state budget, the memory limit or a deadline.
+//!
+//! Modules: `store` keeps the count vectors reached, `batches` enumerates the batches from
+//! one, `estimate` bounds what is left.
 
-use std::cmp::Ordering;
+mod batches;
+mod estimate;
+mod store;
+
 use std::collections::{BinaryHeap, HashMap};
-use std::hash::BuildHasher;
-
-use hashbrown::HashTable;
-use rustc_hash::FxBuildHasher;
 
 use infersched_core::{Batch, Entry, Feature, Limits, Schedule};
 use infersched_cost_model::LinearCostModel;
 
-use crate::bounds::patterns::{BatchTerms, EntryType, pattern_prices};
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
 use crate::portfolio::BestHeuristic;
@@ -32,8 +33,11 @@ use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport,
     SolveStatus, WarmStart,
 };
+use batches::Move;
+use estimate::Estimate;
 use infersched_core::{Workload, replay};
 use std::time::Instant;
+use store::{Open, Reached};
 
 /// A proven optimum found by the search.
 pub(crate) struct Found {
@@ -45,40 +49,6 @@ pub(crate) struct Found {
     pub expanded: usize,
     /// The search's estimate at the start (ms): a lower bound on `objective_ms`.
     pub start_estimate_ms: f64,
-}
-
-/// The least per-batch term of a batch that processes anything (ms).
-fn bias_of(theta: &[f64; 9]) -> f64 {
-    theta[Feature::One as usize]
-        + theta[Feature::HasPrefill as usize].min(theta[Feature::HasDecode as usize])
-}
-
-/// `sum_k max(P_k, T_k)` over the requests not `done`, where `P_k` is the sum of the `k`
-/// smallest `share` and `T_k` the `k`-th smallest `time` (slots listed in increasing order
-/// of each in `by_share`, `by_time`; a slot holds `counts[slot]` requests).
-fn sum_of_positions(
-    counts: &[u16],
-    done: &[bool],
-    by_share: &[usize],
-    share: &[f64],
-    by_time: &[usize],
-    time: &[f64],
-) -> f64 {
-    let pending = |order: &[usize]| {
-        order
-            .iter()
-            .filter(|&&i| counts[i] > 0 && !done[i])
-            .flat_map(|&i| std::iter::repeat_n(i, usize::from(counts[i])))
-            .collect::<Vec<usize>>()
-    };
-    let (w, t) = (pending(by_share), pending(by_time));
-    let mut prefix = 0.0;
-    let mut sum = 0.0;
-    for (&i, &j) in w.iter().zip(&t) {
-        prefix += share[i];
-        sum += prefix.max(time[j]);
-    }
-    sum
 }
 
 /// How a search ended.
@@ -98,92 +68,6 @@ struct Slot {
     state: usize,
 }
 
-/// The most batches enumerated from one count vector before the search gives up (many
-/// distinct requests, each with its own choices, multiply them).
-const MAX_MOVES: usize = 50_000;
-
-/// What a batch holds while its moves are enumerated: KV after it, requests holding KV,
-/// tokens processed and prefill tokens (the last two against C and P), and what it costs.
-#[derive(Debug, Clone, Copy, Default)]
-struct Load {
-    kv: u64,
-    holders: u64,
-    tokens: u64,
-    prefill: u64,
-    /// The process arcs' own cost (ms), without the per-batch terms.
-    ms: f64,
-    has_prefill: bool,
-    has_decode: bool,
-}
-
-/// What a batch does: how many requests of `(class, arc)` take it.
-type Move = Vec<(usize, usize, u16)>;
-
-/// The count vectors reached by the search, stored flat (`width` counts each), with the
-/// best cost found to reach each and the vector it was reached from; indexed by a hash
-/// table of ids, so a vector is stored once and looked up without allocating.
-struct Reached {
-    width: usize,
-    counts: Vec<u16>,
-    cost: Vec<f64>,
-    parent: Vec<u32>,
-    index: HashTable<u32>,
-}
-
-fn key_hash(key: &[u16]) -> u64 {
-    FxBuildHasher.hash_one(key)
-}
-
-impl Reached {
-    /// Bytes one reached vector may take: its counts, cost and parent (twice: a growing
-    /// vector reallocates to double), its table slot (with the table's spare room), and
-    /// about two open-list entries. Family (a) with C = 64, n = 32: 556,373 vectors of
-    /// 16 counts, estimated 55 MB before this doubling; the whole process peaked at 54 MB.
-    fn bytes_per_vector(width: usize) -> usize {
-        2 * (2 * width + 8 + 4) + 16 + 2 * std::mem::size_of::<Open>()
-    }
-
-    fn new(width: usize) -> Self {
-        Self {
-            width,
-            counts: Vec::new(),
-            cost: Vec::new(),
-            parent: Vec::new(),
-            index: HashTable::new(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.cost.len()
-    }
-
-    fn counts(&self, id: usize) -> &[u16] {
-        &self.counts[id * self.width..(id + 1) * self.width]
-    }
-
-    fn find(&self, key: &[u16]) -> Option<usize> {
-        let (counts, width) = (&self.counts, self.width);
-        self.index
-            .find(key_hash(key), |&j| {
-                &counts[j as usize * width..(j as usize + 1) * width] == key
-            })
-            .map(|&j| j as usize)
-    }
-
-    /// Stores a vector not reached before; its id.
-    fn insert(&mut self, key: &[u16], cost: f64, parent: u32) -> usize {
-        let id = self.len();
-        self.counts.extend_from_slice(key);
-        self.cost.push(cost);
-        self.parent.push(parent);
-        let (counts, width) = (&self.counts, self.width);
-        self.index.insert_unique(key_hash(key), id as u32, |&j| {
-            key_hash(&counts[j as usize * width..(j as usize + 1) * width])
-        });
-        id
-    }
-}
-
 struct Search<'a> {
     graphs: &'a [StateGraph],
     limits: &'a Limits,
@@ -201,32 +85,6 @@ struct Search<'a> {
     /// Per slot: the one arc without KV after the step (idle without KV, evict) that the
     /// requests given no holding arc take, if any.
     free: Vec<Option<usize>>,
-}
-
-#[derive(PartialEq)]
-struct Open {
-    f: f64,
-    g: f64,
-    id: usize,
-}
-
-impl Eq for Open {}
-
-impl Ord for Open {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // Min-heap on f, then the larger g (deeper) first; ids for determinism.
-        other
-            .f
-            .total_cmp(&self.f)
-            .then(self.g.total_cmp(&other.g))
-            .then(other.id.cmp(&self.id))
-    }
-}
-
-impl PartialOrd for Open {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
 }
 
 /// Runs the search for classes of identical requests (`graphs[k]` built without chunk
@@ -341,176 +199,6 @@ pub(crate) fn search(
 }
 
 impl Search<'_> {
-    /// Per slot: the cheapest own remaining cost (ms, arc costs only), the fewest
-    /// processing steps to finish, and the least KV-batch area (sum of the KV held in the
-    /// batches that process it) to finish, each minimised on its own.
-    fn remaining(&self) -> Vec<(f64, u32, u64)> {
-        let mut best: Vec<(f64, u32, u64)> =
-            vec![(f64::INFINITY, u32::MAX, u64::MAX); self.slots.len()];
-        // Relaxation over the graphs (acyclic apart from idle loops).
-        for (i, slot) in self.slots.iter().enumerate() {
-            if slot.state == self.graphs[slot.class].finished() {
-                best[i] = (0.0, 0, 0);
-            }
-        }
-        loop {
-            let mut changed = false;
-            for (i, slot) in self.slots.iter().enumerate() {
-                let g = &self.graphs[slot.class];
-                for &a in &g.out[slot.state] {
-                    let arc = &g.arcs[a];
-                    if arc.to == slot.state {
-                        continue;
-                    }
-                    let j = self.position[&(slot.class, arc.to)];
-                    let (c, steps, area) = best[j];
-                    if !c.is_finite() {
-                        continue;
-                    }
-                    let process = matches!(arc.kind, ArcKind::Process { .. });
-                    let cand = (
-                        c + self.arc_ms[slot.class][a],
-                        steps + u32::from(process),
-                        area + if process { arc.kv } else { 0 },
-                    );
-                    if cand.0 < best[i].0 - 1e-12 {
-                        best[i].0 = cand.0;
-                        changed = true;
-                    }
-                    if cand.1 < best[i].1 {
-                        best[i].1 = cand.1;
-                        changed = true;
-                    }
-                    if cand.2 < best[i].2 {
-                        best[i].2 = cand.2;
-                        changed = true;
-                    }
-                }
-            }
-            if !changed {
-                return best;
-            }
-        }
-    }
-
-    /// Per slot: the least sum of `weight(class, arc)` over the process arcs of a path to
-    /// a slot in `target` (infinite where none).
-    fn cheapest_to(&self, target: &[bool], weight: impl Fn(usize, usize) -> f64) -> Vec<f64> {
-        let mut best: Vec<f64> = target
-            .iter()
-            .map(|&t| if t { 0.0 } else { f64::INFINITY })
-            .collect();
-        loop {
-            let mut changed = false;
-            for (i, slot) in self.slots.iter().enumerate() {
-                let g = &self.graphs[slot.class];
-                for &a in &g.out[slot.state] {
-                    let arc = &g.arcs[a];
-                    if arc.to == slot.state {
-                        continue;
-                    }
-                    let rest = best[self.arc_to[slot.class][a]];
-                    if !rest.is_finite() {
-                        continue;
-                    }
-                    let own = if matches!(arc.kind, ArcKind::Process { .. }) {
-                        weight(slot.class, a)
-                    } else {
-                        0.0
-                    };
-                    if rest + own < best[i] - 1e-12 {
-                        best[i] = rest + own;
-                        changed = true;
-                    }
-                }
-            }
-            if !changed {
-                return best;
-            }
-        }
-    }
-
-    /// Per class and arc: the pattern price (ms, [`crate::bounds::patterns`]) of the
-    /// arc's entry (0 for idle and evict arcs), a lower bound on its share of its batch's
-    /// per-batch terms; None when no prices could be computed.
-    fn arc_prices(&self, sizes: &[u16]) -> Option<Vec<Vec<f64>>> {
-        let mut types: Vec<EntryType> = Vec::new();
-        let mut type_of: Vec<Vec<usize>> = Vec::new();
-        for (class, g) in self.graphs.iter().enumerate() {
-            let mut row = Vec::with_capacity(g.arcs.len());
-            for arc in &g.arcs {
-                if !self.position.contains_key(&(class, arc.from)) {
-                    row.push(usize::MAX);
-                    continue;
-                }
-                let t = match arc.kind {
-                    ArcKind::Process { c, decode, .. } => EntryType {
-                        kv: arc.kv,
-                        tokens: u64::from(c),
-                        prefill: !decode,
-                    },
-                    _ => {
-                        row.push(usize::MAX);
-                        continue;
-                    }
-                };
-                let k = types.iter().position(|x| *x == t).unwrap_or_else(|| {
-                    types.push(t);
-                    types.len() - 1
-                });
-                row.push(k);
-            }
-            type_of.push(row);
-        }
-        // The demand the prices are tuned for: each request's path without evictions,
-        // taking the longest process arc (a whole prompt, then decodes).
-        let mut demand = vec![0.0; types.len()];
-        for (k, g) in self.graphs.iter().enumerate() {
-            let mut at = StateGraph::START;
-            let mut steps = 0;
-            while at != g.finished() && steps <= g.states.len() {
-                let Some(a) = g.out[at]
-                    .iter()
-                    .copied()
-                    .filter(|&a| {
-                        matches!(
-                            g.arcs[a].kind,
-                            ArcKind::Process {
-                                evict_first: false,
-                                ..
-                            }
-                        )
-                    })
-                    .max_by_key(|&a| match g.arcs[a].kind {
-                        ArcKind::Process { c, .. } => c,
-                        _ => 0,
-                    })
-                else {
-                    break;
-                };
-                demand[type_of[k][a]] += f64::from(sizes[k]);
-                at = g.arcs[a].to;
-                steps += 1;
-            }
-        }
-        let terms = BatchTerms {
-            one: self.theta[Feature::One as usize],
-            has_prefill: self.theta[Feature::HasPrefill as usize],
-            has_decode: self.theta[Feature::HasDecode as usize],
-        };
-        let prices = pattern_prices(&types, &demand, self.limits, terms, self.no_mix)?;
-        Some(
-            type_of
-                .iter()
-                .map(|row| {
-                    row.iter()
-                        .map(|&t| if t == usize::MAX { 0.0 } else { prices[t] })
-                        .collect()
-                })
-                .collect(),
-        )
-    }
-
     fn run(
         &self,
         sizes: &[u16],
@@ -521,124 +209,10 @@ impl Search<'_> {
         deadline: std::time::Instant,
     ) -> Outcome {
         let n: f64 = sizes.iter().map(|&s| f64::from(s)).sum();
-        let remaining = self.remaining();
-        let finished: Vec<bool> = self
-            .slots
-            .iter()
-            .map(|s| s.state == self.graphs[s.class].finished())
-            .collect();
-        let no_first_token: Vec<bool> = self
-            .slots
-            .iter()
-            .map(|s| self.graphs[s.class].states[s.state].1 == 0)
-            .collect();
-        let prices = self.arc_prices(sizes);
-        // Makespan: per slot, the least sum of prices still to pay.
-        let patterns = prices
-            .as_ref()
-            .filter(|_| objective == Objective::Makespan)
-            .map(|y| self.cheapest_to(&finished, |class, a| y[class][a]));
-        // Mean latency (TTFT): per slot, the least own work plus prices until the request
-        // finishes (gets its first token), its share of the time until then, and its own
-        // minimum time (that work plus a bias per step); each with the slots in increasing
-        // order.
-        let done: Vec<bool> = match objective {
-            Objective::MeanTtft => no_first_token.iter().map(|&p| !p).collect(),
-            _ => finished.clone(),
-        };
-        let own_work = self.cheapest_to(&done, |class, a| self.arc_ms[class][a]);
-        let steps = self.cheapest_to(&done, |_, _| 1.0);
-        let share: Vec<f64> = match &prices {
-            Some(y) => self.cheapest_to(&done, |class, a| self.arc_ms[class][a] + y[class][a]),
-            None => own_work.clone(),
-        };
-        let own_time: Vec<f64> = own_work
-            .iter()
-            .zip(&steps)
-            .map(|(w, k)| w + bias_of(&self.theta) * k)
-            .collect();
-        let by = |v: &[f64]| {
-            let mut order: Vec<usize> = (0..v.len()).filter(|&i| v[i].is_finite()).collect();
-            order.sort_by(|&a, &b| v[a].total_cmp(&v[b]).then(a.cmp(&b)));
-            order
-        };
-        let (by_share, by_time) = (by(&share), by(&own_time));
-        let (t_pre, t_dec) = (
-            self.theta[Feature::HasPrefill as usize],
-            self.theta[Feature::HasDecode as usize],
-        );
-        let bias = self.theta[Feature::One as usize] + t_pre.min(t_dec);
-        // KV a request on this slot must hold in some prefill batch before it finishes:
-        // not started or evicted (m = 0) requests must prefill to I + G.
-        let prefill_kv: Vec<u64> = self
-            .slots
-            .iter()
-            .map(|sl| {
-                let g = &self.graphs[sl.class];
-                let (m, _) = g.states[sl.state];
-                if m > 0 || sl.state == g.finished() {
-                    return 0;
-                }
-                g.out[sl.state]
-                    .iter()
-                    .filter(|&&a| matches!(g.arcs[a].kind, ArcKind::Process { .. }))
-                    .map(|&a| g.arcs[a].kv)
-                    .min()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let cap = self.limits.kv_capacity;
-        // Admissible estimate of what is left from a count vector.
-        let estimate = |counts: &[u16]| -> f64 {
-            // A request on a state from which it cannot finish under the limits (with P, an
-            // evicted request whose refill I + G no longer fits a batch): a dead end.
-            if counts
-                .iter()
-                .zip(&remaining)
-                .any(|(&c, r)| c > 0 && !r.0.is_finite())
-            {
-                return f64::INFINITY;
-            }
-            match objective {
-                // Remaining batches B >= the longest path and >= area / M; batches with a
-                // prefill P >= pending prefill KV / M; each batch costs the bias, and each
-                // prefill batch the difference of the flags on top (when it is larger).
-                Objective::Makespan => {
-                    let (mut own, mut steps, mut area, mut pre) = (0.0, 0u32, 0u64, 0u64);
-                    for (i, &c) in counts.iter().enumerate() {
-                        if c > 0 {
-                            own += f64::from(c) * remaining[i].0;
-                            steps = steps.max(remaining[i].1);
-                            area += u64::from(c) * remaining[i].2;
-                            pre += u64::from(c) * prefill_kv[i];
-                        }
-                    }
-                    let (mut batches, mut prefill_batches) = (u64::from(steps), 0);
-                    if let Some(m) = cap {
-                        batches = batches.max(area.div_ceil(m));
-                        prefill_batches = pre.div_ceil(m);
-                    }
-                    let by_counts =
-                        bias * batches as f64 + (t_pre - t_dec).max(0.0) * prefill_batches as f64;
-                    let by_prices = patterns.as_ref().map_or(0.0, |per_slot| {
-                        counts
-                            .iter()
-                            .zip(per_slot)
-                            .filter(|(c, _)| **c > 0)
-                            .map(|(&c, y)| f64::from(c) * y)
-                            .sum()
-                    });
-                    own + by_counts.max(by_prices)
-                }
-                // The k-th of the requests still to finish (to get a first token) gets there
-                // no earlier than the k smallest shares of time add up to (own work plus
-                // prices: the batches until then hold all their entries), nor than the
-                // k-th smallest own minimum time.
-                Objective::MeanLatency | Objective::MeanTtft => {
-                    sum_of_positions(counts, &done, &by_share, &share, &by_time, &own_time) / n
-                }
-            }
-        };
+        let estimate = Estimate::new(self, objective, sizes);
+        let finished = &estimate.finished;
+        let no_first_token = &estimate.no_first_token;
+        let estimate = |counts: &[u16]| estimate.of(counts);
         let width = self.slots.len();
         let mut start = vec![0u16; width];
         for (k, &size) in sizes.iter().enumerate() {
@@ -681,8 +255,8 @@ impl Search<'_> {
                         id,
                         members,
                         objective,
-                        &finished,
-                        &no_first_token,
+                        finished,
+                        no_first_token,
                         n,
                     ),
                     objective_ms: g,
@@ -695,7 +269,7 @@ impl Search<'_> {
             {
                 return Outcome::GaveUp;
             }
-            let weight = self.weight(&counts, objective, &finished, &no_first_token, n);
+            let weight = self.weight(&counts, objective, finished, no_first_token, n);
             next_counts.clear();
             durations.clear();
             // Many distinct requests make the batches from one state explode: give up.
@@ -764,40 +338,6 @@ impl Search<'_> {
             Objective::MeanLatency => pending(finished, false),
             Objective::MeanTtft => pending(no_first_token, true),
         }
-    }
-
-    /// Calls `emit(next, duration_ms, move)` for every batch from `counts` (one processing
-    /// at least one token) until it returns false. False when there were more than
-    /// [`MAX_MOVES`] batches (or `emit` stopped the walk).
-    fn batches(&self, counts: &[u16], emit: impl FnMut(&[u16], f64, &Move) -> bool) -> bool {
-        let mut walk = Walk {
-            search: self,
-            counts,
-            occupied: (0..counts.len()).filter(|&i| counts[i] > 0).collect(),
-            next: vec![0; counts.len()],
-            mv: Vec::new(),
-            emitted: 0,
-            stopped: false,
-            emit,
-        };
-        walk.go(0, Load::default());
-        !walk.stopped
-    }
-
-    /// The move that takes `from` to `to` at cost `cost_ms` (duration times weight), for
-    /// writing the schedule of the path found.
-    fn move_between(&self, from: &[u16], to: &[u16], cost_ms: f64, weight: f64) -> Move {
-        let mut best: Option<(f64, Move)> = None;
-        self.batches(from, |next, duration, mv| {
-            if next == to {
-                let miss = (duration * weight - cost_ms).abs();
-                if best.as_ref().is_none_or(|(m, _)| miss < *m) {
-                    best = Some((miss, mv.clone()));
-                }
-            }
-            true
-        });
-        best.map(|(_, mv)| mv).unwrap_or_default()
     }
 
     /// The schedule along the path to `goal`: members of a class take the move's arcs in
@@ -876,136 +416,6 @@ impl Search<'_> {
             batches.push(Batch::new(entries));
         }
         Schedule::new(batches)
-    }
-}
-
-/// Enumerates the batches from one count vector: the requests of each occupied slot are
-/// distributed over the slot's arcs, holding arcs first (within C, P, M and R_max), the
-/// rest taking the slot's free arc.
-struct Walk<'b, F> {
-    search: &'b Search<'b>,
-    counts: &'b [u16],
-    occupied: Vec<usize>,
-    /// The count vector after the batch built so far.
-    next: Vec<u16>,
-    mv: Move,
-    emitted: usize,
-    /// Set when there are more than `MAX_MOVES` batches or `emit` said stop.
-    stopped: bool,
-    emit: F,
-}
-
-impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
-    /// Distributes the requests of occupied slot `o` and after; `load` is what the batch
-    /// holds so far.
-    fn go(&mut self, o: usize, load: Load) {
-        if self.stopped {
-            return;
-        }
-        if o == self.occupied.len() {
-            self.finish(load);
-            return;
-        }
-        let n = self.counts[self.occupied[o]];
-        self.assign(o, 0, n, load);
-    }
-
-    /// Moves `take` requests of `class` along arc `a` (or back, `sign` -1).
-    fn shift(&mut self, class: usize, a: usize, take: u16, undo: bool) {
-        let to = self.search.arc_to[class][a];
-        if undo {
-            self.next[to] -= take;
-            self.mv.pop();
-        } else {
-            self.next[to] += take;
-            self.mv.push((class, a, take));
-        }
-    }
-
-    fn assign(&mut self, o: usize, h: usize, left: u16, load: Load) {
-        let s = self.search;
-        let slot = self.occupied[o];
-        let class = s.slots[slot].class;
-        let holding = &s.holding[slot];
-        if h == holding.len() {
-            if left > 0 {
-                let Some(a) = s.free[slot] else { return };
-                self.shift(class, a, left, false);
-                self.go(o + 1, load);
-                self.shift(class, a, left, true);
-            } else {
-                self.go(o + 1, load);
-            }
-            return;
-        }
-        let a = holding[h];
-        let arc = &s.graphs[class].arcs[a];
-        let (tokens, prefill, decode) = match arc.kind {
-            ArcKind::Process { c, decode, .. } => (
-                u64::from(c),
-                if decode { 0 } else { u64::from(c) },
-                Some(decode),
-            ),
-            _ => (0, 0, None),
-        };
-        for take in (0..=left).rev() {
-            let t = u64::from(take);
-            let mut next = Load {
-                kv: load.kv + arc.kv * t,
-                holders: load.holders + t,
-                tokens: load.tokens + tokens * t,
-                prefill: load.prefill + prefill * t,
-                ms: load.ms,
-                has_prefill: load.has_prefill,
-                has_decode: load.has_decode,
-            };
-            if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
-                || s.limits.max_running.is_some_and(|r| next.holders > r)
-                || s.limits.token_budget.is_some_and(|c| next.tokens > c)
-                || s.limits
-                    .effective_prefill_budget()
-                    .is_some_and(|p| next.prefill > p)
-            {
-                continue;
-            }
-            if take > 0 {
-                if let Some(d) = decode {
-                    next.ms += f64::from(take) * s.arc_ms[class][a];
-                    next.has_decode |= d;
-                    next.has_prefill |= !d;
-                }
-                self.shift(class, a, take, false);
-            }
-            self.assign(o, h + 1, left - take, next);
-            if take > 0 {
-                self.shift(class, a, take, true);
-            }
-        }
-    }
-
-    fn finish(&mut self, load: Load) {
-        let s = self.search;
-        if !(load.has_prefill || load.has_decode)
-            || (s.no_mix && load.has_prefill && load.has_decode)
-        {
-            return;
-        }
-        let duration = load.ms
-            + s.theta[Feature::One as usize]
-            + if load.has_prefill {
-                s.theta[Feature::HasPrefill as usize]
-            } else {
-                0.0
-            }
-            + if load.has_decode {
-                s.theta[Feature::HasDecode as usize]
-            } else {
-                0.0
-            };
-        self.emitted += 1;
-        if !(self.emit)(&self.next, duration, &self.mv) || self.emitted > MAX_MOVES {
-            self.stopped = true;
-        }
     }
 }
 
@@ -1213,18 +623,6 @@ mod tests {
             Instant::now() + std::time::Duration::from_secs(60),
         )
         .unwrap()
-    }
-
-    #[test]
-    fn positions_take_the_larger_of_the_share_prefix_and_the_own_time() {
-        // Slots: 0 done; 1 holds 2 requests (share 1, time 5); 2 holds 1 (share 3, time 2).
-        let counts = [4, 2, 1];
-        let done = [true, false, false];
-        let share = [0.0, 1.0, 3.0];
-        let time = [0.0, 5.0, 2.0];
-        // Shares in order 1, 1, 3: prefixes 1, 2, 5; times in order 2, 5, 5.
-        let sum = sum_of_positions(&counts, &done, &[0, 1, 2], &share, &[0, 2, 1], &time);
-        assert_eq!(sum, 2.0 + 5.0 + 5.0);
     }
 
     #[test]

@@ -1,0 +1,198 @@
+//! The batches from one count vector: the requests of each occupied slot distributed over
+//! the slot's arcs within M, R_max, C and P.
+
+use infersched_core::Feature;
+
+use super::Search;
+use crate::graph::ArcKind;
+
+/// The most batches enumerated from one count vector before the search gives up (many
+/// distinct requests, each with its own choices, multiply them).
+const MAX_MOVES: usize = 50_000;
+
+/// What a batch holds while its moves are enumerated: KV after it, requests holding KV,
+/// tokens processed and prefill tokens (the last two against C and P), and what it costs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Load {
+    kv: u64,
+    holders: u64,
+    tokens: u64,
+    prefill: u64,
+    /// The process arcs' own cost (ms), without the per-batch terms.
+    ms: f64,
+    has_prefill: bool,
+    has_decode: bool,
+}
+
+/// What a batch does: how many requests of `(class, arc)` take it.
+pub(super) type Move = Vec<(usize, usize, u16)>;
+
+impl Search<'_> {
+    /// Calls `emit(next, duration_ms, move)` for every batch from `counts` (one processing
+    /// at least one token) until it returns false. False when there were more than
+    /// [`MAX_MOVES`] batches (or `emit` stopped the walk).
+    pub(super) fn batches(
+        &self,
+        counts: &[u16],
+        emit: impl FnMut(&[u16], f64, &Move) -> bool,
+    ) -> bool {
+        let mut walk = Walk {
+            search: self,
+            counts,
+            occupied: (0..counts.len()).filter(|&i| counts[i] > 0).collect(),
+            next: vec![0; counts.len()],
+            mv: Vec::new(),
+            emitted: 0,
+            stopped: false,
+            emit,
+        };
+        walk.go(0, Load::default());
+        !walk.stopped
+    }
+
+    /// The move that takes `from` to `to` at cost `cost_ms` (duration times weight), for
+    /// writing the schedule of the path found.
+    pub(super) fn move_between(&self, from: &[u16], to: &[u16], cost_ms: f64, weight: f64) -> Move {
+        let mut best: Option<(f64, Move)> = None;
+        self.batches(from, |next, duration, mv| {
+            if next == to {
+                let miss = (duration * weight - cost_ms).abs();
+                if best.as_ref().is_none_or(|(m, _)| miss < *m) {
+                    best = Some((miss, mv.clone()));
+                }
+            }
+            true
+        });
+        best.map(|(_, mv)| mv).unwrap_or_default()
+    }
+}
+
+/// Enumerates the batches from one count vector: the requests of each occupied slot are
+/// distributed over the slot's arcs, holding arcs first (within C, P, M and R_max), the
+/// rest taking the slot's free arc.
+struct Walk<'b, F> {
+    search: &'b Search<'b>,
+    counts: &'b [u16],
+    occupied: Vec<usize>,
+    /// The count vector after the batch built so far.
+    next: Vec<u16>,
+    mv: Move,
+    emitted: usize,
+    /// Set when there are more than `MAX_MOVES` batches or `emit` said stop.
+    stopped: bool,
+    emit: F,
+}
+
+impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
+    /// Distributes the requests of occupied slot `o` and after; `load` is what the batch
+    /// holds so far.
+    fn go(&mut self, o: usize, load: Load) {
+        if self.stopped {
+            return;
+        }
+        if o == self.occupied.len() {
+            self.finish(load);
+            return;
+        }
+        let n = self.counts[self.occupied[o]];
+        self.assign(o, 0, n, load);
+    }
+
+    /// Moves `take` requests of `class` along arc `a` (or back, `sign` -1).
+    fn shift(&mut self, class: usize, a: usize, take: u16, undo: bool) {
+        let to = self.search.arc_to[class][a];
+        if undo {
+            self.next[to] -= take;
+            self.mv.pop();
+        } else {
+            self.next[to] += take;
+            self.mv.push((class, a, take));
+        }
+    }
+
+    fn assign(&mut self, o: usize, h: usize, left: u16, load: Load) {
+        let s = self.search;
+        let slot = self.occupied[o];
+        let class = s.slots[slot].class;
+        let holding = &s.holding[slot];
+        if h == holding.len() {
+            if left > 0 {
+                let Some(a) = s.free[slot] else { return };
+                self.shift(class, a, left, false);
+                self.go(o + 1, load);
+                self.shift(class, a, left, true);
+            } else {
+                self.go(o + 1, load);
+            }
+            return;
+        }
+        let a = holding[h];
+        let arc = &s.graphs[class].arcs[a];
+        let (tokens, prefill, decode) = match arc.kind {
+            ArcKind::Process { c, decode, .. } => (
+                u64::from(c),
+                if decode { 0 } else { u64::from(c) },
+                Some(decode),
+            ),
+            _ => (0, 0, None),
+        };
+        for take in (0..=left).rev() {
+            let t = u64::from(take);
+            let mut next = Load {
+                kv: load.kv + arc.kv * t,
+                holders: load.holders + t,
+                tokens: load.tokens + tokens * t,
+                prefill: load.prefill + prefill * t,
+                ms: load.ms,
+                has_prefill: load.has_prefill,
+                has_decode: load.has_decode,
+            };
+            if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
+                || s.limits.max_running.is_some_and(|r| next.holders > r)
+                || s.limits.token_budget.is_some_and(|c| next.tokens > c)
+                || s.limits
+                    .effective_prefill_budget()
+                    .is_some_and(|p| next.prefill > p)
+            {
+                continue;
+            }
+            if take > 0 {
+                if let Some(d) = decode {
+                    next.ms += f64::from(take) * s.arc_ms[class][a];
+                    next.has_decode |= d;
+                    next.has_prefill |= !d;
+                }
+                self.shift(class, a, take, false);
+            }
+            self.assign(o, h + 1, left - take, next);
+            if take > 0 {
+                self.shift(class, a, take, true);
+            }
+        }
+    }
+
+    fn finish(&mut self, load: Load) {
+        let s = self.search;
+        if !(load.has_prefill || load.has_decode)
+            || (s.no_mix && load.has_prefill && load.has_decode)
+        {
+            return;
+        }
+        let duration = load.ms
+            + s.theta[Feature::One as usize]
+            + if load.has_prefill {
+                s.theta[Feature::HasPrefill as usize]
+            } else {
+                0.0
+            }
+            + if load.has_decode {
+                s.theta[Feature::HasDecode as usize]
+            } else {
+                0.0
+            };
+        self.emitted += 1;
+        if !(self.emit)(&self.next, duration, &self.mv) || self.emitted > MAX_MOVES {
+            self.stopped = true;
+        }
+    }
+}
