@@ -94,20 +94,23 @@ pub(crate) fn pattern_prices(
         .into_iter()
         .map(|v| if v.is_finite() { v.max(0.0) } else { 0.0 })
         .collect();
-    // HiGHS's tolerances: scale the prices down until every pattern's constraint holds
-    // in this arithmetic, so the bound never rests on a rounding.
+    // Raise the prices the LP left low (types outside the demand), then scale them all
+    // down until every pattern's inequality holds with a margin in this arithmetic, so the
+    // bound never rests on HiGHS's tolerances or a rounding.
+    lift(&mut prices, types, &patterns, terms);
     let worst = patterns
         .iter()
         .map(|p| {
             let load: f64 = p.iter().zip(&prices).map(|(&a, y)| f64::from(a) * y).sum();
             load / cost(p)
         })
-        .fold(1.0, f64::max);
-    let scale = (1.0 - 1e-9) / worst;
-    for y in &mut prices {
-        *y *= scale;
+        .fold(0.0, f64::max);
+    if worst > 0.0 {
+        let scale = ((1.0 - 1e-9) / worst).min(1.0);
+        for y in &mut prices {
+            *y *= scale;
+        }
     }
-    lift(&mut prices, types, &patterns, terms);
     Some(prices)
 }
 
@@ -304,6 +307,73 @@ mod tests {
         // The bound is more than the area argument's 4 * (8 + 9 + 10 + 11) / 33 batches.
         let bound: f64 = y.iter().map(|y| 4.0 * y).sum();
         assert!(bound > (4.0 * 38.0 / 33.0) * 2.5, "{bound}");
+    }
+
+    /// Every batch of at most `most` entries over `types` (counts per type), found by
+    /// brute force: the test's oracle for the enumeration.
+    fn every_multiset(types: usize, most: u32) -> Vec<Vec<u32>> {
+        let mut out = vec![vec![]];
+        for _ in 0..types {
+            out = out
+                .into_iter()
+                .flat_map(|p: Vec<u32>| {
+                    let used: u32 = p.iter().sum();
+                    (0..=most - used).map(move |k| {
+                        let mut q = p.clone();
+                        q.push(k);
+                        q
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_batch_within_the_limits_pays_less_than_its_prices(
+            raw in proptest::collection::vec((1u64..12, 1u64..9, proptest::bool::ANY), 1..4),
+            m in 8u64..40,
+            c in proptest::option::of(4u64..24),
+            r in proptest::option::of(1u64..6),
+            no_mix in proptest::bool::ANY,
+        ) {
+            let types: Vec<EntryType> = raw
+                .iter()
+                .map(|&(kv, tokens, prefill)| EntryType { kv, tokens, prefill })
+                .collect();
+            let limits = Limits {
+                kv_capacity: Some(m),
+                token_budget: c,
+                max_running: r,
+                ..Limits::unlimited()
+            };
+            let demand = vec![3.0; types.len()];
+            let Some(y) = pattern_prices(&types, &demand, &limits, terms(), no_mix) else {
+                return Ok(());
+            };
+            proptest::prop_assert!(y.iter().all(|p| *p >= 0.0));
+            // Every batch the limits allow (at most M / 1 entries), enumerated here by brute
+            // force, pays at least its entries' prices.
+            for p in every_multiset(types.len(), m as u32) {
+                let count = |f: &dyn Fn(&EntryType) -> u64| -> u64 {
+                    p.iter().zip(&types).map(|(&a, t)| u64::from(a) * f(t)).sum()
+                };
+                let kinds = |pre: bool| p.iter().zip(&types).any(|(&a, t)| a > 0 && t.prefill == pre);
+                let fits = p.iter().any(|&a| a > 0)
+                    && count(&|t| t.kv) <= m
+                    && c.is_none_or(|c| count(&|t| t.tokens) <= c)
+                    && r.is_none_or(|r| count(&|_| 1) <= r)
+                    && !(no_mix && kinds(true) && kinds(false));
+                if fits {
+                    let paid: f64 = p.iter().zip(&y).map(|(&a, y)| f64::from(a) * y).sum();
+                    proptest::prop_assert!(
+                        paid <= pattern_cost(&types, &p, terms()),
+                        "{p:?} pays {paid} with prices {y:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
