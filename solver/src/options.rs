@@ -181,7 +181,7 @@ pub struct SolveOptions {
     pub memory_limit_bytes: u64,
     /// Before the MILP, try the exact counting search (module `counting`) when it applies
     /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
-    /// many count vectors (and no more than [`Self::memory_limit_bytes`] holds); 0 goes
+    /// many count vectors (and no more than a quarter of [`Self::memory_limit_bytes`] holds); 0 goes
     /// straight to the MILP.
     pub max_search_states: usize,
     /// Schedules the priority-list local search (module `list_search`) may simulate and
@@ -218,7 +218,7 @@ impl Default for SolveOptions {
             observer: None,
             max_arc_columns: 2_000_000,
             memory_limit_bytes: 4 << 30,
-            max_search_states: 50_000_000,
+            max_search_states: 5_000_000,
             list_search_evaluations: 2_000,
             phase_relaxation: true,
             independent_groups: true,

@@ -38,6 +38,11 @@ pub(crate) struct BatchTerms {
 /// The most patterns enumerated; past it no prices are computed.
 pub(crate) const MAX_PATTERNS: usize = 50_000;
 
+/// The most counts the enumerated patterns may hold together (patterns times types): with
+/// many types (every distinct KV and chunk of real requests) fewer patterns are enumerated,
+/// so the enumeration's memory and time stay bounded (8 MB of counts).
+const MAX_PATTERN_COUNTS: usize = 2_000_000;
+
 /// Prices per type (ms, in `types` order) such that every pattern a batch can hold under
 /// `limits` costs at least the sum of its entries' prices, chosen to maximise the bound for
 /// `demand` (how many entries of each type are expected). None when the patterns are too
@@ -161,7 +166,7 @@ fn pattern_cost(types: &[EntryType], pattern: &[u32], terms: BatchTerms) -> f64 
 }
 
 /// Every non-empty multiset of types one batch can hold (counts per type), or None past
-/// [`MAX_PATTERNS`].
+/// [`MAX_PATTERNS`] (fewer with many types: [`MAX_PATTERN_COUNTS`]).
 fn enumerate_patterns(types: &[EntryType], limits: &Limits, no_mix: bool) -> Option<Vec<Vec<u32>>> {
     struct Walk<'a> {
         types: &'a [EntryType],
@@ -170,6 +175,7 @@ fn enumerate_patterns(types: &[EntryType], limits: &Limits, no_mix: bool) -> Opt
         no_mix: bool,
         current: Vec<u32>,
         out: Vec<Vec<u32>>,
+        most: usize,
         overflow: bool,
     }
     impl Walk<'_> {
@@ -187,7 +193,7 @@ fn enumerate_patterns(types: &[EntryType], limits: &Limits, no_mix: bool) -> Opt
             }
             if t == self.types.len() {
                 if entries > 0 {
-                    if self.out.len() >= MAX_PATTERNS {
+                    if self.out.len() >= self.most {
                         self.overflow = true;
                         return;
                     }
@@ -239,6 +245,7 @@ fn enumerate_patterns(types: &[EntryType], limits: &Limits, no_mix: bool) -> Opt
         no_mix,
         current: vec![0; types.len()],
         out: Vec::new(),
+        most: MAX_PATTERNS.min(MAX_PATTERN_COUNTS / types.len().max(1)),
         overflow: false,
     };
     walk.go(0, 0, 0, 0, 0, [false; 2]);

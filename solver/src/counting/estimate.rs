@@ -142,6 +142,7 @@ impl Search<'_> {
     /// per-batch terms; None when no prices could be computed.
     pub(super) fn arc_prices(&self, sizes: &[u16]) -> Option<Vec<Vec<f64>>> {
         let mut types: Vec<EntryType> = Vec::new();
+        let mut index: std::collections::HashMap<EntryType, usize> = Default::default();
         let mut type_of: Vec<Vec<usize>> = Vec::new();
         for (class, g) in self.graphs.iter().enumerate() {
             let mut row = Vec::with_capacity(g.arcs.len());
@@ -161,7 +162,7 @@ impl Search<'_> {
                         continue;
                     }
                 };
-                let k = types.iter().position(|x| *x == t).unwrap_or_else(|| {
+                let k = *index.entry(t).or_insert_with(|| {
                     types.push(t);
                     types.len() - 1
                 });

@@ -143,11 +143,12 @@ pub(crate) fn search(
                 .collect()
         })
         .collect();
-    // Each state stores its count vector twice (list and index): keep that under ~256 MB.
-    // Within the memory limit too (the reached vectors and the open list).
+    // The reached vectors and the open list take at most a quarter of the memory limit
+    // (the process holds the workload, the graphs and the heuristics' schedules besides,
+    // and the MILP after a search that gives up needs its own).
     let per_vector = Reached::bytes_per_vector(slots.len()) as u64;
     let max_states =
-        max_states.min(usize::try_from(memory_bytes / per_vector).unwrap_or(usize::MAX));
+        max_states.min(usize::try_from(memory_bytes / 4 / per_vector).unwrap_or(usize::MAX));
     let arc_to = graphs
         .iter()
         .enumerate()
