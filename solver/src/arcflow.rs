@@ -885,7 +885,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
 /// heuristics run without looking: on family (a) with C = 64 (267,719 columns), the
 /// central rounding's line search (a domain propagation per step) ran more than 8 minutes
 /// past a 200 s limit.
-fn highs_grace_s(time_limit_s: f64) -> f64 {
+pub(crate) fn highs_grace_s(time_limit_s: f64) -> f64 {
     (0.1 * time_limit_s).max(5.0)
 }
 
@@ -901,7 +901,7 @@ unsafe impl<T> Send for OnSolverThread<T> {}
 /// None when it is still running then (its thread is left to finish on its own; the
 /// process exits without waiting for it). The model's only links to this thread are
 /// owned: no callback refers to anything here.
-fn solve_within(
+pub(crate) fn solve_within(
     model: highs::Model,
     wait_s: f64,
 ) -> Option<Result<highs::SolvedModel, highs::HighsStatus>> {

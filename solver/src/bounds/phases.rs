@@ -187,18 +187,6 @@ fn solve_relaxation(
     );
     let (bias_decode, bias_prefill, bias_min) = (one + hd, one + hp, one + hp.min(hd));
     let per_batch = limits.max_running.unwrap_or(u64::MAX).min(n as u64) as f64;
-    // Per request: the most a prompt chunk costs per token, and per chunk (ms), for the
-    // token-budget rows.
-    let (per_token, per_chunk): (Vec<f64>, Vec<f64>) = reqs
-        .iter()
-        .map(|r| {
-            let i = f64::from(r.input_tokens);
-            (
-                (t.get(Feature::Tokens) + 2.0 * t.get(Feature::PrefillAttn) * i) * ms,
-                (t.get(Feature::PrefillCtx) * i + t.get(Feature::NPrefill)) * ms,
-            )
-        })
-        .unzip();
 
     let mut vars = ProblemVariables::new();
     let mut rows: Vec<good_lp::Constraint> = Vec::new();
@@ -261,26 +249,6 @@ fn solve_relaxation(
         // At most R entries per batch.
         let entries: Expression = (0..n).map(|i| cols[i][m].sp + cols[i][m].sd).sum();
         rows.push(constraint!(entries <= per_batch * batches.clone()));
-        // At most C tokens per batch (P prompt tokens per prefill batch): a chunk of `c`
-        // prompt tokens over `k` cached costs at most `c (tokens + 2 prefill_attn I) +
-        // prefill_ctx I + n_prefill` (k + c <= I), and `xp` is at most its chunks' cost,
-        // so the phase holds at least `(xp - sp (prefill_ctx I + n_prefill)) / (tokens +
-        // 2 prefill_attn I)` of the prompt's tokens; each later token's entry holds one.
-        let prompt_tokens: Expression = (0..n)
-            .filter(|&i| per_token[i] > 0.0)
-            .map(|i| (cols[i][m].xp - per_chunk[i] * cols[i][m].sp) * (1.0 / per_token[i]))
-            .sum();
-        if let Some(c) = limits.token_budget {
-            let later: Expression = (0..n).map(|i| cols[i][m].sd).sum();
-            rows.push(constraint!(
-                prompt_tokens.clone() + later <= c as f64 * batches.clone()
-            ));
-        }
-        if let Some(p) = limits.effective_prefill_budget() {
-            rows.push(constraint!(
-                prompt_tokens <= p as f64 * (prefill_only[m] + mixed[m])
-            ));
-        }
         // The m-th completion: its own time and the machine relaxation's m-th.
         let own: Expression = (0..n).map(|i| need[i].own_completion * cols[i][m].a).sum();
         rows.push(constraint!(ends[m] >= own));
@@ -390,7 +358,13 @@ fn solve_relaxation(
     model.set_option("threads", threads.max(1) as i32);
     model.set_option("mip_rel_gap", 1e-6);
     model.set_option("random_seed", 0);
-    let solved = model.try_solve().ok()?;
+    // HiGHS may overrun its limit in heuristics that do not check the clock: past the
+    // grace the relaxation gives no bound.
+    let solved = crate::arcflow::solve_within(
+        model,
+        time_limit_s + crate::arcflow::highs_grace_s(time_limit_s),
+    )?
+    .ok()?;
     let bound_ms = solved
         .double_info_value(c"mip_dual_bound")
         .ok()
