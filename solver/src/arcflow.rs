@@ -624,23 +624,27 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let t_build = Instant::now();
     // Whatever came before (the portfolio, the counting search) and the model's build come
     // off the time limit: past it the best heuristic is returned with the bound.
+    // The best schedule found before the MILP, with the combinatorial bound and `note`.
+    let without_milp = |note: String| -> Result<SolveReport, SolveError> {
+        heuristic_with_bound(
+            w,
+            limits,
+            cost,
+            objective,
+            class,
+            p.warm.clone(),
+            combinatorial,
+            note,
+            t_build,
+        )
+    };
     let out_of_time = |stage: &str| -> Option<Result<SolveReport, SolveError>> {
         let used = p.started.elapsed().as_secs_f64();
         (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
-            heuristic_with_bound(
-                w,
-                limits,
-                cost,
-                objective,
-                class,
-                p.warm.clone(),
-                combinatorial,
-                format!(
-                    "no MILP run: {stage} used {used:.1} s of the {:.1} s time limit",
-                    options.time_limit_s
-                ),
-                t_build,
-            )
+            without_milp(format!(
+                "no MILP run: {stage} used {used:.1} s of the {:.1} s time limit",
+                options.time_limit_s
+            ))
         })
     };
     let (min_batches, min_prefill_batches) = bounds::min_batches(w, limits);
@@ -779,20 +783,10 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let t_solve = Instant::now();
     let Some(solved) = solve_within(hmodel, time_limit_s + highs_grace_s(time_limit_s)) else {
         drop(watcher);
-        return heuristic_with_bound(
-            w,
-            limits,
-            cost,
-            objective,
-            class,
-            p.warm.clone(),
-            combinatorial,
-            format!(
-                "HiGHS did not stop within {:.0} s of its {time_limit_s:.0} s limit (some of its root-node heuristics do not check the clock), so its run was abandoned",
-                highs_grace_s(time_limit_s)
-            ),
-            t_build,
-        );
+        return without_milp(format!(
+            "HiGHS did not stop within {:.0} s of its {time_limit_s:.0} s limit (some of its root-node heuristics do not check the clock), so its run was abandoned",
+            highs_grace_s(time_limit_s)
+        ));
     };
     let solved = solved.map_err(|e| SolveError::Highs(format!("{e:?}")))?;
     let solve_s = t_solve.elapsed().as_secs_f64();

@@ -18,27 +18,40 @@ pub(super) fn bias_of(theta: &[f64; 9]) -> f64 {
 /// `sum_k max(P_k, T_k)` over the requests not `done`, where `P_k` is the sum of the `k`
 /// smallest `share` and `T_k` the `k`-th smallest `time` (slots listed in increasing order
 /// of each in `by_share`, `by_time`; a slot holds `counts[slot]` requests).
-pub(super) fn sum_of_positions(
-    counts: &[u16],
-    done: &[bool],
-    by_share: &[usize],
-    share: &[f64],
-    by_time: &[usize],
-    time: &[f64],
+pub(super) fn sum_of_positions<'a>(
+    counts: &'a [u16],
+    done: &'a [bool],
+    by_share: &'a [usize],
+    share: &'a [f64],
+    by_time: &'a [usize],
+    time: &'a [f64],
 ) -> f64 {
-    let pending = |order: &[usize]| {
+    // The requests not done, in each order, as runs of (value, how many).
+    let runs = |order: &'a [usize], value: &'a [f64]| {
         order
             .iter()
             .filter(|&&i| counts[i] > 0 && !done[i])
-            .flat_map(|&i| std::iter::repeat_n(i, usize::from(counts[i])))
-            .collect::<Vec<usize>>()
+            .map(move |&i| (value[i], counts[i]))
     };
-    let (w, t) = (pending(by_share), pending(by_time));
-    let mut prefix = 0.0;
-    let mut sum = 0.0;
-    for (&i, &j) in w.iter().zip(&t) {
-        prefix += share[i];
-        sum += prefix.max(time[j]);
+    let (mut by_s, mut by_t) = (runs(by_share, share), runs(by_time, time));
+    let (mut s, mut t) = (by_s.next(), by_t.next());
+    let (mut prefix, mut sum) = (0.0, 0.0);
+    while let (Some((share_i, left_s)), Some((time_j, left_t))) = (s, t) {
+        let k = left_s.min(left_t);
+        for _ in 0..k {
+            prefix += share_i;
+            sum += prefix.max(time_j);
+        }
+        s = if left_s > k {
+            Some((share_i, left_s - k))
+        } else {
+            by_s.next()
+        };
+        t = if left_t > k {
+            Some((time_j, left_t - k))
+        } else {
+            by_t.next()
+        };
     }
     sum
 }
@@ -48,52 +61,21 @@ impl Search<'_> {
     /// processing steps to finish, and the least KV-batch area (sum of the KV held in the
     /// batches that process it) to finish, each minimised on its own.
     pub(super) fn remaining(&self) -> Vec<(f64, u32, u64)> {
-        let mut best: Vec<(f64, u32, u64)> =
-            vec![(f64::INFINITY, u32::MAX, u64::MAX); self.slots.len()];
-        // Relaxation over the graphs (acyclic apart from idle loops).
-        for (i, slot) in self.slots.iter().enumerate() {
-            if slot.state == self.graphs[slot.class].finished() {
-                best[i] = (0.0, 0, 0);
-            }
-        }
-        loop {
-            let mut changed = false;
-            for (i, slot) in self.slots.iter().enumerate() {
-                let g = &self.graphs[slot.class];
-                for &a in &g.out[slot.state] {
-                    let arc = &g.arcs[a];
-                    if arc.to == slot.state {
-                        continue;
-                    }
-                    let j = self.position[&(slot.class, arc.to)];
-                    let (c, steps, area) = best[j];
-                    if !c.is_finite() {
-                        continue;
-                    }
-                    let process = matches!(arc.kind, ArcKind::Process { .. });
-                    let cand = (
-                        c + self.arc_ms[slot.class][a],
-                        steps + u32::from(process),
-                        area + if process { arc.kv } else { 0 },
-                    );
-                    if cand.0 < best[i].0 - 1e-12 {
-                        best[i].0 = cand.0;
-                        changed = true;
-                    }
-                    if cand.1 < best[i].1 {
-                        best[i].1 = cand.1;
-                        changed = true;
-                    }
-                    if cand.2 < best[i].2 {
-                        best[i].2 = cand.2;
-                        changed = true;
-                    }
-                }
-            }
-            if !changed {
-                return best;
-            }
-        }
+        let finished: Vec<bool> = self
+            .slots
+            .iter()
+            .map(|s| s.state == self.graphs[s.class].finished())
+            .collect();
+        let own = self.cheapest_to(&finished, |class, a| self.arc_ms[class][a]);
+        let steps = self.cheapest_to(&finished, |_, _| 1.0);
+        let area = self.cheapest_to(&finished, |class, a| self.graphs[class].arcs[a].kv as f64);
+        // Steps and areas are sums of integers far below 2^53: exact in f64.
+        let whole = |v: f64, none: u64| if v.is_finite() { v as u64 } else { none };
+        own.iter()
+            .zip(&steps)
+            .zip(&area)
+            .map(|((&c, &k), &m)| (c, whole(k, u64::from(u32::MAX)) as u32, whole(m, u64::MAX)))
+            .collect()
     }
 
     /// Per slot: the least sum of `weight(class, arc)` over the process arcs of a path to

@@ -159,24 +159,16 @@ pub(crate) fn search(
                 .collect()
         })
         .collect();
-    let holding = slots
+    // Per slot: its arcs holding KV after the step, and the first one without.
+    let (holding, free) = slots
         .iter()
         .map(|sl| {
             let g = &graphs[sl.class];
-            g.out[sl.state]
-                .iter()
-                .copied()
-                .filter(|&a| g.arcs[a].kv > 0)
-                .collect()
+            let (holding, free): (Vec<usize>, Vec<usize>) =
+                g.out[sl.state].iter().partition(|&&a| g.arcs[a].kv > 0);
+            (holding, free.first().copied())
         })
-        .collect();
-    let free = slots
-        .iter()
-        .map(|sl| {
-            let g = &graphs[sl.class];
-            g.out[sl.state].iter().copied().find(|&a| g.arcs[a].kv == 0)
-        })
-        .collect();
+        .unzip();
     let search = Search {
         graphs,
         limits,
