@@ -80,6 +80,9 @@ pub enum BoundArgument {
     /// Mean latency or TTFT: the size-weighted mean of the bounds of groups of requests
     /// solved on their own (module `groups`).
     IndependentGroups,
+    /// Makespan: the pooled search over chunked schedules of classes of identical offline
+    /// requests (its optimum, or the least estimate it left open; [`pooled_search_bound`]).
+    PooledSearch,
 }
 
 impl BoundArgument {
@@ -93,6 +96,7 @@ impl BoundArgument {
             Self::MachineSrpt => "machine-srpt",
             Self::PhaseRelaxation => "phase-relaxation",
             Self::IndependentGroups => "independent-groups",
+            Self::PooledSearch => "pooled-search",
         }
     }
 }
@@ -381,6 +385,44 @@ pub fn phase_relaxation_bound(
     threads: u32,
 ) -> Option<CombinatorialBound> {
     phase_relaxation(w, limits, cost, objective, time_limit_s, threads).map(|r| r.bound)
+}
+
+/// The pooled search's lower bound on the makespan over every schedule of `class` (seconds;
+/// milp.md, "The pooled search"): a shortest path over counts of identical requests per
+/// state in which each class's partial prompts are pooled, so chunked prefills stay a few
+/// states. None when it does not apply (another objective, requests arriving at different
+/// times, FCFS or reservations, a negative cost coefficient, long outputs); the least
+/// estimate left open where it stops at `time_limit_s` or `max_states` vectors first.
+pub fn pooled_search_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &crate::PolicyConstraints,
+    time_limit_s: f64,
+    max_states: usize,
+) -> Option<CombinatorialBound> {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::try_from_secs_f64(time_limit_s).ok()?;
+    match crate::counting::pooled::pooled_bound(
+        w,
+        limits,
+        cost,
+        objective,
+        class,
+        max_states,
+        u64::MAX,
+        None,
+        deadline,
+    )? {
+        crate::counting::pooled::Pooled::Bound { bound_s, .. } if bound_s.is_finite() => {
+            Some(CombinatorialBound {
+                value_s: bound_s,
+                argument: BoundArgument::PooledSearch,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The phase relaxation's bound and the plan of its best point.

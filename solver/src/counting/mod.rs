@@ -19,6 +19,7 @@
 
 mod batches;
 mod estimate;
+pub(crate) mod pooled;
 mod store;
 
 use std::collections::{BinaryHeap, HashMap};
@@ -501,6 +502,43 @@ pub(crate) fn unchunked_optimum(
     Ok(Searched::Optimum(Box::new((found, r, replayed))))
 }
 
+/// The report of a search that proved `best` (the schedule it was given as its incumbent)
+/// optimal, expanding `expanded` count vectors.
+pub(crate) fn incumbent_report(
+    best: &BestHeuristic,
+    objective: Objective,
+    class: PolicyConstraints,
+    expanded: usize,
+    note: String,
+    started: Instant,
+) -> SolveReport {
+    let value = best.objective_value(objective);
+    SolveReport {
+        status: SolveStatus::Optimal,
+        method: SolveMethod::CountingSearch,
+        objective,
+        constraints: class,
+        milp_objective: None,
+        replayed_objective: value,
+        best_bound: value,
+        certified_gap: 0.0,
+        bound_method: BoundMethod::Exact,
+        note: Some(note),
+        horizon: best.schedule.batches.len(),
+        horizon_proven_sufficient: true,
+        model: None,
+        build_s: 0.0,
+        solve_s: started.elapsed().as_secs_f64(),
+        nodes: None,
+        states_expanded: Some(expanded as u64),
+        warm_start: Some(WarmStart {
+            heuristic: best.name.clone(),
+            objective: value,
+        }),
+        schedule: best.schedule.clone(),
+    }
+}
+
 /// The counting search (module `counting`) where it is exact: an offline workload without
 /// FCFS whose optimum needs no chunked prefill (no C and P, see [`crate::dominance`]) or
 /// whose class forbids it (`no-chunk`). A report with the proven optimum (the search's, or
@@ -520,7 +558,7 @@ pub(crate) fn solve_by_counting(
     // Half the time limit at most; the MILP gets what is left.
     let deadline = t_solve + std::time::Duration::from_secs_f64(options.time_limit_s / 2.0);
     let incumbent_s = incumbent.map(|b| b.objective_value(objective));
-    let (schedule, replayed, expanded, warm_start, note) = match unchunked_optimum(
+    let (schedule, replayed, expanded) = match unchunked_optimum(
         w,
         limits,
         cost,
@@ -533,26 +571,19 @@ pub(crate) fn solve_by_counting(
     )? {
         Searched::Optimum(optimum) => {
             let (found, _, replayed) = *optimum;
-            (found.schedule, replayed, found.expanded, None, None)
+            (found.schedule, replayed, found.expanded)
         }
         Searched::IncumbentOptimal(expanded) => {
             let Some(best) = incumbent else {
                 return Ok(None);
             };
-            let value = best.objective_value(objective);
-            (
-                best.schedule.clone(),
-                value,
-                expanded,
-                Some(WarmStart {
-                    heuristic: best.name.clone(),
-                    objective: value,
-                }),
-                Some(format!(
-                    "the counting search showed that no schedule beats {}'s, so it is optimal",
-                    best.name
-                )),
-            )
+            let note = format!(
+                "the counting search showed that no schedule beats {}'s, so it is optimal",
+                best.name
+            );
+            return Ok(Some(incumbent_report(
+                best, objective, class, expanded, note, started,
+            )));
         }
         Searched::GaveUp => return Ok(None),
     };
@@ -567,7 +598,7 @@ pub(crate) fn solve_by_counting(
         best_bound: replayed,
         certified_gap: 0.0,
         bound_method: BoundMethod::Exact,
-        note,
+        note: None,
         horizon: schedule.batches.len(),
         horizon_proven_sufficient: true,
         model: None,
@@ -575,7 +606,7 @@ pub(crate) fn solve_by_counting(
         solve_s,
         nodes: None,
         states_expanded: Some(expanded as u64),
-        warm_start,
+        warm_start: None,
         schedule,
     }))
 }

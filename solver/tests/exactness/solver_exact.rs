@@ -836,3 +836,68 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
     );
     assert!(both_proven >= 2, "{both_proven} proven by both");
 }
+
+#[test]
+fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
+    // Classes of identical requests under a token budget, M from just enough (evictions
+    // pay) to a little more: the pooled search's bound over chunked schedules is at most
+    // the exhaustive optimum of every class it is asked for, and meets it often.
+    let cost = preset("llama2-7b-a100").unwrap();
+    let (mut compared, mut tight) = (0, 0);
+    for seed in 900..940u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut reqs = Vec::new();
+        for _ in 0..rng.random_range(1..=2) {
+            let r = Request {
+                input_tokens: rng.random_range(2..=4),
+                output_tokens: rng.random_range(1..=3),
+                arrival_s: 0.0,
+            };
+            for _ in 0..rng.random_range(1..=2) {
+                reqs.push(r);
+            }
+        }
+        let w = Workload::new(reqs).unwrap();
+        let need = infersched_test_kit::largest_kv_need(&w);
+        let limits = Limits {
+            token_budget: Some(rng.random_range(2..=6)),
+            kv_capacity: Some(need + rng.random_range(0..=3)),
+            ..Limits::unlimited()
+        };
+        let constraints = PolicyConstraints {
+            no_evict: rng.random_bool(0.3),
+            ..PolicyConstraints::default()
+        };
+        let Some((best, _)) = exhaustive::optimum(
+            &w,
+            &limits,
+            &cost,
+            exhaustive::Objective::Makespan,
+            class_of(constraints),
+            100_000,
+        ) else {
+            continue;
+        };
+        let bound = infersched_solver::bounds::pooled_search_bound(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &constraints,
+            30.0,
+            1_000_000,
+        )
+        .expect("applies to offline classes");
+        assert!(
+            bound.value_s <= best * (1.0 + 1e-9),
+            "seed {seed} {constraints:?}: pooled bound {} above the optimum {best}",
+            bound.value_s
+        );
+        compared += 1;
+        tight += usize::from(bound.value_s >= best * (1.0 - 1e-9));
+    }
+    assert!(compared >= 35, "{compared}");
+    // 28 of 40 when written: the dropped terms (a chunk's context) and the refills' pooled
+    // tokens are what separates the others.
+    assert!(tight >= 20, "{tight} of {compared}");
+}

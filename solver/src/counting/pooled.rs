@@ -1,0 +1,846 @@
+//! A lower bound on makespan over *chunked* schedules of a few classes of identical offline
+//! requests: the counting search on pooled prefill progress (milp.md, "The pooled
+//! search").
+//!
+//! With a token budget C (or P) a prompt may be split into chunks, and counting every
+//! partial prompt as a state of its own makes the batches from one count vector explode.
+//! This search runs on a relaxation instead. Per class it counts the requests waiting for
+//! their first prefill (with the prompt tokens the one partial prompt holds, below), per
+//! generation count `G` those evicted (waiting to refill their `k = I + G` known tokens)
+//! and those ready to decode, and those finished. Every schedule maps onto such a path
+//! batch by batch (the same completions, decodes and evictions in the same batches), and
+//! each pooled batch costs no more than the real one, because only nonnegative terms are
+//! dropped or moved (so every coefficient must be nonnegative):
+//!
+//! - `prefill_ctx` is dropped (0 for a whole prompt);
+//! - `n_prefill` is paid once per completed prefill phase (a phase has at least one entry);
+//! - `prefill_attn` is paid for a whole phase when it completes (a phase from 0 to `q`
+//!   telescopes to `q^2`, however it was chunked), and a refill's tokens too: of them only
+//!   the fewest its last batch holds (1 to reach decode-ready, 2 to complete with a token)
+//!   count against C and P, and its partial KV is not counted, so refills need no state.
+//!
+//! So its optimum is a lower bound on every schedule's makespan, and it equals a schedule
+//! of whole prefills' makespan whenever chunking cannot beat that schedule: with that
+//! schedule as the incumbent, an exhausted search proves it optimal among *all* schedules.
+//! A partial search still bounds: no open vector's estimate exceeds the optimum.
+//!
+//! Two rules keep it small, each sound:
+//! - a class's first prefills are served in order, at most one request of a class having
+//!   part of its prompt (the prompt tokens of the batches can be reassigned so that they
+//!   fill the earliest unfinished prompt first: the k-th prompt then completes no later
+//!   than the k-th completion did, and takes over that request's later steps; every batch
+//!   keeps its tokens, KV, flags, decodes and pooled cost);
+//! - a request is never evicted in the middle of a prefill (dropping that work lowers
+//!   every batch's load and cost).
+
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+use infersched_core::{BatchFeatures, Feature, Limits, Workload};
+use infersched_cost_model::LinearCostModel;
+
+use super::store::{Open, Reached};
+use crate::classes::{entry_cost_ms, request_classes};
+use crate::{Objective, PolicyConstraints};
+
+/// How the pooled search ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Pooled {
+    /// Every pooled path costs at least the incumbent: the incumbent is optimal among all
+    /// schedules. Count vectors expanded.
+    IncumbentOptimal { expanded: usize },
+    /// A lower bound on the makespan (seconds, from 0); `exact` when it is the pooled
+    /// optimum (the search reached the goal), else the least estimate left open.
+    Bound {
+        bound_s: f64,
+        exact: bool,
+        expanded: usize,
+    },
+}
+
+/// One class of identical requests and where its counts sit in the vector.
+struct Class {
+    input: u64,
+    output: u32,
+    size: u16,
+    /// First position of the class in the vector: pools `E_G` (G = 0 .. O-1), decode-ready
+    /// `D_G` (G = 1 .. O-1), finished, then the prompt tokens of the partial first prefill.
+    base: usize,
+}
+
+impl Class {
+    fn pool(&self, g: u32) -> usize {
+        self.base + g as usize
+    }
+    fn ready(&self, g: u32) -> usize {
+        debug_assert!(g >= 1);
+        self.base + self.output as usize + g as usize - 1
+    }
+    fn finished(&self) -> usize {
+        self.base + 2 * self.output as usize - 1
+    }
+    /// The prompt tokens of the class's partial first prefill.
+    fn prompt_held(&self) -> usize {
+        self.base + 2 * self.output as usize
+    }
+    /// Where a request that has generated `g` tokens goes: decode-ready or finished.
+    fn after(&self, g: u32) -> usize {
+        if g == self.output {
+            self.finished()
+        } else {
+            self.ready(g)
+        }
+    }
+    /// Known tokens at generation `g`.
+    fn known(&self, g: u32) -> u64 {
+        self.input + u64::from(g)
+    }
+}
+
+/// Costs (ms) and limits the batches are built with.
+struct Model<'a> {
+    classes: Vec<Class>,
+    width: usize,
+    limits: &'a Limits,
+    evictions: bool,
+    no_mix: bool,
+    one: f64,
+    has_prefill: f64,
+    has_decode: f64,
+    token: f64,
+    attn: f64,
+    n_prefill: f64,
+    /// Per class and G (1 .. O-1): a decode entry's own cost from `D_G`.
+    decode_ms: Vec<Vec<f64>>,
+}
+
+impl Model<'_> {
+    /// The pooled cost of completing a prefill phase of `q` tokens (its attention and one
+    /// entry), beyond its tokens.
+    fn phase_ms(&self, q: u64) -> f64 {
+        self.attn * (q * q) as f64 + self.n_prefill
+    }
+}
+
+/// Runs the pooled search for makespan on an offline workload (`None` where it does not
+/// apply: another objective, arrivals that differ, FCFS or reservations, a negative
+/// coefficient, or a vector too wide). `incumbent_s` is a known schedule's makespan.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pooled_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &PolicyConstraints,
+    max_states: usize,
+    memory_bytes: u64,
+    incumbent_s: Option<f64>,
+    deadline: Instant,
+) -> Option<Pooled> {
+    if objective != Objective::Makespan || class.fcfs || class.reserve || w.is_empty() {
+        return None;
+    }
+    let reqs = w.requests();
+    let offset_s = reqs[0].arrival_s;
+    if reqs.iter().any(|r| r.arrival_s != offset_s) {
+        return None;
+    }
+    let theta = |f: Feature| cost.theta(f) * 1e3;
+    if Feature::ALL
+        .iter()
+        .any(|&f| !theta(f).is_finite() || theta(f) < 0.0)
+    {
+        return None;
+    }
+    let members = request_classes(w, true);
+    let mut classes = Vec::new();
+    let mut width = 0usize;
+    for m in &members {
+        let r = &reqs[m[0]];
+        let size = u16::try_from(m.len()).ok()?;
+        let output = r.output_tokens;
+        // A vector of 2 O + 1 counts per class: long outputs are not for this search; a
+        // partial prompt's tokens (under I) must fit a count.
+        if output == 0 || output > 4096 || r.input_tokens == 0 || r.input_tokens > 65_535 {
+            return None;
+        }
+        classes.push(Class {
+            input: u64::from(r.input_tokens),
+            output,
+            size,
+            base: width,
+        });
+        width += 2 * output as usize + 1;
+    }
+    if width > 1 << 14 {
+        return None;
+    }
+    let decode_ms = classes
+        .iter()
+        .map(|c| {
+            (0..c.output)
+                .map(|g| {
+                    let mut f = BatchFeatures::default();
+                    f.add_decode(c.known(g));
+                    entry_cost_ms(cost, &f)
+                })
+                .collect()
+        })
+        .collect();
+    let model = Model {
+        classes,
+        width,
+        limits,
+        evictions: !class.no_evict,
+        no_mix: class.no_mix,
+        one: theta(Feature::One),
+        has_prefill: theta(Feature::HasPrefill),
+        has_decode: theta(Feature::HasDecode),
+        token: theta(Feature::Tokens),
+        attn: theta(Feature::PrefillAttn),
+        n_prefill: theta(Feature::NPrefill),
+        decode_ms,
+    };
+    let incumbent_ms = incumbent_s.map(|v| (v - offset_s) * 1e3);
+    let per_vector = Reached::bytes_per_vector(width) as u64;
+    let max_states =
+        max_states.min(usize::try_from(memory_bytes / 4 / per_vector).unwrap_or(usize::MAX));
+    Some(match search(&model, incumbent_ms, max_states, deadline) {
+        Searched::Incumbent(expanded) => Pooled::IncumbentOptimal { expanded },
+        Searched::Bound(ms, exact, expanded) => Pooled::Bound {
+            bound_s: ms / 1e3 + offset_s,
+            exact,
+            expanded,
+        },
+    })
+}
+
+enum Searched {
+    Incumbent(usize),
+    Bound(f64, bool, usize),
+}
+
+/// The most batches enumerated from one vector: past it the search stops with the bound it
+/// has (many distinct requests, each with its own prompt tokens per batch, multiply them).
+const MAX_BATCHES: usize = 50_000;
+
+/// The most bytes the batches from one vector may take (their next vectors), so wide
+/// vectors get fewer.
+const MAX_BATCH_BYTES: usize = 64 << 20;
+
+fn search(
+    model: &Model,
+    incumbent_ms: Option<f64>,
+    max_states: usize,
+    deadline: Instant,
+) -> Searched {
+    let estimate = Estimate::new(model);
+    let mut start = vec![0u16; model.width];
+    let mut goal = vec![0u16; model.width];
+    for c in &model.classes {
+        start[c.pool(0)] = c.size;
+        goal[c.finished()] = c.size;
+    }
+    let cutoff = incumbent_ms.map_or(f64::INFINITY, |ub| ub - 1e-9 * ub.abs().max(1.0));
+    let mut reached = Reached::new(model.width);
+    reached.insert(&start, 0.0, u32::MAX);
+    let mut open = BinaryHeap::new();
+    let h0 = estimate.of(&start);
+    open.push(Open {
+        f: h0,
+        g: 0.0,
+        id: 0,
+    });
+    let mut expanded = 0usize;
+    let mut counts = vec![0u16; model.width];
+    let (mut next_counts, mut durations) = (Vec::new(), Vec::new());
+    let mut frontier = h0;
+    let max_batches = MAX_BATCHES.min(MAX_BATCH_BYTES / (2 * model.width).max(1));
+    while let Some(Open { f, g, id }) = open.pop() {
+        if g > reached.cost[id] + 1e-12 {
+            continue;
+        }
+        frontier = frontier.max(f.min(cutoff));
+        counts.copy_from_slice(reached.counts(id));
+        if counts == goal {
+            return Searched::Bound(g, true, expanded);
+        }
+        expanded += 1;
+        if reached.len() > max_states || (expanded.is_multiple_of(256) && Instant::now() > deadline)
+        {
+            // Every vector left open has an estimate of at least `f`, and one of them lies
+            // on an optimal path.
+            return Searched::Bound(frontier, false, expanded);
+        }
+        next_counts.clear();
+        durations.clear();
+        let complete = batches(model, &counts, &mut |next: &[u16], ms: f64| {
+            next_counts.extend_from_slice(next);
+            durations.push(ms);
+            durations.len() <= max_batches
+        });
+        if !complete {
+            return Searched::Bound(frontier, false, expanded);
+        }
+        for (next, &ms) in next_counts.chunks_exact(model.width).zip(&durations) {
+            let g2 = g + ms;
+            match reached.find(next) {
+                Some(j) if reached.cost[j] <= g2 + 1e-12 => {}
+                Some(j) => {
+                    let f = g2 + estimate.of(next);
+                    if f >= cutoff {
+                        continue;
+                    }
+                    reached.cost[j] = g2;
+                    reached.parent[j] = id as u32;
+                    open.push(Open { f, g: g2, id: j });
+                }
+                None => {
+                    let f = g2 + estimate.of(next);
+                    if !f.is_finite() || f >= cutoff {
+                        continue;
+                    }
+                    let j = reached.insert(next, g2, id as u32);
+                    open.push(Open { f, g: g2, id: j });
+                }
+            }
+        }
+    }
+    match incumbent_ms {
+        Some(_) => Searched::Incumbent(expanded),
+        // No incumbent and nothing left: the goal is unreachable under the limits (the
+        // solver checks feasibility first, so this is not expected).
+        None => Searched::Bound(f64::INFINITY, true, expanded),
+    }
+}
+
+/// What a batch holds while it is built.
+#[derive(Clone, Copy, Default)]
+struct Load {
+    kv: u64,
+    holders: u64,
+    tokens: u64,
+    prefill: u64,
+    ms: f64,
+    has_prefill: bool,
+    has_decode: bool,
+}
+
+impl Load {
+    fn fits(&self, limits: &Limits) -> bool {
+        !(limits.kv_capacity.is_some_and(|m| self.kv > m)
+            || limits.max_running.is_some_and(|r| self.holders > r)
+            || limits.token_budget.is_some_and(|c| self.tokens > c)
+            || limits
+                .effective_prefill_budget()
+                .is_some_and(|p| self.prefill > p))
+    }
+}
+
+/// One decision of a batch: a class's first prefills, its decode-ready requests of one
+/// generation count, or its refills.
+#[derive(Clone, Copy)]
+enum Step {
+    First(usize),
+    Ready(usize, u32),
+    Refill(usize),
+}
+
+/// Calls `emit(next, duration_ms)` for every pooled batch from `counts` until it returns
+/// false; false when it did.
+fn batches(model: &Model, counts: &[u16], emit: &mut dyn FnMut(&[u16], f64) -> bool) -> bool {
+    let mut steps = Vec::new();
+    for (k, c) in model.classes.iter().enumerate() {
+        steps.push(Step::First(k));
+        for g in 1..c.output {
+            steps.push(Step::Ready(k, g));
+        }
+        if c.output > 1 {
+            steps.push(Step::Refill(k));
+        }
+    }
+    let most = model
+        .classes
+        .iter()
+        .map(|c| c.output as usize)
+        .max()
+        .unwrap_or(0);
+    let mut walk = Walk {
+        model,
+        counts,
+        steps,
+        next: vec![0; model.width],
+        evicted: vec![0; most],
+        stopped: false,
+        emit,
+    };
+    // Finished requests stay finished.
+    for c in &model.classes {
+        walk.next[c.finished()] = counts[c.finished()];
+    }
+    walk.go(0, Load::default());
+    !walk.stopped
+}
+
+struct Walk<'a, 'e> {
+    model: &'a Model<'a>,
+    counts: &'a [u16],
+    steps: Vec<Step>,
+    next: Vec<u16>,
+    /// Per generation count: requests of the class being decided evicted from
+    /// decode-ready, joining their refill pool.
+    evicted: Vec<u16>,
+    /// Set when `emit` said stop.
+    stopped: bool,
+    emit: &'e mut dyn FnMut(&[u16], f64) -> bool,
+}
+
+/// The refills completing in one batch: the prompt tokens they process in all, and the
+/// fewest of them this batch must hold.
+#[derive(Clone, Copy, Default)]
+struct Exits {
+    used: u64,
+    least: u64,
+}
+
+impl Walk<'_, '_> {
+    fn go(&mut self, i: usize, load: Load) {
+        if self.stopped {
+            return;
+        }
+        if i == self.steps.len() {
+            self.finish(load);
+            return;
+        }
+        match self.steps[i] {
+            Step::First(k) => self.first(i, k, load),
+            Step::Ready(k, g) => self.ready(i, k, g, load),
+            Step::Refill(k) => self.refill(i, k, 1, Exits::default(), load),
+        }
+    }
+
+    /// Prompt tokens the batch can still take (C and P).
+    fn prompt_room(&self, load: &Load) -> u64 {
+        let l = self.model.limits;
+        let tokens = l
+            .token_budget
+            .map_or(u64::MAX, |b| b.saturating_sub(load.tokens));
+        let prefill = l
+            .effective_prefill_budget()
+            .map_or(u64::MAX, |b| b.saturating_sub(load.prefill));
+        tokens.min(prefill)
+    }
+
+    /// Decode-ready requests of `(k, g)`: `d` decode, `v` are evicted (to the refill
+    /// pool), the rest hold their KV.
+    fn ready(&mut self, i: usize, k: usize, g: u32, load: Load) {
+        let m = self.model;
+        let c = &m.classes[k];
+        let s = self.counts[c.ready(g)];
+        let (held, after) = (
+            m.limits.occupied(c.known(g) - 1),
+            m.limits.occupied(c.known(g)),
+        );
+        let finishes = g + 1 == c.output;
+        for d in (0..=s).rev() {
+            let max_evict = if m.evictions { s - d } else { 0 };
+            for v in 0..=max_evict {
+                let idle = s - d - v;
+                let mut next = load;
+                next.kv += u64::from(idle) * held + u64::from(d) * after;
+                next.holders += u64::from(idle) + if finishes { 0 } else { u64::from(d) };
+                next.tokens += u64::from(d);
+                if d > 0 {
+                    next.ms += f64::from(d) * m.decode_ms[k][g as usize];
+                    next.has_decode = true;
+                }
+                if !next.fits(m.limits) {
+                    continue;
+                }
+                let to = c.after(g + 1);
+                self.next[c.ready(g)] += idle;
+                self.next[to] += d;
+                self.evicted[g as usize] = v;
+                self.go(i + 1, next);
+                self.next[c.ready(g)] -= idle;
+                self.next[to] -= d;
+            }
+        }
+        self.evicted[g as usize] = 0;
+    }
+
+    /// Class `k`'s first prefills, served in order: `x` more prompt tokens complete
+    /// prompts (each with its first token) as soon as they add up to `I`.
+    fn first(&mut self, i: usize, k: usize, load: Load) {
+        let m = self.model;
+        let c = &m.classes[k];
+        let waiting = u64::from(self.counts[c.pool(0)]);
+        let have = u64::from(self.counts[c.prompt_held()]);
+        if waiting == 0 {
+            self.go(i + 1, load);
+            return;
+        }
+        let most = self.prompt_room(&load).min(waiting * c.input - have);
+        let to = c.after(1);
+        let finishes = c.output == 1;
+        for x in 0..=most {
+            let total = have + x;
+            let e = (total / c.input).min(waiting);
+            let left = total - e * c.input;
+            let mut next = load;
+            next.kv += left + e * m.limits.occupied(c.input);
+            next.holders += u64::from(left > 0) + if finishes { 0 } else { e };
+            next.tokens += x;
+            next.prefill += x;
+            next.ms += x as f64 * m.token + e as f64 * m.phase_ms(c.input);
+            next.has_prefill |= x > 0;
+            if !next.fits(m.limits) {
+                continue;
+            }
+            let e = e as u16;
+            self.next[c.pool(0)] = waiting as u16 - e;
+            self.next[c.prompt_held()] = left as u16;
+            self.next[to] += e;
+            self.go(i + 1, next);
+            self.next[to] -= e;
+        }
+        self.next[c.pool(0)] = 0;
+        self.next[c.prompt_held()] = 0;
+    }
+
+    /// Class `k`'s refills: per `g`, `a` evicted requests complete a refill to decode-ready
+    /// (`k - 1` tokens) and `e` one through a token (`k`). A refill's tokens are paid when
+    /// it completes; of them only the fewest its last batch holds (1 and 2) count against
+    /// C and P, and its partial KV is not counted, so the refills need no state of their
+    /// own.
+    fn refill(&mut self, i: usize, k: usize, g: u32, exits: Exits, load: Load) {
+        let m = self.model;
+        let c = &m.classes[k];
+        if g == c.output {
+            // A refill's prompt tokens are paid when it completes; only the fewest it
+            // needs in that batch count against C and P.
+            let mut next = load;
+            next.tokens += exits.least;
+            next.prefill += exits.least;
+            next.ms += exits.used as f64 * m.token;
+            next.has_prefill |= exits.least > 0;
+            if next.fits(m.limits) {
+                self.go(i + 1, next);
+            }
+            return;
+        }
+        let n = self.counts[c.pool(g)] + self.evicted[g as usize];
+        if n == 0 {
+            self.next[c.pool(g)] = 0;
+            self.refill(i, k, g + 1, exits, load);
+            return;
+        }
+        let known = c.known(g);
+        let finishes = g + 1 == c.output;
+        let to = c.after(g + 1);
+        for a in 0..=n {
+            for e in 0..=(n - a) {
+                let (a64, e64) = (u64::from(a), u64::from(e));
+                let mut next = load;
+                next.kv += a64 * m.limits.occupied(known - 1) + e64 * m.limits.occupied(known);
+                next.holders += a64 + if finishes { 0 } else { e64 };
+                next.ms += a64 as f64 * m.phase_ms(known - 1) + e64 as f64 * m.phase_ms(known);
+                if !next.fits(m.limits) {
+                    break;
+                }
+                let more = Exits {
+                    used: exits.used + a64 * (known - 1) + e64 * known,
+                    least: exits.least + a64 + 2 * e64,
+                };
+                self.next[c.pool(g)] = n - a - e;
+                self.next[c.ready(g)] += a;
+                self.next[to] += e;
+                self.refill(i, k, g + 1, more, next);
+                self.next[c.ready(g)] -= a;
+                self.next[to] -= e;
+            }
+        }
+        self.next[c.pool(g)] = 0;
+    }
+
+    fn finish(&mut self, load: Load) {
+        let m = self.model;
+        if !(load.has_prefill || load.has_decode)
+            || (m.no_mix && load.has_prefill && load.has_decode)
+        {
+            return;
+        }
+        let ms = load.ms
+            + m.one
+            + if load.has_prefill { m.has_prefill } else { 0.0 }
+            + if load.has_decode { m.has_decode } else { 0.0 };
+        if !(self.emit)(&self.next, ms) {
+            self.stopped = true;
+        }
+    }
+}
+
+/// What a request still needs from one state of its class, each measure minimised on its
+/// own over the pooled moves: own cost (ms, per-batch terms aside), process steps, KV-batch
+/// area (KV held after each step it processes in), tokens, prompt tokens, and the KV it
+/// holds in the prefill batch that completes its phase (pools only).
+#[derive(Clone, Copy, Default)]
+struct Need {
+    ms: f64,
+    steps: u64,
+    area: u64,
+    tokens: u64,
+    prompt: u64,
+    prefill_kv: u64,
+}
+
+impl Need {
+    fn plus(self, ms: f64, kv: u64, tokens: u64, prompt: u64, rest: Need) -> Need {
+        Need {
+            ms: ms + rest.ms,
+            steps: 1 + rest.steps,
+            area: kv + rest.area,
+            tokens: tokens + rest.tokens,
+            prompt: prompt + rest.prompt,
+            prefill_kv: 0,
+        }
+    }
+    fn min(self, o: Need) -> Need {
+        Need {
+            ms: self.ms.min(o.ms),
+            steps: self.steps.min(o.steps),
+            area: self.area.min(o.area),
+            tokens: self.tokens.min(o.tokens),
+            prompt: self.prompt.min(o.prompt),
+            prefill_kv: self.prefill_kv.min(o.prefill_kv),
+        }
+    }
+}
+
+/// The admissible estimate of the pooled makespan left from a vector: the requests' own
+/// least cost (less the prompt tokens the pools hold) plus a bias per batch still needed
+/// (the longest path, KV area over M, tokens over C) and the prefill flag per prefill batch
+/// still needed (prefill KV over M, prompt tokens over min(C, P)).
+struct Estimate {
+    need: Vec<Need>,
+    /// Per position: a pool's prompt tokens (credited), not a count.
+    is_tokens: Vec<bool>,
+    token: f64,
+    bias: f64,
+    prefill_extra: f64,
+    m: Option<u64>,
+    c: Option<u64>,
+    p: Option<u64>,
+}
+
+impl Estimate {
+    fn new(model: &Model) -> Self {
+        let l = model.limits;
+        let mut need = vec![Need::default(); model.width];
+        let mut is_tokens = vec![false; model.width];
+        for (k, c) in model.classes.iter().enumerate() {
+            is_tokens[c.prompt_held()] = true;
+            for g in (0..c.output).rev() {
+                let rest = need[c.after(g + 1)];
+                let known = c.known(g);
+                let q = if g == 0 { c.input } else { known };
+                // A refill's tokens do not count against C (paid when it completes): only
+                // the fewest its last batch needs, 2 to complete with a token, 1 to reach
+                // decode-ready.
+                let (budget_whole, budget_ready) = if g == 0 { (q, 0) } else { (2, 1) };
+                let whole = Need {
+                    prefill_kv: l.occupied(q),
+                    ..Need::default().plus(
+                        q as f64 * model.token + model.phase_ms(q),
+                        l.occupied(q),
+                        budget_whole,
+                        budget_whole,
+                        rest,
+                    )
+                };
+                if g == 0 {
+                    need[c.pool(0)] = whole;
+                    continue;
+                }
+                let decode = Need::default().plus(
+                    model.decode_ms[k][g as usize],
+                    l.occupied(known),
+                    1,
+                    0,
+                    rest,
+                );
+                let to_ready = Need {
+                    prefill_kv: l.occupied(known - 1),
+                    ..Need::default().plus(
+                        (known - 1) as f64 * model.token + model.phase_ms(known - 1),
+                        l.occupied(known - 1),
+                        budget_ready,
+                        budget_ready,
+                        decode,
+                    )
+                };
+                let pool = whole.min(to_ready);
+                need[c.pool(g)] = pool;
+                need[c.ready(g)] = if model.evictions {
+                    decode.min(Need {
+                        prefill_kv: 0,
+                        ..pool
+                    })
+                } else {
+                    decode
+                };
+                need[c.ready(g)].prefill_kv = 0;
+            }
+        }
+        let bias = model.one + model.has_prefill.min(model.has_decode);
+        Self {
+            need,
+            is_tokens,
+            token: model.token,
+            bias,
+            prefill_extra: (model.has_prefill - model.has_decode).max(0.0),
+            m: l.kv_capacity,
+            c: l.token_budget,
+            p: l.effective_prefill_budget(),
+        }
+    }
+
+    fn of(&self, counts: &[u16]) -> f64 {
+        let (mut ms, mut steps, mut area, mut tokens, mut prompt, mut pre) =
+            (0.0, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut held = 0u64;
+        for (i, &n) in counts.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let n64 = u64::from(n);
+            if self.is_tokens[i] {
+                held += n64;
+                continue;
+            }
+            let d = &self.need[i];
+            ms += f64::from(n) * d.ms;
+            steps = steps.max(d.steps);
+            area += n64 * d.area;
+            tokens += n64 * d.tokens;
+            prompt += n64 * d.prompt;
+            pre += n64 * d.prefill_kv;
+        }
+        ms -= held as f64 * self.token;
+        let (tokens, prompt) = (tokens.saturating_sub(held), prompt.saturating_sub(held));
+        let over = |x: u64, cap: Option<u64>| cap.map_or(0, |c| x.div_ceil(c));
+        let batches = steps.max(over(area, self.m)).max(over(tokens, self.c));
+        let prefill_batches = over(pre, self.m).max(over(prompt, self.p));
+        ms + self.bias * batches as f64 + self.prefill_extra * prefill_batches as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::Request;
+
+    fn identical(n: usize, input: u32, output: u32) -> Workload {
+        Workload::new(
+            (0..n)
+                .map(|_| Request {
+                    input_tokens: input,
+                    output_tokens: output,
+                    arrival_s: 0.0,
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn family_a_c64(n: usize, class: PolicyConstraints, incumbent_s: Option<f64>) -> Pooled {
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let limits = Limits {
+            kv_capacity: Some(92),
+            token_budget: Some(64),
+            ..Limits::unlimited()
+        };
+        pooled_bound(
+            &identical(n, 16, 8),
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &class,
+            1_000_000,
+            1 << 30,
+            incumbent_s,
+            Instant::now() + std::time::Duration::from_secs(60),
+        )
+        .expect("applies")
+    }
+
+    #[test]
+    fn family_a_with_a_token_budget_is_bounded_by_its_whole_prefill_optimum() {
+        // The MILP proves 30.511 ms (n = 4) and 61.022 ms (n = 8) optimal over all
+        // schedules, chunks included (README); the pooled optimum is a lower bound that
+        // meets them.
+        let no_evict = PolicyConstraints {
+            no_evict: true,
+            ..PolicyConstraints::default()
+        };
+        for (n, class, optimum) in [
+            (4, PolicyConstraints::default(), 0.030_511),
+            (8, no_evict, 0.061_022),
+        ] {
+            let Pooled::Bound {
+                bound_s,
+                exact: true,
+                ..
+            } = family_a_c64(n, class, None)
+            else {
+                panic!("n = {n}: the search did not finish");
+            };
+            assert!((bound_s - optimum).abs() < 1e-6, "n = {n}: {bound_s}");
+        }
+        // With the whole-prefill optimum as the incumbent the search proves it optimal.
+        let at = family_a_c64(8, no_evict, Some(0.061_021_762_3));
+        assert!(matches!(at, Pooled::IncumbentOptimal { .. }), "{at:?}");
+    }
+
+    #[test]
+    fn it_applies_only_where_it_is_sound() {
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let limits = Limits {
+            kv_capacity: Some(92),
+            token_budget: Some(64),
+            ..Limits::unlimited()
+        };
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        let run = |w: &Workload, objective, class: PolicyConstraints| {
+            pooled_bound(
+                w,
+                &limits,
+                &cost,
+                objective,
+                &class,
+                1000,
+                1 << 30,
+                None,
+                deadline,
+            )
+        };
+        let w = identical(4, 16, 8);
+        assert!(run(&w, Objective::MeanLatency, PolicyConstraints::default()).is_none());
+        for class in [
+            PolicyConstraints {
+                fcfs: true,
+                ..PolicyConstraints::default()
+            },
+            PolicyConstraints {
+                reserve: true,
+                ..PolicyConstraints::default()
+            },
+        ] {
+            assert!(run(&w, Objective::Makespan, class).is_none());
+        }
+        let mut reqs = w.requests().to_vec();
+        reqs[1].arrival_s = 0.5;
+        let online = Workload::new(reqs).unwrap();
+        assert!(run(&online, Objective::Makespan, PolicyConstraints::default()).is_none());
+    }
+}
