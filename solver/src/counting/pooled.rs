@@ -14,6 +14,8 @@
 //!
 //! - `prefill_ctx` is dropped (0 for a whole prompt);
 //! - `n_prefill` is paid once per completed prefill phase (a phase has at least one entry);
+//! - KV is counted in tokens, not blocks (the in-order rule below keeps a batch's tokens
+//!   of KV but not its blocks);
 //! - `prefill_attn` is paid for a whole phase when it completes (a phase from 0 to `q`
 //!   telescopes to `q^2`, however it was chunked), and a refill's tokens too: of them only
 //!   the fewest its last batch holds (1 to reach decode-ready, 2 to complete with a token)
@@ -437,10 +439,7 @@ impl Walk<'_, '_> {
         let m = self.model;
         let c = &m.classes[k];
         let s = self.counts[c.ready(g)];
-        let (held, after) = (
-            m.limits.occupied(c.known(g) - 1),
-            m.limits.occupied(c.known(g)),
-        );
+        let (held, after) = (c.known(g) - 1, c.known(g));
         let finishes = g + 1 == c.output;
         for d in (0..=s).rev() {
             let max_evict = if m.evictions { s - d } else { 0 };
@@ -488,7 +487,7 @@ impl Walk<'_, '_> {
             let e = (total / c.input).min(waiting);
             let left = total - e * c.input;
             let mut next = load;
-            next.kv += left + e * m.limits.occupied(c.input);
+            next.kv += left + e * c.input;
             next.holders += u64::from(left > 0) + if finishes { 0 } else { e };
             next.tokens += x;
             next.prefill += x;
@@ -542,7 +541,7 @@ impl Walk<'_, '_> {
             for e in 0..=(n - a) {
                 let (a64, e64) = (u64::from(a), u64::from(e));
                 let mut next = load;
-                next.kv += a64 * m.limits.occupied(known - 1) + e64 * m.limits.occupied(known);
+                next.kv += a64 * known - 1 + e64 * known;
                 next.holders += a64 + if finishes { 0 } else { e64 };
                 next.ms += a64 as f64 * m.phase_ms(known - 1) + e64 as f64 * m.phase_ms(known);
                 if !next.fits(m.limits) {
@@ -649,10 +648,10 @@ impl Estimate {
                 // decode-ready.
                 let (budget_whole, budget_ready) = if g == 0 { (q, 0) } else { (2, 1) };
                 let whole = Need {
-                    prefill_kv: l.occupied(q),
+                    prefill_kv: q,
                     ..Need::default().plus(
                         q as f64 * model.token + model.phase_ms(q),
-                        l.occupied(q),
+                        q,
                         budget_whole,
                         budget_whole,
                         rest,
@@ -662,18 +661,13 @@ impl Estimate {
                     need[c.pool(0)] = whole;
                     continue;
                 }
-                let decode = Need::default().plus(
-                    model.decode_ms[k][g as usize],
-                    l.occupied(known),
-                    1,
-                    0,
-                    rest,
-                );
+                let decode =
+                    Need::default().plus(model.decode_ms[k][g as usize], known, 1, 0, rest);
                 let to_ready = Need {
-                    prefill_kv: l.occupied(known - 1),
+                    prefill_kv: known - 1,
                     ..Need::default().plus(
                         (known - 1) as f64 * model.token + model.phase_ms(known - 1),
-                        l.occupied(known - 1),
+                        known - 1,
                         budget_ready,
                         budget_ready,
                         decode,

@@ -840,7 +840,7 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
 #[test]
 fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
     // Classes of identical requests under a token budget, M from just enough (evictions
-    // pay) to a little more: the pooled search's bound over chunked schedules is at most
+    // pay) to a little more, KV blocks of 1 or 2 tokens: the pooled search's bound over chunked schedules is at most
     // the exhaustive optimum of every class it is asked for, and meets it often.
     let cost = preset("llama2-7b-a100").unwrap();
     let (mut compared, mut tight) = (0, 0);
@@ -859,9 +859,12 @@ fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
         }
         let w = Workload::new(reqs).unwrap();
         let need = infersched_test_kit::largest_kv_need(&w);
+        let block_size = if rng.random_bool(0.25) { 2 } else { 1 };
+        let need = need.div_ceil(u64::from(block_size)) * u64::from(block_size);
         let limits = Limits {
             token_budget: Some(rng.random_range(2..=6)),
             kv_capacity: Some(need + rng.random_range(0..=3)),
+            block_size,
             ..Limits::unlimited()
         };
         let constraints = PolicyConstraints {
