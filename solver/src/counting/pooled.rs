@@ -268,8 +268,9 @@ fn search(
             return Searched::Bound(g, true, expanded);
         }
         expanded += 1;
-        if reached.len() > max_states || (expanded.is_multiple_of(256) && Instant::now() > deadline)
-        {
+        // An expansion can take milliseconds (thousands of batches): the clock is read
+        // before each.
+        if reached.len() > max_states || Instant::now() > deadline {
             // Every vector left open has an estimate of at least `f`, and one of them lies
             // on an optimal path.
             return Searched::Bound(frontier, false, expanded);
@@ -541,7 +542,7 @@ impl Walk<'_, '_> {
             for e in 0..=(n - a) {
                 let (a64, e64) = (u64::from(a), u64::from(e));
                 let mut next = load;
-                next.kv += a64 * known - 1 + e64 * known;
+                next.kv += a64 * (known - 1) + e64 * known;
                 next.holders += a64 + if finishes { 0 } else { e64 };
                 next.ms += a64 as f64 * m.phase_ms(known - 1) + e64 as f64 * m.phase_ms(known);
                 if !next.fits(m.limits) {
