@@ -1,7 +1,7 @@
 //! The batches from one count vector: the requests of each occupied slot distributed over
 //! the slot's arcs within M, R_max, C and P.
 
-use infersched_core::Feature;
+use infersched_core::{Feature, Limits};
 
 use super::Search;
 use crate::graph::ArcKind;
@@ -13,15 +13,50 @@ const MAX_MOVES: usize = 50_000;
 /// What a batch holds while its moves are enumerated: KV after it, requests holding KV,
 /// tokens processed and prefill tokens (the last two against C and P), and what it costs.
 #[derive(Debug, Clone, Copy, Default)]
-struct Load {
-    kv: u64,
-    holders: u64,
-    tokens: u64,
-    prefill: u64,
-    /// The process arcs' own cost (ms), without the per-batch terms.
-    ms: f64,
-    has_prefill: bool,
-    has_decode: bool,
+pub(super) struct Load {
+    pub kv: u64,
+    pub holders: u64,
+    pub tokens: u64,
+    pub prefill: u64,
+    /// The entries' own cost (ms), without the per-batch terms.
+    pub ms: f64,
+    pub has_prefill: bool,
+    pub has_decode: bool,
+}
+
+impl Load {
+    /// Whether the batch is within M, R_max, C and P.
+    pub(super) fn fits(&self, limits: &Limits) -> bool {
+        !(limits.kv_capacity.is_some_and(|m| self.kv > m)
+            || limits.max_running.is_some_and(|r| self.holders > r)
+            || limits.token_budget.is_some_and(|c| self.tokens > c)
+            || limits
+                .effective_prefill_budget()
+                .is_some_and(|p| self.prefill > p))
+    }
+
+    /// Whether a finished batch is one: it processes something, and mixes prefill with
+    /// decode only where `no_mix` allows.
+    pub(super) fn is_batch(&self, no_mix: bool) -> bool {
+        (self.has_prefill || self.has_decode) && !(no_mix && self.has_prefill && self.has_decode)
+    }
+
+    /// The batch's duration (ms): its entries' cost plus the per-batch terms `theta` (ms,
+    /// in [`Feature::ALL`] order) it pays.
+    pub(super) fn duration(&self, theta: &[f64; 9]) -> f64 {
+        self.ms
+            + theta[Feature::One as usize]
+            + if self.has_prefill {
+                theta[Feature::HasPrefill as usize]
+            } else {
+                0.0
+            }
+            + if self.has_decode {
+                theta[Feature::HasDecode as usize]
+            } else {
+                0.0
+            }
+    }
 }
 
 /// What a batch does: how many requests of `(class, arc)` take it.
@@ -147,13 +182,7 @@ impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
                 has_prefill: load.has_prefill,
                 has_decode: load.has_decode,
             };
-            if s.limits.kv_capacity.is_some_and(|m| next.kv > m)
-                || s.limits.max_running.is_some_and(|r| next.holders > r)
-                || s.limits.token_budget.is_some_and(|c| next.tokens > c)
-                || s.limits
-                    .effective_prefill_budget()
-                    .is_some_and(|p| next.prefill > p)
-            {
+            if !next.fits(s.limits) {
                 continue;
             }
             if take > 0 {
@@ -173,23 +202,10 @@ impl<F: FnMut(&[u16], f64, &Move) -> bool> Walk<'_, F> {
 
     fn finish(&mut self, load: Load) {
         let s = self.search;
-        if !(load.has_prefill || load.has_decode)
-            || (s.no_mix && load.has_prefill && load.has_decode)
-        {
+        if !load.is_batch(s.no_mix) {
             return;
         }
-        let duration = load.ms
-            + s.theta[Feature::One as usize]
-            + if load.has_prefill {
-                s.theta[Feature::HasPrefill as usize]
-            } else {
-                0.0
-            }
-            + if load.has_decode {
-                s.theta[Feature::HasDecode as usize]
-            } else {
-                0.0
-            };
+        let duration = load.duration(&s.theta);
         self.emitted += 1;
         if !(self.emit)(&self.next, duration, &self.mv) || self.emitted > MAX_MOVES {
             self.stopped = true;

@@ -144,12 +144,7 @@ pub(crate) fn search(
                 .collect()
         })
         .collect();
-    // The reached vectors and the open list take at most a quarter of the memory limit
-    // (the process holds the workload, the graphs and the heuristics' schedules besides,
-    // and the MILP after a search that gives up needs its own).
-    let per_vector = Reached::bytes_per_vector(slots.len()) as u64;
-    let max_states =
-        max_states.min(usize::try_from(memory_bytes / 4 / per_vector).unwrap_or(usize::MAX));
+    let max_states = Reached::state_cap(slots.len(), max_states, memory_bytes);
     let arc_to = graphs
         .iter()
         .enumerate()
@@ -276,27 +271,7 @@ impl Search<'_> {
                 return Outcome::GaveUp;
             }
             for (next, &duration) in next_counts.chunks_exact(width).zip(&durations) {
-                let g2 = g + duration * weight;
-                match reached.find(next) {
-                    Some(j) if reached.cost[j] <= g2 + 1e-12 => {}
-                    Some(j) => {
-                        let f = g2 + estimate(next);
-                        if f >= cutoff {
-                            continue;
-                        }
-                        reached.cost[j] = g2;
-                        reached.parent[j] = id as u32;
-                        open.push(Open { f, g: g2, id: j });
-                    }
-                    None => {
-                        let f = g2 + estimate(next);
-                        if !f.is_finite() || f >= cutoff {
-                            continue;
-                        }
-                        let j = reached.insert(next, g2, id as u32);
-                        open.push(Open { f, g: g2, id: j });
-                    }
-                }
+                reached.reach(&mut open, id, next, g + duration * weight, estimate, cutoff);
             }
         }
         // Nothing left below the cutoff: with an incumbent, it is optimal; without one,

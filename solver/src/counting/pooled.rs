@@ -41,6 +41,7 @@ use std::time::Instant;
 use infersched_core::{BatchFeatures, Feature, Limits, Workload};
 use infersched_cost_model::LinearCostModel;
 
+use super::batches::Load;
 use super::store::{Open, Reached};
 use crate::classes::{entry_cost_ms, request_classes};
 use crate::{Objective, PolicyConstraints};
@@ -106,21 +107,23 @@ struct Model<'a> {
     limits: &'a Limits,
     evictions: bool,
     no_mix: bool,
-    one: f64,
-    has_prefill: f64,
-    has_decode: f64,
-    token: f64,
-    attn: f64,
-    n_prefill: f64,
+    /// Per feature (in [`Feature::ALL`] order): its coefficient in ms.
+    theta: [f64; 9],
     /// Per class and G (1 .. O-1): a decode entry's own cost from `D_G`.
     decode_ms: Vec<Vec<f64>>,
 }
 
 impl Model<'_> {
+    /// What one prompt token costs (ms).
+    fn token_ms(&self) -> f64 {
+        self.theta[Feature::Tokens as usize]
+    }
+
     /// The pooled cost of completing a prefill phase of `q` tokens (its attention and one
     /// entry), beyond its tokens.
     fn phase_ms(&self, q: u64) -> f64 {
-        self.attn * (q * q) as f64 + self.n_prefill
+        self.theta[Feature::PrefillAttn as usize] * (q * q) as f64
+            + self.theta[Feature::NPrefill as usize]
     }
 }
 
@@ -195,21 +198,14 @@ pub(crate) fn pooled_bound(
         limits,
         evictions: !class.no_evict,
         no_mix: class.no_mix,
-        one: theta(Feature::One),
-        has_prefill: theta(Feature::HasPrefill),
-        has_decode: theta(Feature::HasDecode),
-        token: theta(Feature::Tokens),
-        attn: theta(Feature::PrefillAttn),
-        n_prefill: theta(Feature::NPrefill),
+        theta: Feature::ALL.map(theta),
         decode_ms,
     };
     let incumbent_ms = incumbent_s.map(|v| (v - offset_s) * 1e3);
-    let per_vector = Reached::bytes_per_vector(width) as u64;
-    let max_states =
-        max_states.min(usize::try_from(memory_bytes / 4 / per_vector).unwrap_or(usize::MAX));
+    let max_states = Reached::state_cap(width, max_states, memory_bytes);
     Some(match search(&model, incumbent_ms, max_states, deadline) {
-        Searched::Incumbent(expanded) => Pooled::IncumbentOptimal { expanded },
-        Searched::Bound(ms, exact, expanded) => Pooled::Bound {
+        Ended::Incumbent(expanded) => Pooled::IncumbentOptimal { expanded },
+        Ended::Bound(ms, exact, expanded) => Pooled::Bound {
             bound_s: ms / 1e3 + offset_s,
             exact,
             expanded,
@@ -217,7 +213,9 @@ pub(crate) fn pooled_bound(
     })
 }
 
-enum Searched {
+/// How [`search`] ended: the incumbent is optimal, or a bound (ms; exact when it is the
+/// pooled optimum) with the vectors expanded.
+enum Ended {
     Incumbent(usize),
     Bound(f64, bool, usize),
 }
@@ -230,12 +228,7 @@ const MAX_BATCHES: usize = 50_000;
 /// vectors get fewer.
 const MAX_BATCH_BYTES: usize = 64 << 20;
 
-fn search(
-    model: &Model,
-    incumbent_ms: Option<f64>,
-    max_states: usize,
-    deadline: Instant,
-) -> Searched {
+fn search(model: &Model, incumbent_ms: Option<f64>, max_states: usize, deadline: Instant) -> Ended {
     let estimate = Estimate::new(model);
     let mut start = vec![0u16; model.width];
     let mut goal = vec![0u16; model.width];
@@ -265,7 +258,7 @@ fn search(
         frontier = frontier.max(f.min(cutoff));
         counts.copy_from_slice(reached.counts(id));
         if counts == goal {
-            return Searched::Bound(g, true, expanded);
+            return Ended::Bound(g, true, expanded);
         }
         expanded += 1;
         // An expansion can take milliseconds (thousands of batches): the clock is read
@@ -273,7 +266,7 @@ fn search(
         if reached.len() > max_states || Instant::now() > deadline {
             // Every vector left open has an estimate of at least `f`, and one of them lies
             // on an optimal path.
-            return Searched::Bound(frontier, false, expanded);
+            return Ended::Bound(frontier, false, expanded);
         }
         next_counts.clear();
         durations.clear();
@@ -283,60 +276,17 @@ fn search(
             durations.len() <= max_batches
         });
         if !complete {
-            return Searched::Bound(frontier, false, expanded);
+            return Ended::Bound(frontier, false, expanded);
         }
         for (next, &ms) in next_counts.chunks_exact(model.width).zip(&durations) {
-            let g2 = g + ms;
-            match reached.find(next) {
-                Some(j) if reached.cost[j] <= g2 + 1e-12 => {}
-                Some(j) => {
-                    let f = g2 + estimate.of(next);
-                    if f >= cutoff {
-                        continue;
-                    }
-                    reached.cost[j] = g2;
-                    reached.parent[j] = id as u32;
-                    open.push(Open { f, g: g2, id: j });
-                }
-                None => {
-                    let f = g2 + estimate.of(next);
-                    if !f.is_finite() || f >= cutoff {
-                        continue;
-                    }
-                    let j = reached.insert(next, g2, id as u32);
-                    open.push(Open { f, g: g2, id: j });
-                }
-            }
+            reached.reach(&mut open, id, next, g + ms, |v| estimate.of(v), cutoff);
         }
     }
     match incumbent_ms {
-        Some(_) => Searched::Incumbent(expanded),
+        Some(_) => Ended::Incumbent(expanded),
         // No incumbent and nothing left: the goal is unreachable under the limits (the
         // solver checks feasibility first, so this is not expected).
-        None => Searched::Bound(f64::INFINITY, true, expanded),
-    }
-}
-
-/// What a batch holds while it is built.
-#[derive(Clone, Copy, Default)]
-struct Load {
-    kv: u64,
-    holders: u64,
-    tokens: u64,
-    prefill: u64,
-    ms: f64,
-    has_prefill: bool,
-    has_decode: bool,
-}
-
-impl Load {
-    fn fits(&self, limits: &Limits) -> bool {
-        !(limits.kv_capacity.is_some_and(|m| self.kv > m)
-            || limits.max_running.is_some_and(|r| self.holders > r)
-            || limits.token_budget.is_some_and(|c| self.tokens > c)
-            || limits
-                .effective_prefill_budget()
-                .is_some_and(|p| self.prefill > p))
+        None => Ended::Bound(f64::INFINITY, true, expanded),
     }
 }
 
@@ -492,7 +442,7 @@ impl Walk<'_, '_> {
             next.holders += u64::from(left > 0) + if finishes { 0 } else { e };
             next.tokens += x;
             next.prefill += x;
-            next.ms += x as f64 * m.token + e as f64 * m.phase_ms(c.input);
+            next.ms += x as f64 * m.token_ms() + e as f64 * m.phase_ms(c.input);
             next.has_prefill |= x > 0;
             if !next.fits(m.limits) {
                 continue;
@@ -522,7 +472,7 @@ impl Walk<'_, '_> {
             let mut next = load;
             next.tokens += exits.least;
             next.prefill += exits.least;
-            next.ms += exits.used as f64 * m.token;
+            next.ms += exits.used as f64 * m.token_ms();
             next.has_prefill |= exits.least > 0;
             if next.fits(m.limits) {
                 self.go(i + 1, next);
@@ -565,16 +515,7 @@ impl Walk<'_, '_> {
 
     fn finish(&mut self, load: Load) {
         let m = self.model;
-        if !(load.has_prefill || load.has_decode)
-            || (m.no_mix && load.has_prefill && load.has_decode)
-        {
-            return;
-        }
-        let ms = load.ms
-            + m.one
-            + if load.has_prefill { m.has_prefill } else { 0.0 }
-            + if load.has_decode { m.has_decode } else { 0.0 };
-        if !(self.emit)(&self.next, ms) {
+        if load.is_batch(m.no_mix) && !(self.emit)(&self.next, load.duration(&m.theta)) {
             self.stopped = true;
         }
     }
@@ -651,7 +592,7 @@ impl Estimate {
                 let whole = Need {
                     prefill_kv: q,
                     ..Need::default().plus(
-                        q as f64 * model.token + model.phase_ms(q),
+                        q as f64 * model.token_ms() + model.phase_ms(q),
                         q,
                         budget_whole,
                         budget_whole,
@@ -667,7 +608,7 @@ impl Estimate {
                 let to_ready = Need {
                     prefill_kv: known - 1,
                     ..Need::default().plus(
-                        (known - 1) as f64 * model.token + model.phase_ms(known - 1),
+                        (known - 1) as f64 * model.token_ms() + model.phase_ms(known - 1),
                         known - 1,
                         budget_ready,
                         budget_ready,
@@ -687,13 +628,15 @@ impl Estimate {
                 need[c.ready(g)].prefill_kv = 0;
             }
         }
-        let bias = model.one + model.has_prefill.min(model.has_decode);
+        let bias = super::estimate::bias_of(&model.theta);
         Self {
             need,
             is_tokens,
-            token: model.token,
+            token: model.token_ms(),
             bias,
-            prefill_extra: (model.has_prefill - model.has_decode).max(0.0),
+            prefill_extra: (model.theta[Feature::HasPrefill as usize]
+                - model.theta[Feature::HasDecode as usize])
+                .max(0.0),
             m: l.kv_capacity,
             c: l.token_budget,
             p: l.effective_prefill_budget(),

@@ -33,6 +33,14 @@ impl Reached {
         2 * (2 * width + 8 + 4) + 16 + 2 * std::mem::size_of::<Open>()
     }
 
+    /// The most vectors a search keeps: `max_states`, and what a quarter of `memory_bytes`
+    /// holds (the process holds the workload, the graphs and the heuristics' schedules
+    /// besides, and the MILP after a search that gives up needs its own).
+    pub(super) fn state_cap(width: usize, max_states: usize, memory_bytes: u64) -> usize {
+        let per_vector = Self::bytes_per_vector(width) as u64;
+        max_states.min(usize::try_from(memory_bytes / 4 / per_vector).unwrap_or(usize::MAX))
+    }
+
     pub(super) fn new(width: usize) -> Self {
         Self {
             width,
@@ -71,6 +79,40 @@ impl Reached {
             key_hash(&counts[j as usize * width..(j as usize + 1) * width])
         });
         id
+    }
+}
+
+impl Reached {
+    /// A* step: `next`, reached from vector `from` at cost `g`, is stored (or its cost
+    /// lowered) and opened when that is cheaper than before and its estimate total stays
+    /// below `cutoff`.
+    pub(super) fn reach(
+        &mut self,
+        open: &mut std::collections::BinaryHeap<Open>,
+        from: usize,
+        next: &[u16],
+        g: f64,
+        estimate: impl FnOnce(&[u16]) -> f64,
+        cutoff: f64,
+    ) {
+        match self.find(next) {
+            Some(j) if self.cost[j] <= g + 1e-12 => {}
+            Some(j) => {
+                let f = g + estimate(next);
+                if f < cutoff {
+                    self.cost[j] = g;
+                    self.parent[j] = from as u32;
+                    open.push(Open { f, g, id: j });
+                }
+            }
+            None => {
+                let f = g + estimate(next);
+                if f.is_finite() && f < cutoff {
+                    let id = self.insert(next, g, from as u32);
+                    open.push(Open { f, g, id });
+                }
+            }
+        }
     }
 }
 
