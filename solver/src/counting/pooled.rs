@@ -41,9 +41,13 @@
 //!   refill);
 //! - a batch does not both evict a decode-ready request of generation count `G` and
 //!   refill another to decode-ready at `G` (the counts after it are as if neither had
-//!   happened, with the same KV and holders, for more work and perhaps a prefill flag).
-//!   Cancelling such pairs and delaying evictions each lower a measure (evictions, then
-//!   how early they are), so a pooled optimum obeys both rules at once.
+//!   happened, with the same KV and holders, for more work and perhaps a prefill flag),
+//!   nor, where a decode plus the decode flag costs no more than a refill through a token
+//!   at `G` and prefills may mix with decodes, refill one through a token at `G` (the
+//!   evicted one decoding instead leads to the same counts with the same KV, fewer
+//!   tokens and no more cost). Cancelling such pairs and delaying evictions each lower a
+//!   measure (evictions, then how early they are), so a pooled optimum obeys these rules
+//!   at once.
 
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -125,6 +129,9 @@ struct Model<'a> {
     theta: [f64; 9],
     /// Per class and G (1 .. O-1): a decode entry's own cost from `D_G`.
     decode_ms: Vec<Vec<f64>>,
+    /// Per class and G: a decode from `D_G` plus the decode flag costs no more than a
+    /// refill through a token at `G` (its tokens and phase).
+    decode_beats_refill: Vec<Vec<bool>>,
 }
 
 impl Model<'_> {
@@ -220,7 +227,7 @@ fn pooled(
     if width > 1 << 14 {
         return None;
     }
-    let decode_ms = classes
+    let decode_ms: Vec<Vec<f64>> = classes
         .iter()
         .map(|c| {
             (0..c.output)
@@ -229,6 +236,21 @@ fn pooled(
                     f.add_decode(c.known(g));
                     entry_cost_ms(cost, &f)
                 })
+                .collect()
+        })
+        .collect();
+    let token_ms = theta(Feature::Tokens);
+    let phase_ms = |q: u64| {
+        theta(Feature::PrefillAttn) * (q * q) as f64
+            + theta(Feature::NPrefill)
+            + token_ms * q as f64
+    };
+    let decode_beats_refill = classes
+        .iter()
+        .zip(&decode_ms)
+        .map(|(c, ms)| {
+            (0..c.output)
+                .map(|g| ms[g as usize] + theta(Feature::HasDecode) <= phase_ms(c.known(g)))
                 .collect()
         })
         .collect();
@@ -241,6 +263,7 @@ fn pooled(
         no_mix: class.no_mix,
         theta: Feature::ALL.map(theta),
         decode_ms,
+        decode_beats_refill,
     };
     let incumbent_ms = incumbent_s.map(|v| (v - offset_s) * 1e3);
     let max_states = Reached::state_cap(width, max_states, memory_bytes);
@@ -537,14 +560,13 @@ impl Walk<'_, '_> {
         let finishes = g + 1 == c.output;
         let to = c.after(g + 1);
         // Evicting one request of `D_g` and refilling another to `D_g` in one batch
-        // leaves the counts as they were, for more work: not both.
-        let most_ready = if m.canonical_evictions && self.evicted[g as usize] > 0 {
-            0
-        } else {
-            n
-        };
+        // leaves the counts as they were, for more work: not both. Nor, where a decode
+        // costs no more, refilling one through a token (the evicted one could decode).
+        let evicting = m.canonical_evictions && self.evicted[g as usize] > 0;
+        let most_ready = if evicting { 0 } else { n };
+        let through = evicting && !m.no_mix && m.decode_beats_refill[k][g as usize];
         for a in 0..=most_ready {
-            for e in 0..=(n - a) {
+            for e in 0..=(if through { 0 } else { n - a }) {
                 let (a64, e64) = (u64::from(a), u64::from(e));
                 let mut next = load;
                 next.kv += a64 * (known - 1) + e64 * known;
@@ -811,14 +833,23 @@ mod tests {
 
     #[test]
     fn canonical_evictions_keep_the_pooled_optimum() {
-        // Lazy evictions, never beside a refill to decode-ready of the same generation
-        // count: on random classes with M tight enough that evictions pay, the pooled
-        // optimum with only canonical evictions equals the one with all of them.
+        // Lazy evictions, never beside a refill of the same generation count (to
+        // decode-ready; through a token where a decode costs less): on random classes with
+        // M tight enough that evictions pay, the pooled optimum with only canonical
+        // evictions equals the one with all of them. Half the seeds make the decode flag
+        // cheap (0.1 ms), so that a decode costs less than these short refills.
         use rand::{Rng, SeedableRng};
-        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let preset = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let mut cheap_decode = preset.clone();
+        cheap_decode.theta_s[Feature::HasDecode as usize] = 1e-4;
         let far = Instant::now() + std::time::Duration::from_secs(600);
         let mut differs_from_no_evict = 0;
         for seed in 0..60u64 {
+            let cost = if seed % 2 == 0 {
+                &preset
+            } else {
+                &cheap_decode
+            };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             let mut reqs = Vec::new();
             for _ in 0..rng.random_range(1..=2) {
@@ -850,7 +881,7 @@ mod tests {
                 match pooled(
                     &w,
                     &limits,
-                    &cost,
+                    cost,
                     Objective::Makespan,
                     &class,
                     (10_000_000, 1 << 32),
@@ -873,9 +904,9 @@ mod tests {
             );
             differs_from_no_evict += usize::from(optimum(true, true) > all * (1.0 + 1e-9));
         }
-        // Evictions pay on some of them (19 of 60 when written), so the rules are
+        // Evictions pay on some of them (15 of 60 when written), so the rules are
         // exercised.
-        assert!(differs_from_no_evict >= 12, "{differs_from_no_evict}");
+        assert!(differs_from_no_evict >= 10, "{differs_from_no_evict}");
     }
 
     #[test]
