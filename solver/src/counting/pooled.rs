@@ -836,8 +836,9 @@ mod tests {
         // Lazy evictions, never beside a refill of the same generation count (to
         // decode-ready; through a token where a decode costs less): on random classes with
         // M tight enough that evictions pay, the pooled optimum with only canonical
-        // evictions equals the one with all of them. Half the seeds make the decode flag
-        // cheap (0.1 ms), so that a decode costs less than these short refills.
+        // evictions equals the one with all of them, with or without R_max and no-mix.
+        // Half the seeds make the decode flag cheap (0.1 ms), so that a decode costs less
+        // than these short refills.
         use rand::{Rng, SeedableRng};
         let preset = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let mut cheap_decode = preset.clone();
@@ -871,11 +872,14 @@ mod tests {
             let limits = Limits {
                 kv_capacity: Some(need + rng.random_range(0..=need)),
                 token_budget: Some(rng.random_range(4..=12)),
+                max_running: rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
                 ..Limits::unlimited()
             };
+            let no_mix = rng.random_bool(0.3);
             let optimum = |canonical: bool, no_evict: bool| {
                 let class = PolicyConstraints {
                     no_evict,
+                    no_mix,
                     ..PolicyConstraints::default()
                 };
                 match pooled(
@@ -904,7 +908,7 @@ mod tests {
             );
             differs_from_no_evict += usize::from(optimum(true, true) > all * (1.0 + 1e-9));
         }
-        // Evictions pay on some of them (15 of 60 when written), so the rules are
+        // Evictions pay on some of them (18 of 60 when written), so the rules are
         // exercised.
         assert!(differs_from_no_evict >= 10, "{differs_from_no_evict}");
     }
