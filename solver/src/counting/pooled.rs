@@ -720,18 +720,48 @@ struct Estimate {
     positions: Option<Positions>,
 }
 
-/// The positions argument for the sum of completion times (as in the counting search): the
-/// `k`-th completion from now is at least the `k` least remaining own costs together, and
-/// the `k`-th least remaining own time (own cost plus a bias per step).
+/// The positions argument for the sum of completion times: the `k`-th completion from now
+/// is at least the `k`-th least remaining own time (own cost plus a bias per step), and at
+/// least the `k` least remaining own costs together plus a bias per batch the `k` least KV
+/// areas (over M) or tokens (over C) need, and the prefill flag per prefill batch the `k`
+/// least prefill KV (over M) or prompt tokens (over min(C, P)) need: whichever `k` finish
+/// first, each of their measures adds up to at least that, in batches that end by then.
 struct Positions {
     /// Per position: not a count of unfinished requests (finished, or prompt tokens).
     done: Vec<bool>,
-    share: Vec<f64>,
-    by_share: Vec<usize>,
-    time: Vec<f64>,
-    by_time: Vec<usize>,
+    /// Per measure (own cost, own time, KV area, tokens, prompt tokens, prefill KV): its
+    /// value per position and the positions in increasing order of it.
+    values: [Vec<f64>; 6],
+    orders: [Vec<usize>; 6],
     requests: f64,
     finished: Vec<usize>,
+}
+
+/// The successive least values of one measure over the unfinished requests of a vector.
+struct Smallest<'a> {
+    order: &'a [usize],
+    values: &'a [f64],
+    counts: &'a [u16],
+    done: &'a [bool],
+    at: usize,
+    left: u16,
+    value: f64,
+}
+
+impl Smallest<'_> {
+    /// The next least value (called at most once per unfinished request).
+    fn next(&mut self) -> f64 {
+        while self.left == 0 && self.at < self.order.len() {
+            let i = self.order[self.at];
+            self.at += 1;
+            if !self.done[i] {
+                self.left = self.counts[i];
+                self.value = self.values[i];
+            }
+        }
+        self.left = self.left.saturating_sub(1);
+        self.value
+    }
 }
 
 impl Estimate {
@@ -794,19 +824,23 @@ impl Estimate {
             let done: Vec<bool> = (0..model.width)
                 .map(|i| is_tokens[i] || finished.contains(&i))
                 .collect();
-            let share: Vec<f64> = need.iter().map(|d| d.ms).collect();
-            let time: Vec<f64> = need.iter().map(|d| d.ms + bias * d.steps as f64).collect();
-            let order = |v: &[f64]| {
+            let values: [Vec<f64>; 6] = [
+                need.iter().map(|d| d.ms).collect(),
+                need.iter().map(|d| d.ms + bias * d.steps as f64).collect(),
+                need.iter().map(|d| d.area as f64).collect(),
+                need.iter().map(|d| d.tokens as f64).collect(),
+                need.iter().map(|d| d.prompt as f64).collect(),
+                need.iter().map(|d| d.prefill_kv as f64).collect(),
+            ];
+            let orders = values.clone().map(|v| {
                 let mut o: Vec<usize> = (0..v.len()).collect();
                 o.sort_by(|&a, &b| v[a].total_cmp(&v[b]).then(a.cmp(&b)));
                 o
-            };
+            });
             Positions {
-                by_share: order(&share),
-                by_time: order(&time),
                 done,
-                share,
-                time,
+                values,
+                orders,
                 requests: model.requests,
                 finished,
             }
@@ -828,28 +862,7 @@ impl Estimate {
 
     fn of(&self, counts: &[u16]) -> f64 {
         if let Some(p) = &self.positions {
-            let held: u64 = counts
-                .iter()
-                .zip(&self.is_tokens)
-                .filter(|(_, t)| **t)
-                .map(|(&n, _)| u64::from(n))
-                .sum();
-            let unfinished = p.requests
-                - p.finished
-                    .iter()
-                    .map(|&i| f64::from(counts[i]))
-                    .sum::<f64>();
-            let sum = super::estimate::sum_of_positions(
-                counts,
-                &p.done,
-                &p.by_share,
-                &p.share,
-                &p.by_time,
-                &p.time,
-            );
-            // The partial prompts' tokens are paid: each completion may be that much
-            // earlier.
-            return (sum - held as f64 * self.token * unfinished).max(0.0);
+            return self.positions_of(p, counts);
         }
         let (mut ms, mut steps, mut area, mut tokens, mut prompt, mut pre) =
             (0.0, 0u64, 0u64, 0u64, 0u64, 0u64);
@@ -877,6 +890,47 @@ impl Estimate {
         let batches = steps.max(over(area, self.m)).max(over(tokens, self.c));
         let prefill_batches = over(pre, self.m).max(over(prompt, self.p));
         ms + self.bias * batches as f64 + self.prefill_extra * prefill_batches as f64
+    }
+
+    /// Mean latency: the sum over the unfinished requests of the positions argument's
+    /// bound on the `k`-th completion from now ([`Positions`]).
+    fn positions_of(&self, p: &Positions, counts: &[u16]) -> f64 {
+        let held = counts
+            .iter()
+            .zip(&self.is_tokens)
+            .filter(|(_, t)| **t)
+            .map(|(&n, _)| f64::from(n))
+            .sum::<f64>();
+        let unfinished = p.requests
+            - p.finished
+                .iter()
+                .map(|&i| f64::from(counts[i]))
+                .sum::<f64>();
+        let mut smallest = std::array::from_fn::<_, 6, _>(|m| Smallest {
+            order: &p.orders[m],
+            values: &p.values[m],
+            counts,
+            done: &p.done,
+            at: 0,
+            left: 0,
+            value: 0.0,
+        });
+        let over = |x: f64, cap: Option<u64>| cap.map_or(0.0, |c| (x / c as f64).ceil().max(0.0));
+        // The partial prompts' tokens are paid: whichever requests they belong to, each
+        // completion may be that much earlier and need that many fewer tokens.
+        let held_ms = held * self.token;
+        let (mut sum, mut least) = (0.0, [0.0; 6]);
+        for _ in 0..unfinished as usize {
+            let time = smallest[1].next();
+            for m in [0, 2, 3, 4, 5] {
+                least[m] += smallest[m].next();
+            }
+            let batches = over(least[2], self.m).max(over(least[3] - held, self.c));
+            let prefill_batches = over(least[5], self.m).max(over(least[4] - held, self.p));
+            let work = least[0] + self.bias * batches + self.prefill_extra * prefill_batches;
+            sum += (work.max(time) - held_ms).max(0.0);
+        }
+        sum
     }
 }
 
