@@ -387,11 +387,11 @@ pub fn phase_relaxation_bound(
     phase_relaxation(w, limits, cost, objective, time_limit_s, threads).map(|r| r.bound)
 }
 
-/// The pooled search's lower bound on the makespan or the mean latency over every schedule
-/// of `class` (seconds; milp.md, "The pooled search"): a shortest path over counts of
-/// identical requests per state in which each class's partial prompts are pooled, so
-/// chunked prefills stay a few states. None when it does not apply (mean TTFT, requests
-/// arriving at different times, FCFS or reservations, a negative cost coefficient, long
+/// The pooled search's lower bound on the objective over every schedule of `class`
+/// (seconds; milp.md, "The pooled search"): a shortest path over counts of identical
+/// requests per state in which each class's partial prompts are pooled, so chunked
+/// prefills stay a few states. None when it does not apply (requests arriving at different
+/// times, FCFS or reservations, a negative cost coefficient, long
 /// outputs); the least estimate left open where it stops at `time_limit_s` or `max_states`
 /// vectors first.
 pub fn pooled_search_bound(

@@ -447,7 +447,7 @@ pub fn solve(
     } else {
         warm
     };
-    // The pooled search bounds chunked schedules (makespan, mean latency): it may prove the best
+    // The pooled search bounds chunked schedules (every objective): it may prove the best
     // schedule so far optimal, else its bound joins the others.
     let combinatorial = if counting_applies && !counting_exact {
         let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.35);

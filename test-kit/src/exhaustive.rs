@@ -17,6 +17,8 @@ pub enum Objective {
     Makespan,
     /// Mean end-to-end latency.
     MeanLatency,
+    /// Mean time to first token.
+    MeanTtft,
 }
 
 /// Restrictions on the schedule class (the solver's policy constraints).
@@ -79,7 +81,7 @@ pub fn optimum(
             batches.reverse();
             let value = match objective {
                 Objective::Makespan => d,
-                Objective::MeanLatency => d / n as f64,
+                Objective::MeanLatency | Objective::MeanTtft => d / n as f64,
             };
             return Some((value, Schedule::new(batches)));
         }
@@ -113,9 +115,11 @@ pub fn optimum(
         loop {
             if let Some((t, next, entries)) = step(&s, &choice, &options, w, limits, cost, class) {
                 let unfinished = (0..n).filter(|&i| s[i].1 < reqs[i].output_tokens).count();
+                let no_first_token = (0..n).filter(|&i| s[i].1 == 0).count();
                 let add = match objective {
                     Objective::Makespan => t,
                     Objective::MeanLatency => t * unfinished as f64,
+                    Objective::MeanTtft => t * no_first_token as f64,
                 };
                 let nd = d + add;
                 if dist.get(&next).is_none_or(|&old| nd < old) {

@@ -1,4 +1,4 @@
-//! A lower bound on makespan or mean latency over *chunked* schedules of a few classes of
+//! A lower bound on makespan, mean latency or TTFT over *chunked* schedules of a few classes of
 //! identical offline requests: the counting search on pooled prefill progress (milp.md,
 //! "The pooled search").
 //!
@@ -31,9 +31,10 @@
 //! batches requests finish in, so those weights are the schedule's, and they never grow
 //! from one batch to the next: a cost moved to a later batch (a phase's attention and
 //! entry, a refill's tokens) weighs no more there, and the pooled sum is still at most the
-//! schedule's. The estimate is the counting search's positions argument: the `k`-th
-//! completion from now is at least the `k` least remaining own costs together and the
-//! `k`-th least remaining own time.
+//! schedule's. For mean TTFT the weight is the requests without a first token (those
+//! waiting for their first prefill), and the search ends when none is left: the in-order
+//! rule gives the k-th first token no later, so the weights are at most the schedule's.
+//! The estimate is a positions argument ([`Positions`]).
 //!
 //! Four rules keep it small, each sound:
 //! - a class's first prefills are served in order, at most one request of a class having
@@ -126,9 +127,9 @@ impl Class {
 
 /// Costs (ms) and limits the batches are built with.
 struct Model<'a> {
-    /// Whether the search minimises the sum of completion times (each batch costs its
-    /// duration times the requests not finished before it) instead of the makespan.
-    mean_latency: bool,
+    /// Makespan, or a sum over requests (each batch costs its duration times the requests
+    /// it delays: those not finished before it, or for TTFT those without a first token).
+    objective: Objective,
     /// Requests in all.
     requests: f64,
     classes: Vec<Class>,
@@ -150,12 +151,29 @@ struct Model<'a> {
 }
 
 impl Model<'_> {
-    /// Requests finished in `counts`.
-    fn finished(&self, counts: &[u16]) -> u32 {
-        self.classes
-            .iter()
-            .map(|c| u32::from(counts[c.finished()]))
-            .sum()
+    /// What a batch from `counts` weighs: 1 for makespan; the requests it delays for the
+    /// sums (those not finished, or without a first token).
+    fn delayed(&self, counts: &[u16]) -> f64 {
+        let count = |at: &dyn Fn(&Class) -> usize| {
+            self.classes
+                .iter()
+                .map(|c| f64::from(counts[at(c)]))
+                .sum::<f64>()
+        };
+        match self.objective {
+            Objective::Makespan => 1.0,
+            Objective::MeanLatency => self.requests - count(&Class::finished),
+            Objective::MeanTtft => count(&|c: &Class| c.pool(0)),
+        }
+    }
+
+    /// Whether the search is done at `counts`: every request finished (`goal`), or for TTFT
+    /// every request has its first token.
+    fn reached_goal(&self, counts: &[u16], goal: &[u16]) -> bool {
+        match self.objective {
+            Objective::MeanTtft => self.classes.iter().all(|c| counts[c.pool(0)] == 0),
+            _ => counts == goal,
+        }
     }
 
     /// What one prompt token costs (ms).
@@ -171,8 +189,8 @@ impl Model<'_> {
     }
 }
 
-/// Runs the pooled search for makespan or mean latency on an offline workload (`None` where
-/// it does not apply: TTFT, arrivals that differ, FCFS or reservations, a negative
+/// Runs the pooled search for makespan, mean latency or mean TTFT on an offline workload
+/// (`None` where it does not apply: arrivals that differ, FCFS or reservations, a negative
 /// coefficient, or a vector too wide). `incumbent_s` is a known schedule's objective.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pooled_bound(
@@ -212,11 +230,7 @@ fn pooled(
     deadline: Instant,
     canonical_evictions: bool,
 ) -> Option<Pooled> {
-    if !matches!(objective, Objective::Makespan | Objective::MeanLatency)
-        || class.fcfs
-        || class.reserve
-        || w.is_empty()
-    {
+    if class.fcfs || class.reserve || w.is_empty() {
         return None;
     }
     let reqs = w.requests();
@@ -282,7 +296,7 @@ fn pooled(
         })
         .collect();
     let model = Model {
-        mean_latency: objective == Objective::MeanLatency,
+        objective,
         requests: w.len() as f64,
         classes,
         width,
@@ -296,7 +310,7 @@ fn pooled(
     };
     // Makespan from the common arrival; mean latency as the sum of latencies.
     let incumbent_ms = incumbent_s.map(|v| {
-        if model.mean_latency {
+        if model.objective != Objective::Makespan {
             v * 1e3 * model.requests
         } else {
             (v - offset_s) * 1e3
@@ -306,7 +320,7 @@ fn pooled(
     Some(match search(&model, incumbent_ms, max_states, deadline) {
         Ended::Incumbent(expanded) => Pooled::IncumbentOptimal { expanded },
         Ended::Bound(ms, exact, expanded) => Pooled::Bound {
-            bound_s: if model.mean_latency {
+            bound_s: if model.objective != Objective::Makespan {
                 ms / 1e3 / model.requests
             } else {
                 ms / 1e3 + offset_s
@@ -362,7 +376,7 @@ fn search(model: &Model, incumbent_ms: Option<f64>, max_states: usize, deadline:
         }
         frontier = frontier.max(f.min(cutoff));
         counts.copy_from_slice(reached.counts(id));
-        if counts == goal {
+        if model.reached_goal(&counts, &goal) {
             return Ended::Bound(g, true, expanded);
         }
         expanded += 1;
@@ -385,12 +399,7 @@ fn search(model: &Model, incumbent_ms: Option<f64>, max_states: usize, deadline:
         if !complete {
             return Ended::Bound(frontier, false, expanded);
         }
-        // Mean latency: a batch delays every request not finished before it.
-        let weight = if model.mean_latency {
-            model.requests - f64::from(model.finished(&counts))
-        } else {
-            1.0
-        };
+        let weight = model.delayed(&counts);
         for (next, &ms) in next_counts.chunks_exact(model.width).zip(&durations) {
             reached.reach(
                 &mut open,
@@ -727,14 +736,13 @@ struct Estimate {
 /// least prefill KV (over M) or prompt tokens (over min(C, P)) need: whichever `k` finish
 /// first, each of their measures adds up to at least that, in batches that end by then.
 struct Positions {
-    /// Per position: not a count of unfinished requests (finished, or prompt tokens).
+    /// Per position: not a count of requests still waited for (finished, prompt tokens;
+    /// for TTFT all but the first-prefill pools).
     done: Vec<bool>,
     /// Per measure (own cost, own time, KV area, tokens, prompt tokens, prefill KV): its
     /// value per position and the positions in increasing order of it.
     values: [Vec<f64>; 6],
     orders: [Vec<usize>; 6],
-    requests: f64,
-    finished: Vec<usize>,
 }
 
 /// The successive least values of one measure over the unfinished requests of a vector.
@@ -819,18 +827,39 @@ impl Estimate {
             }
         }
         let bias = super::estimate::bias_of(&model.theta);
-        let positions = model.mean_latency.then(|| {
-            let finished: Vec<usize> = model.classes.iter().map(Class::finished).collect();
-            let done: Vec<bool> = (0..model.width)
-                .map(|i| is_tokens[i] || finished.contains(&i))
-                .collect();
+        let positions = (model.objective != Objective::Makespan).then(|| {
+            // What each position's requests still need until they count as done: for
+            // mean latency until finished (`need`); for TTFT a waiting first prefill.
+            let mut until = need.clone();
+            let mut counted = vec![false; model.width];
+            for c in &model.classes {
+                if model.objective == Objective::MeanTtft {
+                    let q = c.input;
+                    until[c.pool(0)] = Need {
+                        ms: q as f64 * model.token_ms() + model.phase_ms(q),
+                        steps: 1,
+                        area: q,
+                        tokens: q,
+                        prompt: q,
+                        prefill_kv: q,
+                    };
+                    counted[c.pool(0)] = true;
+                } else {
+                    for g in 0..c.output {
+                        counted[c.pool(g)] = true;
+                        if g >= 1 {
+                            counted[c.ready(g)] = true;
+                        }
+                    }
+                }
+            }
             let values: [Vec<f64>; 6] = [
-                need.iter().map(|d| d.ms).collect(),
-                need.iter().map(|d| d.ms + bias * d.steps as f64).collect(),
-                need.iter().map(|d| d.area as f64).collect(),
-                need.iter().map(|d| d.tokens as f64).collect(),
-                need.iter().map(|d| d.prompt as f64).collect(),
-                need.iter().map(|d| d.prefill_kv as f64).collect(),
+                until.iter().map(|d| d.ms).collect(),
+                until.iter().map(|d| d.ms + bias * d.steps as f64).collect(),
+                until.iter().map(|d| d.area as f64).collect(),
+                until.iter().map(|d| d.tokens as f64).collect(),
+                until.iter().map(|d| d.prompt as f64).collect(),
+                until.iter().map(|d| d.prefill_kv as f64).collect(),
             ];
             let orders = values.clone().map(|v| {
                 let mut o: Vec<usize> = (0..v.len()).collect();
@@ -838,11 +867,9 @@ impl Estimate {
                 o
             });
             Positions {
-                done,
+                done: counted.iter().map(|c| !c).collect(),
                 values,
                 orders,
-                requests: model.requests,
-                finished,
             }
         });
         Self {
@@ -901,11 +928,12 @@ impl Estimate {
             .filter(|(_, t)| **t)
             .map(|(&n, _)| f64::from(n))
             .sum::<f64>();
-        let unfinished = p.requests
-            - p.finished
-                .iter()
-                .map(|&i| f64::from(counts[i]))
-                .sum::<f64>();
+        let unfinished: usize = counts
+            .iter()
+            .zip(&p.done)
+            .filter(|(_, d)| !**d)
+            .map(|(&n, _)| usize::from(n))
+            .sum();
         let mut smallest = std::array::from_fn::<_, 6, _>(|m| Smallest {
             order: &p.orders[m],
             values: &p.values[m],
@@ -920,7 +948,7 @@ impl Estimate {
         // completion may be that much earlier and need that many fewer tokens.
         let held_ms = held * self.token;
         let (mut sum, mut least) = (0.0, [0.0; 6]);
-        for _ in 0..unfinished as usize {
+        for _ in 0..unfinished {
             let time = smallest[1].next();
             for m in [0, 2, 3, 4, 5] {
                 least[m] += smallest[m].next();
@@ -1006,9 +1034,9 @@ mod tests {
         // Lazy evictions, never beside a refill of the same generation count (to
         // decode-ready; through a token where a decode costs less): on random classes with
         // M tight enough that evictions pay, the pooled optimum with only canonical
-        // evictions equals the one with all of them, with or without R_max and no-mix.
-        // Half the seeds make the decode flag cheap (0.1 ms), so that a decode costs less
-        // than these short refills.
+        // evictions equals the one with all of them, with or without R_max and no-mix, for
+        // makespan, mean latency and mean TTFT. Half the seeds make the decode flag cheap
+        // (0.1 ms), so that a decode costs less than these short refills.
         use rand::{Rng, SeedableRng};
         let preset = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let mut cheap_decode = preset.clone();
@@ -1046,12 +1074,11 @@ mod tests {
                 ..Limits::unlimited()
             };
             let no_mix = rng.random_bool(0.3);
-            // Makespan on half the seeds, mean latency on the others.
-            let objective = if seed % 4 < 2 {
-                Objective::Makespan
-            } else {
-                Objective::MeanLatency
-            };
+            let objective = [
+                Objective::Makespan,
+                Objective::MeanLatency,
+                Objective::MeanTtft,
+            ][(seed / 2 % 3) as usize];
             let optimum = |canonical: bool, no_evict: bool| {
                 let class = PolicyConstraints {
                     no_evict,
@@ -1084,7 +1111,7 @@ mod tests {
             );
             differs_from_no_evict += usize::from(optimum(true, true) > all * (1.0 + 1e-9));
         }
-        // Evictions pay on some of them (17 of 60 when written), so the rules are
+        // Evictions pay on some of them (21 of 60 when written), so the rules are
         // exercised.
         assert!(differs_from_no_evict >= 10, "{differs_from_no_evict}");
     }
@@ -1112,7 +1139,6 @@ mod tests {
             )
         };
         let w = identical(4, 16, 8);
-        assert!(run(&w, Objective::MeanTtft, PolicyConstraints::default()).is_none());
         for class in [
             PolicyConstraints {
                 fcfs: true,

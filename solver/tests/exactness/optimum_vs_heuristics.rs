@@ -57,7 +57,7 @@ proptest! {
     #[test]
     fn no_heuristic_beats_the_exhaustive_optimum((w, limits) in arb_tiny()) {
         let cost = preset("llama2-7b-a100").unwrap();
-        for objective in [Objective::Makespan, Objective::MeanLatency] {
+        for objective in [Objective::Makespan, Objective::MeanLatency, Objective::MeanTtft] {
             let Some((best, s)) = optimum(&w, &limits, &cost, objective, Class::default(), 200_000) else {
                 continue;
             };
@@ -67,6 +67,7 @@ proptest! {
             let replayed = match objective {
                 Objective::Makespan => summary.makespan_s,
                 Objective::MeanLatency => summary.mean_e2e_s,
+                Objective::MeanTtft => summary.mean_ttft_s,
             };
             prop_assert!((replayed - best).abs() <= 1e-12 * best.max(1.0), "{replayed} vs {best}");
             let knobs = Knobs::matching(&limits);
@@ -81,6 +82,7 @@ proptest! {
                 let value = match objective {
                     Objective::Makespan => h.makespan_s,
                     Objective::MeanLatency => h.mean_e2e_s,
+                    Objective::MeanTtft => h.mean_ttft_s,
                 };
                 prop_assert!(value >= best * (1.0 - 1e-12), "{name} {objective:?}: {value} < optimum {best}");
             }

@@ -731,7 +731,13 @@ fn counting_search_is_exact_for_whole_prefills_under_token_budgets() {
             },
         )
         .unwrap();
-        assert_eq!(any.method, SolveMethod::Milp, "{objective:?}");
+        // The MILP answers, or the pooled search proves a schedule optimal over chunked ones
+        // before it (here TTFT).
+        assert!(
+            matches!(any.method, SolveMethod::Milp | SolveMethod::CountingSearch),
+            "{objective:?}: {:?}",
+            any.method
+        );
         assert!(any.replayed_objective <= counted.replayed_objective * (1.0 + 1e-9));
     }
 }
@@ -842,9 +848,9 @@ fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
     // Classes of identical requests under a token budget, M from just enough (evictions
     // pay) to a little more, KV blocks of 1 or 2 tokens: the pooled search's bound over
     // chunked schedules is at most the exhaustive optimum of every class it is asked for,
-    // for makespan and mean latency, and meets it often.
+    // for makespan, mean latency and mean TTFT, and meets it often.
     let cost = preset("llama2-7b-a100").unwrap();
-    let (mut compared, mut tight) = ([0; 2], [0; 2]);
+    let (mut compared, mut tight) = ([0; 3], [0; 3]);
     for seed in 900..940u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut reqs = Vec::new();
@@ -875,6 +881,7 @@ fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
         for (k, (objective, exhaustive_objective)) in [
             (Objective::Makespan, exhaustive::Objective::Makespan),
             (Objective::MeanLatency, exhaustive::Objective::MeanLatency),
+            (Objective::MeanTtft, exhaustive::Objective::MeanTtft),
         ]
         .into_iter()
         .enumerate()
@@ -909,7 +916,7 @@ fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
         }
     }
     assert!(compared.iter().all(|&c| c >= 35), "{compared:?}");
-    // Makespan 27 of 40, mean latency 31 of 40 when written: the dropped terms (a chunk's
+    // Makespan 27, mean latency 31, TTFT 31 of 40 when written: the dropped terms (a chunk's
     // context), costs moved to a phase's last batch and the refills' pooled tokens are
     // what separates the others.
     assert!(tight.iter().all(|&t| t >= 20), "{tight:?} of {compared:?}");
@@ -920,11 +927,11 @@ fn the_pooled_search_bound_never_exceeds_a_replayed_heuristic_on_larger_classes(
     // Beyond the exhaustive search's reach: classes of up to 10 identical requests with
     // prompts of up to 24 tokens under C and a tight M, evictions allowed (where the
     // canonical-eviction rules prune). The pooled bound (stopped at 10,000 vectors where it
-    // does not finish) is at most every heuristic's replayed makespan and mean latency under
-    // every running-set cap, and meets the best of them on some (makespan 7, mean latency 8
-    // of 30 when written).
+    // does not finish) is at most every heuristic's replayed makespan, mean latency and mean
+    // TTFT under every running-set cap, and meets the best of them on some (makespan 7,
+    // mean latency 8, TTFT 2 of 30 when written).
     let cost = preset("llama2-7b-a100").unwrap();
-    let (mut compared, mut met) = ([0; 2], [0; 2]);
+    let (mut compared, mut met) = ([0; 3], [0; 3]);
     for seed in 0..30u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(7_000 + seed);
         let mut reqs = Vec::new();
@@ -945,9 +952,13 @@ fn the_pooled_search_bound_never_exceeds_a_replayed_heuristic_on_larger_classes(
             kv_capacity: Some(need + rng.random_range(0..=2 * need)),
             ..Limits::unlimited()
         };
-        for (k, objective) in [Objective::Makespan, Objective::MeanLatency]
-            .into_iter()
-            .enumerate()
+        for (k, objective) in [
+            Objective::Makespan,
+            Objective::MeanLatency,
+            Objective::MeanTtft,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let bound = infersched_solver::bounds::pooled_search_bound(
                 &w,
@@ -987,7 +998,9 @@ fn the_pooled_search_bound_never_exceeds_a_replayed_heuristic_on_larger_classes(
         }
     }
     assert!(compared.iter().all(|&c| c >= 150), "{compared:?}");
-    assert!(met.iter().all(|&m| m >= 5), "{met:?}");
+    // The heuristics seldom reach the least TTFT (none evicts a request right after its
+    // first token to make room for the next prompt), hence its lower count.
+    assert!(met[0] >= 5 && met[1] >= 5 && met[2] >= 1, "{met:?}");
 }
 
 #[test]
