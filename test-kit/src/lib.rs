@@ -12,6 +12,8 @@
 
 pub mod exhaustive;
 
+use std::ops::RangeInclusive;
+
 use infersched_core::{Request, Workload};
 
 /// A workload from `(I, O, arrival)` tuples (panics on invalid ones: test data).
@@ -36,4 +38,26 @@ pub fn largest_kv_need(w: &Workload) -> u64 {
         .map(|r| r.max_kv_tokens())
         .max()
         .unwrap_or(0)
+}
+
+/// One or two classes of identical requests, all at t = 0, drawn from `rng`: each class's
+/// prompt and output lengths from `input` and `output`, its copies from `copies`.
+pub fn identical_classes(
+    rng: &mut impl rand::Rng,
+    input: RangeInclusive<u32>,
+    output: RangeInclusive<u32>,
+    copies: RangeInclusive<u32>,
+) -> Workload {
+    let mut reqs = Vec::new();
+    for _ in 0..rng.random_range(1..=2) {
+        let r = Request {
+            input_tokens: rng.random_range(input.clone()),
+            output_tokens: rng.random_range(output.clone()),
+            arrival_s: 0.0,
+        };
+        for _ in 0..rng.random_range(copies.clone()) {
+            reqs.push(r);
+        }
+    }
+    Workload::new(reqs).expect("test workload")
 }

@@ -861,7 +861,8 @@ impl Estimate {
                 until.iter().map(|d| d.prompt as f64).collect(),
                 until.iter().map(|d| d.prefill_kv as f64).collect(),
             ];
-            let orders = values.clone().map(|v| {
+            let orders = std::array::from_fn(|m| {
+                let v = &values[m];
                 let mut o: Vec<usize> = (0..v.len()).collect();
                 o.sort_by(|&a, &b| v[a].total_cmp(&v[b]).then(a.cmp(&b)));
                 o
@@ -1050,23 +1051,13 @@ mod tests {
                 &cheap_decode
             };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            let mut reqs = Vec::new();
-            for _ in 0..rng.random_range(1..=2) {
-                let r = Request {
-                    input_tokens: rng.random_range(2..=6),
-                    output_tokens: rng.random_range(2..=4),
-                    arrival_s: 0.0,
-                };
-                for _ in 0..rng.random_range(1..=3) {
-                    reqs.push(r);
-                }
-            }
-            let need = reqs
+            let w = infersched_test_kit::identical_classes(&mut rng, 2..=6, 2..=4, 1..=3);
+            let need = w
+                .requests()
                 .iter()
                 .map(|r| u64::from(r.input_tokens + r.output_tokens))
                 .max()
                 .unwrap();
-            let w = Workload::new(reqs).unwrap();
             let limits = Limits {
                 kv_capacity: Some(need + rng.random_range(0..=need)),
                 token_budget: Some(rng.random_range(4..=12)),

@@ -853,18 +853,7 @@ fn the_pooled_search_bound_never_exceeds_the_exhaustive_optimum() {
     let (mut compared, mut tight) = ([0; 3], [0; 3]);
     for seed in 900..940u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut reqs = Vec::new();
-        for _ in 0..rng.random_range(1..=2) {
-            let r = Request {
-                input_tokens: rng.random_range(2..=4),
-                output_tokens: rng.random_range(1..=3),
-                arrival_s: 0.0,
-            };
-            for _ in 0..rng.random_range(1..=2) {
-                reqs.push(r);
-            }
-        }
-        let w = Workload::new(reqs).unwrap();
+        let w = infersched_test_kit::identical_classes(&mut rng, 2..=4, 1..=3, 1..=2);
         let need = infersched_test_kit::largest_kv_need(&w);
         let block_size = if rng.random_bool(0.25) { 2 } else { 1 };
         let need = need.div_ceil(u64::from(block_size)) * u64::from(block_size);
@@ -934,18 +923,7 @@ fn the_pooled_search_bound_never_exceeds_a_replayed_heuristic_on_larger_classes(
     let (mut compared, mut met) = ([0; 3], [0; 3]);
     for seed in 0..30u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(7_000 + seed);
-        let mut reqs = Vec::new();
-        for _ in 0..rng.random_range(1..=2) {
-            let r = Request {
-                input_tokens: rng.random_range(4..=24),
-                output_tokens: rng.random_range(2..=6),
-                arrival_s: 0.0,
-            };
-            for _ in 0..rng.random_range(2..=5) {
-                reqs.push(r);
-            }
-        }
-        let w = Workload::new(reqs).unwrap();
+        let w = infersched_test_kit::identical_classes(&mut rng, 4..=24, 2..=6, 2..=5);
         let need = infersched_test_kit::largest_kv_need(&w);
         let limits = Limits {
             token_budget: Some(rng.random_range(need / 2..=2 * need).max(2)),
