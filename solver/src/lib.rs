@@ -449,7 +449,7 @@ pub fn solve(
     };
     // The pooled search bounds chunked schedules (every objective): it may prove the best
     // schedule so far optimal, else its bound joins the others.
-    let combinatorial = if counting_applies && !counting_exact {
+    let (combinatorial, warm) = if counting_applies && !counting_exact {
         let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.35);
         let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
         match counting::pooled::pooled_bound(
@@ -477,20 +477,68 @@ pub fn solve(
                         t_build,
                     ));
                 }
-                combinatorial
+                (combinatorial, warm)
             }
-            Some(counting::pooled::Pooled::Bound { bound_s, .. })
-                if bound_s.is_finite() && bound_s > combinatorial.value_s =>
-            {
-                bounds::CombinatorialBound {
-                    value_s: bound_s,
-                    argument: bounds::BoundArgument::PooledSearch,
+            Some(counting::pooled::Pooled::Bound {
+                bound_s,
+                expanded,
+                schedule,
+                ..
+            }) => {
+                // The optimal pooled path, followed request by request, may replay at the
+                // bound (then it is optimal), or at least beat the best schedule so far.
+                let followed = schedule.and_then(|schedule| {
+                    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
+                    class
+                        .admits(w, limits, &schedule)
+                        .then(|| portfolio::BestHeuristic {
+                            name: format!("the pooled search's optimal path (states: {expanded})"),
+                            schedule,
+                            replay,
+                        })
+                });
+                if let Some(path) = &followed
+                    && path.objective_value(objective) <= bound_s * (1.0 + 1e-9)
+                {
+                    let mut report = counting::incumbent_report(
+                        path,
+                        objective,
+                        class,
+                        expanded,
+                        "the pooled search's optimal path, followed request by request, replays at the pooled bound, so it is optimal".into(),
+                        t_build,
+                    );
+                    // The warm start is the best schedule it beat.
+                    report.warm_start = warm.as_ref().map(|best| WarmStart {
+                        heuristic: best.name.clone(),
+                        objective: best.objective_value(objective),
+                    });
+                    return Ok(report);
                 }
+                let warm = match followed {
+                    Some(path)
+                        if warm.as_ref().is_none_or(|best| {
+                            path.objective_value(objective) < best.objective_value(objective)
+                        }) =>
+                    {
+                        Some(path)
+                    }
+                    _ => warm,
+                };
+                let combinatorial = if bound_s.is_finite() && bound_s > combinatorial.value_s {
+                    bounds::CombinatorialBound {
+                        value_s: bound_s,
+                        argument: bounds::BoundArgument::PooledSearch,
+                    }
+                } else {
+                    combinatorial
+                };
+                (combinatorial, warm)
             }
-            _ => combinatorial,
+            None => (combinatorial, warm),
         }
     } else {
-        combinatorial
+        (combinatorial, warm)
     };
     let (combinatorial, warm) = with_phase_bound(0.25, 0.05, warm, combinatorial);
     let problem = arcflow::ArcFlowProblem {

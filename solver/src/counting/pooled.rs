@@ -59,10 +59,12 @@
 //!   measure (evictions, then how early they are), so a pooled optimum obeys these rules
 //!   at once.
 
+mod schedule;
+
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use infersched_core::{BatchFeatures, Feature, Limits, Workload};
+use infersched_core::{BatchFeatures, Feature, Limits, Schedule, Workload};
 use infersched_cost_model::LinearCostModel;
 
 use super::batches::Load;
@@ -71,7 +73,7 @@ use crate::classes::{entry_cost_ms, request_classes};
 use crate::{Objective, PolicyConstraints};
 
 /// How the pooled search ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Pooled {
     /// Every pooled path costs at least the incumbent: the incumbent is optimal among all
     /// schedules. Count vectors expanded.
@@ -83,6 +85,11 @@ pub(crate) enum Pooled {
         bound_s: f64,
         exact: bool,
         expanded: usize,
+        /// For the pooled optimum, its path as a schedule (TTFT: completed after the last
+        /// first token), where the path can be followed; to be replayed, since the pooled
+        /// model prices batches at most what they cost and holds refills' tokens to fewer
+        /// than they take (module [`schedule`]).
+        schedule: Option<Schedule>,
     },
 }
 
@@ -189,6 +196,99 @@ impl Model<'_> {
     }
 }
 
+impl<'a> Model<'a> {
+    /// The pooled model of `w` (with its classes' members), or None where the search does
+    /// not apply ([`pooled_bound`]).
+    fn new(
+        w: &Workload,
+        limits: &'a Limits,
+        cost: &LinearCostModel,
+        objective: Objective,
+        class: &PolicyConstraints,
+        canonical_evictions: bool,
+    ) -> Option<(Self, Vec<Vec<usize>>)> {
+        if class.fcfs || class.reserve || w.is_empty() {
+            return None;
+        }
+        let reqs = w.requests();
+        let offset_s = reqs[0].arrival_s;
+        if reqs.iter().any(|r| r.arrival_s != offset_s) {
+            return None;
+        }
+        let theta = |f: Feature| cost.theta(f) * 1e3;
+        if Feature::ALL
+            .iter()
+            .any(|&f| !theta(f).is_finite() || theta(f) < 0.0)
+        {
+            return None;
+        }
+        let members = request_classes(w, true);
+        let mut classes = Vec::new();
+        let mut width = 0usize;
+        for m in &members {
+            let r = &reqs[m[0]];
+            let size = u16::try_from(m.len()).ok()?;
+            let output = r.output_tokens;
+            // A vector of 2 O + 1 counts per class: long outputs are not for this search; a
+            // partial prompt's tokens (under I) must fit a count.
+            if output == 0 || output > 4096 || r.input_tokens == 0 || r.input_tokens > 65_535 {
+                return None;
+            }
+            classes.push(Class {
+                input: u64::from(r.input_tokens),
+                output,
+                size,
+                base: width,
+            });
+            width += 2 * output as usize + 1;
+        }
+        if width > 1 << 14 {
+            return None;
+        }
+        let decode_ms: Vec<Vec<f64>> = classes
+            .iter()
+            .map(|c| {
+                (0..c.output)
+                    .map(|g| {
+                        let mut f = BatchFeatures::default();
+                        f.add_decode(c.known(g));
+                        entry_cost_ms(cost, &f)
+                    })
+                    .collect()
+            })
+            .collect();
+        let token_ms = theta(Feature::Tokens);
+        let phase_ms = |q: u64| {
+            theta(Feature::PrefillAttn) * (q * q) as f64
+                + theta(Feature::NPrefill)
+                + token_ms * q as f64
+        };
+        let decode_beats_refill = classes
+            .iter()
+            .zip(&decode_ms)
+            .map(|(c, ms)| {
+                (0..c.output)
+                    .map(|g| ms[g as usize] + theta(Feature::HasDecode) <= phase_ms(c.known(g)))
+                    .collect()
+            })
+            .collect();
+        let model = Model {
+            objective,
+            requests: w.len() as f64,
+            classes,
+            width,
+            limits,
+            evictions: !class.no_evict,
+            canonical_evictions,
+            no_mix: class.no_mix,
+            theta: Feature::ALL.map(theta),
+            decode_ms,
+            decode_beats_refill,
+        };
+        Some((model, members))
+    }
+}
+
 /// Runs the pooled search for makespan, mean latency or mean TTFT on an offline workload
 /// (`None` where it does not apply: arrivals that differ, FCFS or reservations, a negative
 /// coefficient, or a vector too wide). `incumbent_s` is a known schedule's objective.
@@ -230,84 +330,8 @@ fn pooled(
     deadline: Instant,
     canonical_evictions: bool,
 ) -> Option<Pooled> {
-    if class.fcfs || class.reserve || w.is_empty() {
-        return None;
-    }
-    let reqs = w.requests();
-    let offset_s = reqs[0].arrival_s;
-    if reqs.iter().any(|r| r.arrival_s != offset_s) {
-        return None;
-    }
-    let theta = |f: Feature| cost.theta(f) * 1e3;
-    if Feature::ALL
-        .iter()
-        .any(|&f| !theta(f).is_finite() || theta(f) < 0.0)
-    {
-        return None;
-    }
-    let members = request_classes(w, true);
-    let mut classes = Vec::new();
-    let mut width = 0usize;
-    for m in &members {
-        let r = &reqs[m[0]];
-        let size = u16::try_from(m.len()).ok()?;
-        let output = r.output_tokens;
-        // A vector of 2 O + 1 counts per class: long outputs are not for this search; a
-        // partial prompt's tokens (under I) must fit a count.
-        if output == 0 || output > 4096 || r.input_tokens == 0 || r.input_tokens > 65_535 {
-            return None;
-        }
-        classes.push(Class {
-            input: u64::from(r.input_tokens),
-            output,
-            size,
-            base: width,
-        });
-        width += 2 * output as usize + 1;
-    }
-    if width > 1 << 14 {
-        return None;
-    }
-    let decode_ms: Vec<Vec<f64>> = classes
-        .iter()
-        .map(|c| {
-            (0..c.output)
-                .map(|g| {
-                    let mut f = BatchFeatures::default();
-                    f.add_decode(c.known(g));
-                    entry_cost_ms(cost, &f)
-                })
-                .collect()
-        })
-        .collect();
-    let token_ms = theta(Feature::Tokens);
-    let phase_ms = |q: u64| {
-        theta(Feature::PrefillAttn) * (q * q) as f64
-            + theta(Feature::NPrefill)
-            + token_ms * q as f64
-    };
-    let decode_beats_refill = classes
-        .iter()
-        .zip(&decode_ms)
-        .map(|(c, ms)| {
-            (0..c.output)
-                .map(|g| ms[g as usize] + theta(Feature::HasDecode) <= phase_ms(c.known(g)))
-                .collect()
-        })
-        .collect();
-    let model = Model {
-        objective,
-        requests: w.len() as f64,
-        classes,
-        width,
-        limits,
-        evictions: !class.no_evict,
-        canonical_evictions,
-        no_mix: class.no_mix,
-        theta: Feature::ALL.map(theta),
-        decode_ms,
-        decode_beats_refill,
-    };
+    let (model, members) = Model::new(w, limits, cost, objective, class, canonical_evictions)?;
+    let offset_s = w.requests()[0].arrival_s;
     // Makespan from the common arrival; mean latency as the sum of latencies.
     let incumbent_ms = incumbent_s.map(|v| {
         if model.objective != Objective::Makespan {
@@ -316,26 +340,61 @@ fn pooled(
             (v - offset_s) * 1e3
         }
     });
-    let max_states = Reached::state_cap(width, max_states, memory_bytes);
+    let max_states = Reached::state_cap(model.width, max_states, memory_bytes);
+    let seconds = |ms: f64| {
+        if model.objective != Objective::Makespan {
+            ms / 1e3 / model.requests
+        } else {
+            ms / 1e3 + offset_s
+        }
+    };
     Some(match search(&model, incumbent_ms, max_states, deadline) {
         Ended::Incumbent(expanded) => Pooled::IncumbentOptimal { expanded },
         Ended::Bound(ms, exact, expanded) => Pooled::Bound {
-            bound_s: if model.objective != Objective::Makespan {
-                ms / 1e3 / model.requests
-            } else {
-                ms / 1e3 + offset_s
-            },
+            bound_s: seconds(ms),
             exact,
             expanded,
+            schedule: None,
+        },
+        Ended::Optimum(ms, path, expanded) => Pooled::Bound {
+            bound_s: seconds(ms),
+            exact: true,
+            expanded,
+            schedule: schedule::path_schedule(&model, &members, &path),
         },
     })
 }
 
 /// How [`search`] ended: the incumbent is optimal, or a bound (ms; exact when it is the
-/// pooled optimum) with the vectors expanded.
+/// pooled optimum) with the vectors expanded, and for the optimum its path.
 enum Ended {
     Incumbent(usize),
     Bound(f64, bool, usize),
+    Optimum(f64, Path, usize),
+}
+
+/// A pooled path from the start: its count vectors and the cost (ms, as the objective
+/// counts it) of reaching each.
+pub(super) struct Path {
+    pub counts: Vec<Vec<u16>>,
+    pub cost: Vec<f64>,
+}
+
+impl Path {
+    /// The path to vector `id` of `reached`.
+    fn to(reached: &Reached, id: usize) -> Path {
+        let mut ids = vec![id];
+        while let Some(&at) = ids.last()
+            && reached.parent[at] != u32::MAX
+        {
+            ids.push(reached.parent[at] as usize);
+        }
+        ids.reverse();
+        Path {
+            counts: ids.iter().map(|&i| reached.counts(i).to_vec()).collect(),
+            cost: ids.iter().map(|&i| reached.cost[i]).collect(),
+        }
+    }
 }
 
 /// The most batches enumerated from one vector: past it the search stops with the bound it
@@ -377,7 +436,7 @@ fn search(model: &Model, incumbent_ms: Option<f64>, max_states: usize, deadline:
         frontier = frontier.max(f.min(cutoff));
         counts.copy_from_slice(reached.counts(id));
         if model.reached_goal(&counts, &goal) {
-            return Ended::Bound(g, true, expanded);
+            return Ended::Optimum(g, Path::to(&reached, id), expanded);
         }
         expanded += 1;
         // An expansion can take milliseconds (thousands of batches): the clock is read
@@ -389,7 +448,7 @@ fn search(model: &Model, incumbent_ms: Option<f64>, max_states: usize, deadline:
         }
         next_counts.clear();
         durations.clear();
-        let complete = batches(model, &counts, &mut |next: &[u16], ms: f64| {
+        let complete = batches(model, &counts, &mut |next: &[u16], ms: f64, _: &Choices| {
             next_counts.extend_from_slice(next);
             durations.push(ms);
             // One vector may have a million batches: the clock is read as they come too.
@@ -428,17 +487,33 @@ enum Step {
     Refill(usize),
 }
 
-/// Calls `emit(next, duration_ms)` for every pooled batch from `counts` until it returns
-/// false; false when it did.
-fn batches(model: &Model, counts: &[u16], emit: &mut dyn FnMut(&[u16], f64) -> bool) -> bool {
+/// What a pooled batch decided, one pair per choice ([`Walk::choice`]): per class, its
+/// first prefills' tokens `[x, 0]`; per decode-ready generation count `G`, `[decoded,
+/// evicted]`; per refill pool `E_G` (G = 1 .. O-1), `[to decode-ready, through a token]`.
+type Choices = [[u64; 2]];
+
+/// Calls `emit(next, duration_ms, choices)` for every pooled batch from `counts` until it
+/// returns false; false when it did.
+fn batches(
+    model: &Model,
+    counts: &[u16],
+    emit: &mut dyn FnMut(&[u16], f64, &Choices) -> bool,
+) -> bool {
     let mut steps = Vec::new();
+    let mut slot = Vec::new();
+    let mut choices = 0;
     for (k, c) in model.classes.iter().enumerate() {
-        steps.push(Step::First(k));
+        let mut push = |step: Step, width: usize| {
+            steps.push(step);
+            slot.push(choices);
+            choices += width;
+        };
+        push(Step::First(k), 1);
         for g in 1..c.output {
-            steps.push(Step::Ready(k, g));
+            push(Step::Ready(k, g), 1);
         }
         if c.output > 1 {
-            steps.push(Step::Refill(k));
+            push(Step::Refill(k), c.output as usize - 1);
         }
     }
     let most = model
@@ -451,6 +526,8 @@ fn batches(model: &Model, counts: &[u16], emit: &mut dyn FnMut(&[u16], f64) -> b
         model,
         counts,
         steps,
+        slot,
+        choice: vec![[0; 2]; choices],
         next: vec![0; model.width],
         evicted: vec![0; most],
         kept_out: u64::MAX,
@@ -469,6 +546,10 @@ struct Walk<'a, 'e> {
     model: &'a Model<'a>,
     counts: &'a [u16],
     steps: Vec<Step>,
+    /// Per step: where its choices start in `choice` (a refill step has one per `E_G`).
+    slot: Vec<usize>,
+    /// The choices of the batch being built ([`Choices`]).
+    choice: Vec<[u64; 2]>,
     next: Vec<u16>,
     /// Per generation count: requests of the class being decided evicted from
     /// decode-ready, joining their refill pool.
@@ -478,7 +559,7 @@ struct Walk<'a, 'e> {
     kept_out: u64,
     /// Set when `emit` said stop.
     stopped: bool,
-    emit: &'e mut dyn FnMut(&[u16], f64) -> bool,
+    emit: &'e mut dyn FnMut(&[u16], f64, &Choices) -> bool,
 }
 
 /// The refills completing in one batch: the prompt tokens they process in all, and the
@@ -544,6 +625,7 @@ impl Walk<'_, '_> {
                 self.next[c.ready(g)] += idle;
                 self.next[to] += d;
                 self.evicted[g as usize] = v;
+                self.choice[self.slot[i]] = [u64::from(d), u64::from(v)];
                 self.go(i + 1, next);
                 self.next[c.ready(g)] -= idle;
                 self.next[to] -= d;
@@ -560,6 +642,7 @@ impl Walk<'_, '_> {
         let waiting = u64::from(self.counts[c.pool(0)]);
         let have = u64::from(self.counts[c.prompt_held()]);
         if waiting == 0 {
+            self.choice[self.slot[i]] = [0; 2];
             self.go(i + 1, load);
             return;
         }
@@ -584,6 +667,7 @@ impl Walk<'_, '_> {
             self.next[c.pool(0)] = waiting as u16 - e;
             self.next[c.prompt_held()] = left as u16;
             self.next[to] += e;
+            self.choice[self.slot[i]] = [x, 0];
             self.go(i + 1, next);
             self.next[to] -= e;
         }
@@ -613,8 +697,10 @@ impl Walk<'_, '_> {
             return;
         }
         let n = self.counts[c.pool(g)] + self.evicted[g as usize];
+        let at = self.slot[i] + g as usize - 1;
         if n == 0 {
             self.next[c.pool(g)] = 0;
+            self.choice[at] = [0; 2];
             self.refill(i, k, g + 1, exits, load);
             return;
         }
@@ -644,6 +730,7 @@ impl Walk<'_, '_> {
                 self.next[c.pool(g)] = n - a - e;
                 self.next[c.ready(g)] += a;
                 self.next[to] += e;
+                self.choice[at] = [a64, e64];
                 let was = self.kept_out;
                 if self.evicted[g as usize] > a + e {
                     self.kept_out = self.kept_out.min(known - 1);
@@ -668,7 +755,9 @@ impl Walk<'_, '_> {
                 return;
             }
         }
-        if load.is_batch(m.no_mix) && !(self.emit)(&self.next, load.duration(&m.theta)) {
+        if load.is_batch(m.no_mix)
+            && !(self.emit)(&self.next, load.duration(&m.theta), &self.choice)
+        {
             self.stopped = true;
         }
     }
@@ -1105,6 +1194,88 @@ mod tests {
         // Evictions pay on some of them (21 of 60 when written), so the rules are
         // exercised.
         assert!(differs_from_no_evict >= 10, "{differs_from_no_evict}");
+    }
+
+    #[test]
+    fn the_optimal_pooled_path_is_followed_by_a_valid_schedule_at_or_above_the_bound() {
+        // On random classes (as above, evictions allowed on half), the pooled optimum's
+        // path, followed request by request, replays: valid under the limits, in the
+        // class, never below the bound; and where the pooled model prices it exactly
+        // (whole prompts, no refill too large for C), at the bound.
+        use rand::{Rng, SeedableRng};
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        let (mut followed, mut at_bound, mut ttft_at_bound) = (0, 0, 0);
+        for seed in 0..60u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let w = infersched_test_kit::identical_classes(&mut rng, 2..=6, 2..=4, 1..=3);
+            let need = w
+                .requests()
+                .iter()
+                .map(|r| u64::from(r.input_tokens + r.output_tokens))
+                .max()
+                .unwrap();
+            let limits = Limits {
+                kv_capacity: Some(need + rng.random_range(0..=need)),
+                token_budget: Some(rng.random_range(4..=12)),
+                max_running: rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
+                block_size: [1, 1, 2][rng.random_range(0..3)],
+                ..Limits::unlimited()
+            };
+            let class = PolicyConstraints {
+                no_evict: rng.random_bool(0.5),
+                no_mix: rng.random_bool(0.3),
+                ..PolicyConstraints::default()
+            };
+            let objective = [
+                Objective::Makespan,
+                Objective::MeanLatency,
+                Objective::MeanTtft,
+            ][(seed % 3) as usize];
+            let Some(Pooled::Bound {
+                bound_s,
+                exact: true,
+                schedule,
+                ..
+            }) = pooled_bound(
+                &w,
+                &limits,
+                &cost,
+                objective,
+                &class,
+                10_000_000,
+                1 << 32,
+                None,
+                far,
+            )
+            else {
+                panic!("seed {seed}: the search did not finish");
+            };
+            // Not followed where TTFT's goal leaves more KV than no-evict lets finish; not
+            // valid where a refill takes more than C, or blocks more than M (9 of 60).
+            let Some(schedule) = schedule else {
+                continue;
+            };
+            let Ok(r) = infersched_core::replay(&w, &limits, &cost, &schedule) else {
+                continue;
+            };
+            followed += 1;
+            assert!(class.admits(&w, &limits, &schedule), "seed {seed}");
+            let value = objective.of_replay(&r);
+            assert!(
+                value >= bound_s * (1.0 - 1e-9),
+                "seed {seed}: {value} below the bound {bound_s}"
+            );
+            if value <= bound_s * (1.0 + 1e-9) {
+                at_bound += 1;
+                ttft_at_bound += usize::from(objective == Objective::MeanTtft);
+            }
+        }
+        // 51 followed, 37 at the bound (16 of them TTFT) when written.
+        assert!(
+            followed >= 45 && at_bound >= 30 && ttft_at_bound >= 10,
+            "{followed} followed, {at_bound} at the bound ({ttft_at_bound} TTFT)"
+        );
     }
 
     #[test]

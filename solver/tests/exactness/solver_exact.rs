@@ -1063,4 +1063,33 @@ fn solve_proves_a_whole_prefill_schedule_optimal_over_chunked_ones_by_the_pooled
         "{}",
         report.replayed_objective
     );
+    // Mean TTFT with evictions: two whole prompts per batch at first, each group evicted
+    // to make room for the next, is optimal (the pooled optimum, 13.728 ms). No heuristic
+    // evicts that way; the pooled search's path, followed request by request, does.
+    let options = SolveOptions {
+        time_limit_s: 10.0,
+        ..exact_options(PolicyConstraints::default())
+    };
+    let report = solve(&w, &limits, &cost, Objective::MeanTtft, &options).unwrap();
+    assert_eq!(
+        (report.status, report.bound_method),
+        (SolveStatus::Optimal, BoundMethod::Exact)
+    );
+    assert!(
+        report
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("optimal path")),
+        "{:?}",
+        report.note
+    );
+    assert!(
+        (report.replayed_objective - 0.013_728).abs() < 1e-6,
+        "{}",
+        report.replayed_objective
+    );
+    let r = replay(&w, &limits, &cost, &report.schedule).unwrap();
+    assert!(r.batches.iter().any(|b| b.evictions > 0));
+    let best = report.warm_start.expect("the heuristics ran").objective;
+    assert!(best > report.replayed_objective * 1.1, "{best}");
 }
