@@ -586,6 +586,105 @@ pub(crate) fn solve_by_counting(
     }))
 }
 
+/// What [`pooled_search`] found.
+pub(crate) enum PooledSearch {
+    /// The best schedule so far, or the pooled optimum's followed path, is proven optimal.
+    Proven(SolveReport),
+    /// Not proven: its bound (seconds, where it ran and found one) and the best schedule
+    /// so far (the followed path where it is better).
+    Bounded {
+        bound_s: Option<f64>,
+        warm: Option<BestHeuristic>,
+    },
+}
+
+/// The pooled search (module [`pooled`]) until `deadline` on a workload where the counting
+/// search applies but is not exact (chunks may pay): it proves `warm` optimal where no
+/// pooled path beats it; where it reaches the pooled optimum, that path, followed request
+/// by request and replayed, is optimal if it replays at the bound, else the warm start if
+/// it is better than `warm`. `started`: when the solve began (reports count from it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pooled_search(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    warm: Option<BestHeuristic>,
+    deadline: Instant,
+    started: Instant,
+) -> Result<PooledSearch, SolveError> {
+    let class = options.constraints;
+    let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
+    let (bound_s, expanded, schedule) = match pooled::pooled_bound(
+        w,
+        limits,
+        cost,
+        objective,
+        &class,
+        options.max_search_states,
+        options.memory_limit_bytes,
+        incumbent_s,
+        deadline,
+    ) {
+        Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
+            let Some(best) = &warm else {
+                return Ok(PooledSearch::Bounded {
+                    bound_s: None,
+                    warm,
+                });
+            };
+            let note = format!(
+                "the pooled search over chunked schedules showed that no schedule beats {}'s, so it is optimal",
+                best.name
+            );
+            return Ok(PooledSearch::Proven(incumbent_report(
+                best, objective, class, expanded, note, started,
+            )));
+        }
+        Some(pooled::Pooled::Bound {
+            bound_s,
+            expanded,
+            schedule,
+            ..
+        }) => (bound_s.is_finite().then_some(bound_s), expanded, schedule),
+        None => (None, 0, None),
+    };
+    // The optimal pooled path, followed request by request, may replay at the bound (then
+    // it is optimal), or at least beat the best schedule so far.
+    let followed = schedule.and_then(|schedule| {
+        let replay = replay(w, limits, cost, &schedule).ok()?;
+        class.admits(w, limits, &schedule).then(|| BestHeuristic {
+            name: format!("the pooled search's optimal path (states: {expanded})"),
+            schedule,
+            replay,
+        })
+    });
+    if let (Some(path), Some(bound_s)) = (&followed, bound_s)
+        && path.objective_value(objective) <= bound_s * (1.0 + 1e-9)
+    {
+        let note = "the pooled search's optimal path, followed request by request, replays at the pooled bound, so it is optimal";
+        let mut report = incumbent_report(path, objective, class, expanded, note.into(), started);
+        // The warm start is the best schedule it beat.
+        report.warm_start = warm.as_ref().map(|best| WarmStart {
+            heuristic: best.name.clone(),
+            objective: best.objective_value(objective),
+        });
+        return Ok(PooledSearch::Proven(report));
+    }
+    let warm = match followed {
+        Some(path)
+            if warm.as_ref().is_none_or(|best| {
+                path.objective_value(objective) < best.objective_value(objective)
+            }) =>
+        {
+            Some(path)
+        }
+        _ => warm,
+    };
+    Ok(PooledSearch::Bounded { bound_s, warm })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
