@@ -372,8 +372,10 @@ pub fn lower_bound(
 }
 
 /// The phase relaxation's bound on the mean latency (seconds; module `phases`), solved by
-/// HiGHS within `time_limit_s` on `threads`. None when it does not apply (another
-/// objective, more than [`PHASE_RELAXATION_MAX_REQUESTS`] requests, a negative cost
+/// HiGHS within `time_limit_s` on `threads`; for mean TTFT, on the first tokens alone (every
+/// output cut to one token: any schedule without its later entries serves those requests,
+/// each finishing no later than its first token came). None when it does not apply
+/// (makespan, more than [`PHASE_RELAXATION_MAX_REQUESTS`] requests, a negative cost
 /// coefficient, too little time) or HiGHS gives no bound; the bound is never below the
 /// machine bound, whose position-by-position completions it starts from.
 pub fn phase_relaxation_bound(
@@ -432,7 +434,8 @@ pub struct PhaseRelaxation {
     /// The bound (see [`phase_relaxation_bound`]).
     pub bound: CombinatorialBound,
     /// What HiGHS's incumbent plans (completion order, prompt shares per phase), when it
-    /// found one: a guide for a schedule, not a schedule (it ignores M and budgets).
+    /// found one: a guide for a schedule, not a schedule (it ignores M and budgets). For
+    /// mean TTFT, a plan of the first-token problem ([`first_tokens_only`]).
     pub plan: Option<PhasePlan>,
 }
 
@@ -445,11 +448,20 @@ pub fn phase_relaxation(
     time_limit_s: f64,
     threads: u32,
 ) -> Option<PhaseRelaxation> {
-    if objective != Objective::MeanLatency {
-        return None;
-    }
+    let first_tokens;
+    let reqs = match objective {
+        Objective::MeanLatency => w.requests(),
+        // Mean TTFT is bounded by the mean latency of the same requests with one output
+        // token each: drop every entry after a request's first token from any schedule,
+        // and what is left serves those requests (batches no longer, KV no larger, budgets
+        // kept) with each finishing no later than its first token came.
+        Objective::MeanTtft => {
+            first_tokens = first_tokens_only(w);
+            &first_tokens
+        }
+        Objective::Makespan => return None,
+    };
     let t = Theta(cost);
-    let reqs = w.requests();
     if reqs.is_empty() || reqs.len() > PHASE_RELAXATION_MAX_REQUESTS {
         return None;
     }
@@ -464,6 +476,17 @@ pub fn phase_relaxation(
             plan: r.plan,
         }
     })
+}
+
+/// `w`'s requests with one output token each (the first-token problem).
+pub(crate) fn first_tokens_only(w: &Workload) -> Vec<infersched_core::Request> {
+    w.requests()
+        .iter()
+        .map(|r| infersched_core::Request {
+            output_tokens: 1,
+            ..*r
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -518,7 +541,7 @@ mod tests {
             SchedulerKind::Sarathi,
             SchedulerKind::Orca,
         ];
-        let (mut checked, mut stronger) = (0, 0);
+        let (mut checked, mut stronger, mut stronger_ttft) = (0, 0, 0);
         for case in 0..60 {
             let n = rng.random_range(1..12);
             let reqs: Vec<Request> = (0..n)
@@ -554,21 +577,34 @@ mod tests {
                 .iter()
                 .map(|kind| kind.simulate(&w, &Knobs::matching(&limits), &cost()))
                 .chain(lists);
-            // The phase relaxation (HiGHS, 0.3 s: its dual bound at the limit is valid too).
+            // First tokens first: the schedules closest to the TTFT bound.
+            let first_tokens = crate::first_tokens::first_tokens_first(
+                &w,
+                &limits,
+                &cost(),
+                &crate::PolicyConstraints::default(),
+            );
+            let schedules = sims
+                .filter_map(|sim| sim.ok().map(|sim| sim.schedule))
+                .chain(first_tokens);
+            // The phase relaxation (HiGHS, 0.3 s: its dual bound at the limit is valid too),
+            // for mean latency and, on the first tokens alone, for mean TTFT.
             let phase =
                 phase_relaxation_bound(&w, &limits, &cost(), Objective::MeanLatency, 0.3, 1)
                     .expect("applies to mean latency with few requests");
+            let phase_ttft =
+                phase_relaxation_bound(&w, &limits, &cost(), Objective::MeanTtft, 0.3, 1)
+                    .expect("applies to mean TTFT with few requests");
+            let machine_ttft = lower_bound(&w, &limits, &cost(), Objective::MeanTtft).value_s;
+            stronger_ttft += usize::from(phase_ttft.value_s > machine_ttft * 1.001);
             let machine = lower_bound(&w, &limits, &cost(), Objective::MeanLatency).value_s;
             assert!(
                 phase.value_s >= machine * (1.0 - 1e-5),
                 "case {case}: {phase:?} below {machine}"
             );
             stronger += usize::from(phase.value_s > machine * 1.001);
-            for sim in sims {
-                let Ok(sim) = sim else {
-                    continue;
-                };
-                let Ok(rep) = replay(&w, &limits, &cost(), &sim.schedule) else {
+            for schedule in schedules {
+                let Ok(rep) = replay(&w, &limits, &cost(), &schedule) else {
                     continue;
                 };
                 let s = Summary::from_replay(&rep);
@@ -603,11 +639,16 @@ mod tests {
                 ] {
                     let b = lower_bound(&w, &limits, &cost(), objective).value_s;
                     let v = objective.of(&s);
-                    if objective == Objective::MeanLatency {
+                    let relaxed = match objective {
+                        Objective::MeanLatency => Some(&phase),
+                        Objective::MeanTtft => Some(&phase_ttft),
+                        Objective::Makespan => None,
+                    };
+                    if let Some(relaxed) = relaxed {
                         assert!(
-                            phase.value_s <= v * (1.0 + 1e-9),
-                            "case {case}: phase relaxation {} above a schedule's {v}",
-                            phase.value_s
+                            relaxed.value_s <= v * (1.0 + 1e-9),
+                            "case {case} {objective:?}: phase relaxation {} above a schedule's {v}",
+                            relaxed.value_s
                         );
                     }
                     assert!(b > 0.0, "case {case}: zero bound");
@@ -621,8 +662,11 @@ mod tests {
         }
         assert!(checked > 200, "{checked}");
         // The phase relaxation is stronger than the machine bound in many cases.
-        eprintln!("stronger in {stronger} cases");
-        assert!(stronger >= 10, "{stronger}");
+        eprintln!("stronger in {stronger} cases, for TTFT in {stronger_ttft}");
+        assert!(
+            stronger >= 10 && stronger_ttft >= 10,
+            "{stronger} {stronger_ttft}"
+        );
     }
 
     #[test]

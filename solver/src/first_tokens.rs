@@ -94,16 +94,28 @@ pub(crate) fn first_tokens_first(
             evict_next = Some(i);
         }
     }
-    // Phase two: the request prefilled last still holds its KV and decodes on at once;
-    // every other one refills its prompt and first token (which generates its second) and
-    // decodes the rest, one request at a time.
-    let holding = evict_next;
+    finish_one_at_a_time(w, &order, evict_next, chunk_cap, &mut batches);
+    Some(Schedule::new(batches))
+}
+
+/// Phase two, once every request has its first token: the request `holding` its KV (the
+/// one prefilled last) decodes on at once; every other one (in `order`) refills its prompt
+/// and first token (which generates its second) in chunks of at most `chunk_cap` and
+/// decodes the rest, one request at a time.
+fn finish_one_at_a_time(
+    w: &Workload,
+    order: &[u32],
+    holding: Option<u32>,
+    chunk_cap: u64,
+    batches: &mut Vec<Batch>,
+) {
+    let reqs = w.requests();
     if let Some(i) = holding {
         for _ in 1..reqs[i as usize].output_tokens {
             batches.push(Batch::new(vec![Entry::process(i, 1)]));
         }
     }
-    for &i in &order {
+    for &i in order {
         let r = &reqs[i as usize];
         if r.output_tokens <= 1 || holding == Some(i) {
             continue;
@@ -115,6 +127,60 @@ pub(crate) fn first_tokens_first(
             batches.push(Batch::new(vec![Entry::process(i, 1)]));
         }
     }
+}
+
+/// A schedule of `w` from `prompts`, a schedule of its first-token problem (`w` with every
+/// output cut to one token, whose mean latency is `w`'s mean TTFT bound; milp.md, "The
+/// phase relaxation"): its batches as they are, each followed by a batch evicting the
+/// requests whose first token it gave (it takes no time, so every first token comes when
+/// `prompts` finishes the request), then every request finished one at a time as first
+/// tokens first does. Its mean TTFT is `prompts`' mean latency. None where evictions are
+/// not allowed or `prompts` processes more than a prompt; the caller replays it.
+pub(crate) fn finish_after_first_tokens(
+    w: &Workload,
+    limits: &Limits,
+    class: &PolicyConstraints,
+    prompts: &Schedule,
+) -> Option<Schedule> {
+    if class.no_evict || class.reserve {
+        return None;
+    }
+    let reqs = w.requests();
+    let chunk_cap = limits
+        .token_budget
+        .unwrap_or(u64::MAX)
+        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
+        .max(1);
+    let mut processed = vec![0u64; reqs.len()];
+    let mut order = Vec::with_capacity(reqs.len());
+    let mut batches = Vec::with_capacity(2 * prompts.batches.len() + reqs.len());
+    for batch in &prompts.batches {
+        let mut evictions = Vec::new();
+        for e in &batch.entries {
+            let i = e.request as usize;
+            let (Some(r), infersched_core::Action::Process(c)) = (reqs.get(i), e.action) else {
+                return None;
+            };
+            processed[i] += u64::from(c);
+            if processed[i] > u64::from(r.input_tokens) {
+                return None;
+            }
+            if processed[i] == u64::from(r.input_tokens) {
+                order.push(e.request);
+                if r.output_tokens > 1 {
+                    evictions.push(Entry::evict(e.request));
+                }
+            }
+        }
+        batches.push(Batch::new(batch.entries.clone()));
+        if !evictions.is_empty() {
+            batches.push(Batch::new(evictions));
+        }
+    }
+    if order.len() != reqs.len() {
+        return None;
+    }
+    finish_one_at_a_time(w, &order, None, chunk_cap, &mut batches);
     Some(Schedule::new(batches))
 }
 
@@ -152,6 +218,36 @@ mod tests {
     /// The batches, compactly (`0:4 1:evict`).
     fn text(s: &Schedule) -> Vec<String> {
         s.batches.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_first_token_schedule_is_finished_with_the_same_first_tokens() {
+        // Request 0 (I = 4, O = 3) in two chunks, request 1 (I = 2, O = 1) beside the
+        // second: 0 is evicted right after its first token, then refilled through its
+        // first token (5 tokens) and decoded; 1 is finished by its prompt.
+        let w = workload(&[(4, 3, 0.0), (2, 1, 0.0)]);
+        let limits = Limits::unlimited();
+        let class = PolicyConstraints::default();
+        let prompts = Schedule::new(vec![
+            Batch::new(vec![Entry::process(0, 2)]),
+            Batch::new(vec![Entry::process(0, 2), Entry::process(1, 2)]),
+        ]);
+        let s = finish_after_first_tokens(&w, &limits, &class, &prompts).unwrap();
+        assert_eq!(text(&s), ["0:2", "0:2 1:2", "0:evict", "0:5", "0:1"]);
+        // Its mean TTFT is the first-token problem's mean latency.
+        let cut = Workload::new(crate::bounds::first_tokens_only(&w)).unwrap();
+        let ttft = Summary::from_replay(&replay(&w, &limits, &cost(), &s).unwrap()).mean_ttft_s;
+        let latency =
+            Summary::from_replay(&replay(&cut, &limits, &cost(), &prompts).unwrap()).mean_e2e_s;
+        assert!((ttft - latency).abs() < 1e-12, "{ttft} {latency}");
+        // Not where evictions are forbidden, nor from a schedule past a prompt.
+        let no_evict = PolicyConstraints {
+            no_evict: true,
+            ..class
+        };
+        assert!(finish_after_first_tokens(&w, &limits, &no_evict, &prompts).is_none());
+        let past = Schedule::new(vec![Batch::new(vec![Entry::process(1, 3)])]);
+        assert!(finish_after_first_tokens(&w, &limits, &class, &past).is_none());
     }
 
     #[test]

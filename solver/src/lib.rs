@@ -274,7 +274,15 @@ pub fn solve(
                 && objective != Objective::Makespan
                 && options.horizon.is_none() =>
         {
-            let parts = groups::independent_groups(w, &whole.replay);
+            let mut parts = groups::independent_groups(w, &whole.replay);
+            if objective == Objective::MeanTtft
+                && let Some(split) = groups::bursts_served_in_turn(w, limits, cost)
+                && split.len() > parts.len()
+            {
+                // First tokens first finishes every request at the end, so its completions
+                // show no bursts.
+                parts = split;
+            }
             if parts.len() >= 2 {
                 let left = options.time_limit_s - t_build.elapsed().as_secs_f64();
                 let share = if no_exact_model { 1.0 } else { 0.5 };
@@ -350,8 +358,11 @@ pub fn solve(
             + Duration::from_secs_f64(
                 (options.time_limit_s - left * (1.0 - share - plan_share)).max(0.0),
             );
-        let planned = relaxed.plan.and_then(|plan| {
-            planned_schedule(
+        let planned = relaxed.plan.and_then(|plan| match objective {
+            Objective::MeanTtft => {
+                planned_first_tokens(w, limits, cost, &class, &plan, &warm, options, deadline)
+            }
+            _ => planned_schedule(
                 w,
                 limits,
                 cost,
@@ -362,7 +373,7 @@ pub fn solve(
                 options,
                 deadline,
                 "phase-relaxation plan",
-            )
+            ),
         });
         (bound, planned.or(warm))
     };
@@ -510,6 +521,50 @@ pub fn solve(
             panic_message(payload.as_ref())
         )))
     })
+}
+
+/// For mean TTFT, the schedule of the phase relaxation's plan of the first-token problem
+/// (every output cut to one token): the plan searched as for mean latency on that problem
+/// ([`plan_schedule`]), its prompts then finished by
+/// [`first_tokens::finish_after_first_tokens`] (evicted after their first token, finished
+/// one at a time), so its mean TTFT is that problem's mean latency; when it is valid, in
+/// the policy class and better than `warm`.
+#[allow(clippy::too_many_arguments)]
+fn planned_first_tokens(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    class: &PolicyConstraints,
+    plan: &bounds::PhasePlan,
+    warm: &Option<portfolio::BestHeuristic>,
+    options: &SolveOptions,
+    deadline: Instant,
+) -> Option<portfolio::BestHeuristic> {
+    let cut = Workload::new(bounds::first_tokens_only(w)).ok()?;
+    let (prompts, _, tried) = plan_schedule::search_plans(
+        &cut,
+        limits,
+        cost,
+        Objective::MeanLatency,
+        class,
+        plan,
+        options.list_search_evaluations.max(1),
+        deadline,
+    )?;
+    let schedule = first_tokens::finish_after_first_tokens(w, limits, class, &prompts)?;
+    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
+    if !class.admits(w, limits, &schedule) {
+        return None;
+    }
+    let planned = portfolio::BestHeuristic {
+        name: format!("phase-relaxation plan of the first tokens (plans tried: {tried})"),
+        schedule,
+        replay,
+    };
+    let better = warm.as_ref().is_none_or(|h| {
+        planned.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
+    });
+    better.then_some(planned)
 }
 
 /// The most count vectors the quick pooled search before the whole-prefill search keeps:
