@@ -11,7 +11,9 @@
 //! lower bounds, weighted by their sizes, is a lower bound. The partition is free; it is
 //! strong where the groups do not compete for the machine, so the groups are cut where the
 //! best schedule found so far (the portfolio's, improved by the list search) has completed
-//! every earlier request before the next arrives.
+//! every earlier request before the next arrives; for mean TTFT also where Sarathi's
+//! schedule has ([`bursts_served_in_turn`]: the best TTFT schedules finish every request
+//! at the end), whichever split has more groups.
 //!
 //! **The schedule.** Each group is solved on its own (its own heuristics, priority-list
 //! search, phase relaxation or exact model) and the groups' schedules are concatenated in
