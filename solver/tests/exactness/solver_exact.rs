@@ -1074,9 +1074,11 @@ fn solve_proves_a_whole_prefill_schedule_optimal_over_chunked_ones_by_the_pooled
     );
     // Mean TTFT with evictions: two whole prompts per batch at first, each group evicted
     // to make room for the next, is optimal (the pooled optimum, 13.728 ms). No heuristic
-    // evicts that way; the pooled search's path, followed request by request, does.
+    // evicts that way; the pooled search's path, followed request by request, does. (The
+    // list search on the first tokens finds it too; without it, the path is what proves.)
     let options = SolveOptions {
         time_limit_s: 10.0,
+        list_search_evaluations: 0,
         ..exact_options(PolicyConstraints::default())
     };
     let report = solve(&w, &limits, &cost, Objective::MeanTtft, &options).unwrap();
@@ -1101,4 +1103,19 @@ fn solve_proves_a_whole_prefill_schedule_optimal_over_chunked_ones_by_the_pooled
     assert!(r.batches.iter().any(|b| b.evictions > 0));
     let best = report.warm_start.expect("the heuristics ran").objective;
     assert!(best > report.replayed_objective * 1.1, "{best}");
+    // With it, the first-token search's schedule is at the optimum and the pooled search
+    // proves it.
+    let options = SolveOptions {
+        time_limit_s: 10.0,
+        ..exact_options(PolicyConstraints::default())
+    };
+    let report = solve(&w, &limits, &cost, Objective::MeanTtft, &options).unwrap();
+    assert_eq!(report.status, SolveStatus::Optimal);
+    assert!(
+        (report.replayed_objective - 0.013_728).abs() < 1e-6,
+        "{}",
+        report.replayed_objective
+    );
+    let from = report.warm_start.expect("proven incumbent").heuristic;
+    assert!(from.ends_with("on the first tokens"), "{from}");
 }
