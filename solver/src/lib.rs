@@ -11,7 +11,10 @@
 //!
 //! Offline without a token budget the exact counting search answers; with one, the MILP,
 //! unless the pooled search (a relaxation over chunked schedules) already proves the best
-//! schedule found optimal (see [`SolveMethod`]):
+//! schedule found optimal, or its own optimal path, followed request by request, replays
+//! at its bound (see [`SolveMethod`]). For mean TTFT the searches also run on the
+//! first-token problem (every output cut to one token), whose schedules are finished after
+//! the first tokens:
 //!
 //! ```
 //! use infersched_core::{Limits, Request, Workload};
