@@ -12,13 +12,26 @@
 //! every heuristic keeps the running set's KV while prompts wait (1,000 offline arXiv
 //! requests, M = 32,768: README). It is a candidate of the heuristic portfolio, judged by
 //! the replay like the others, and applies only in classes that allow evictions.
+//!
+//! It is one schedule of the *first-token problem* (every output cut to one token), whose
+//! least mean latency is the least mean TTFT where evictions are allowed: any schedule of
+//! that problem becomes one of the workload with the same first tokens
+//! ([`finish_after_first_tokens`]). So the searches for mean latency run there too: the
+//! portfolio and the priority-list search at any size ([`searched`]) and the phase
+//! relaxation's plan search where it runs ([`planned`]).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use infersched_core::{Batch, BatchFeatures, CostModel, Entry, Limits, Schedule, Workload};
 
-use crate::PolicyConstraints;
+use std::time::Instant;
+
+use infersched_cost_model::LinearCostModel;
+
+use crate::bounds::{PhasePlan, first_tokens_only};
+use crate::portfolio::BestHeuristic;
+use crate::{Objective, PolicyConstraints, SolveOptions};
 
 /// The first-tokens-first schedule of `w` under `limits` (times estimated with `cost` to
 /// know which requests have arrived), or None where the class forbids it (no evictions,
@@ -205,6 +218,104 @@ fn chunks(total: u64, cap: u64) -> impl Iterator<Item = (u64, u32)> {
     })
 }
 
+/// For mean TTFT, the schedule of the phase relaxation's plan of the first-token problem
+/// (every output cut to one token): the plan searched as for mean latency on that problem
+/// ([`crate::plan_schedule`]), its prompts then finished by
+/// [`finish_after_first_tokens`] (evicted after their first token, finished
+/// one at a time), so its mean TTFT is that problem's mean latency; when it is valid, in
+/// the policy class and better than `warm`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn planned(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    class: &PolicyConstraints,
+    plan: &PhasePlan,
+    warm: &Option<BestHeuristic>,
+    options: &SolveOptions,
+    deadline: Instant,
+) -> Option<BestHeuristic> {
+    let cut = Workload::new(first_tokens_only(w)).ok()?;
+    let (prompts, _, tried) = crate::plan_schedule::search_plans(
+        &cut,
+        limits,
+        cost,
+        Objective::MeanLatency,
+        class,
+        plan,
+        options.list_search_evaluations.max(1),
+        deadline,
+    )?;
+    let schedule = finish_after_first_tokens(w, limits, class, &prompts)?;
+    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
+    if !class.admits(w, limits, &schedule) {
+        return None;
+    }
+    let planned = BestHeuristic {
+        name: format!("phase-relaxation plan of the first tokens (plans tried: {tried})"),
+        schedule,
+        replay,
+    };
+    let better = warm.as_ref().is_none_or(|h| {
+        planned.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
+    });
+    better.then_some(planned)
+}
+
+/// For mean TTFT, the best schedule the priority-list search reaches on the first-token
+/// problem (every output cut to one token), from the portfolio's best there, finished after
+/// the first tokens ([`finish_after_first_tokens`]), so its mean TTFT is
+/// that problem's mean latency; when it is valid, in the class and better than `warm`.
+pub(crate) fn searched(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    class: &PolicyConstraints,
+    warm: &Option<BestHeuristic>,
+    options: &SolveOptions,
+    deadline: Instant,
+) -> Option<BestHeuristic> {
+    if class.no_evict || class.reserve {
+        return None;
+    }
+    let cut = Workload::new(first_tokens_only(w)).ok()?;
+    let start = crate::portfolio::best_heuristic(
+        &cut,
+        limits,
+        cost,
+        Objective::MeanLatency,
+        class,
+        &options.warm_start_from,
+    )?;
+    let budget = crate::list_search::SearchBudget {
+        evaluations: options.list_search_evaluations,
+        deadline,
+    };
+    let (prompts, _) = crate::list_search::improve(
+        &cut,
+        limits,
+        cost,
+        Objective::MeanLatency,
+        class,
+        start,
+        budget,
+    );
+    let schedule = finish_after_first_tokens(w, limits, class, &prompts.schedule)?;
+    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
+    if !class.admits(w, limits, &schedule) {
+        return None;
+    }
+    let searched = BestHeuristic {
+        name: format!("{} on the first tokens", prompts.name),
+        schedule,
+        replay,
+    };
+    let better = warm.as_ref().is_none_or(|h| {
+        searched.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
+    });
+    better.then_some(searched)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +483,80 @@ mod tests {
         assert_eq!(
             chunks(big, u64::MAX).collect::<Vec<_>>(),
             [(0, u32::MAX), (u64::from(u32::MAX), 1)]
+        );
+    }
+    #[test]
+    fn the_list_search_on_the_first_tokens_beats_first_tokens_first_on_real_requests() {
+        // The second burst of README family (b) n = 128: 51 Splitwise requests (past the
+        // phase relaxation's 48; I + O <= 4096, arrivals compressed 4x), C = 4096: the list search
+        // on the first-token problem, finished after the first tokens, is valid, in the
+        // class, and beats first tokens first (its TTFT the cut schedule's mean latency).
+        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../notebooks-data/traces/splitwise_code.csv");
+        let all = infersched_workload::read_trace(&trace).unwrap();
+        let w = Workload::new(
+            all.requests()
+                .iter()
+                .skip(12)
+                .take(51)
+                .map(|r| infersched_core::Request {
+                    input_tokens: r.input_tokens.min(4096 - r.output_tokens),
+                    output_tokens: r.output_tokens,
+                    arrival_s: r.arrival_s * 0.25,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let limits = Limits {
+            token_budget: Some(4096),
+            kv_capacity: Some(32_768),
+            ..Limits::unlimited()
+        };
+        let class = PolicyConstraints::default();
+        let ftf = first_tokens_first(&w, &limits, &cost(), &class).unwrap();
+        let start = BestHeuristic {
+            name: "first-tokens-first".into(),
+            replay: infersched_core::replay(&w, &limits, &cost(), &ftf).unwrap(),
+            schedule: ftf,
+        };
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        let found = searched(
+            &w,
+            &limits,
+            &cost(),
+            &class,
+            &Some(start.clone()),
+            &SolveOptions::default(),
+            far,
+        )
+        .expect("better than first tokens first");
+        let (ttft, before) = (
+            found.objective_value(Objective::MeanTtft),
+            start.objective_value(Objective::MeanTtft),
+        );
+        assert!(ttft < before, "{ttft} {before}");
+        assert!(class.admits(&w, &limits, &found.schedule));
+        assert!(
+            found.name.ends_with("on the first tokens"),
+            "{}",
+            found.name
+        );
+        // Not where evictions are forbidden.
+        let no_evict = PolicyConstraints {
+            no_evict: true,
+            ..class
+        };
+        assert!(
+            searched(
+                &w,
+                &limits,
+                &cost(),
+                &no_evict,
+                &None,
+                &SolveOptions::default(),
+                far
+            )
+            .is_none()
         );
     }
 }

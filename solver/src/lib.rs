@@ -238,7 +238,7 @@ pub fn solve(
     // after their first tokens; module `first_tokens`), at any size.
     let warm = if objective == Objective::MeanTtft && options.list_search_evaluations > 0 {
         let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.6);
-        first_tokens_searched(w, limits, cost, &model_class, &warm, options, deadline).or(warm)
+        first_tokens::searched(w, limits, cost, &model_class, &warm, options, deadline).or(warm)
     } else {
         warm
     };
@@ -371,7 +371,7 @@ pub fn solve(
             );
         let planned = relaxed.plan.and_then(|plan| match objective {
             Objective::MeanTtft => {
-                planned_first_tokens(w, limits, cost, &class, &plan, &warm, options, deadline)
+                first_tokens::planned(w, limits, cost, &class, &plan, &warm, options, deadline)
             }
             _ => planned_schedule(
                 w,
@@ -534,104 +534,6 @@ pub fn solve(
     })
 }
 
-/// For mean TTFT, the schedule of the phase relaxation's plan of the first-token problem
-/// (every output cut to one token): the plan searched as for mean latency on that problem
-/// ([`plan_schedule`]), its prompts then finished by
-/// [`first_tokens::finish_after_first_tokens`] (evicted after their first token, finished
-/// one at a time), so its mean TTFT is that problem's mean latency; when it is valid, in
-/// the policy class and better than `warm`.
-#[allow(clippy::too_many_arguments)]
-fn planned_first_tokens(
-    w: &Workload,
-    limits: &Limits,
-    cost: &LinearCostModel,
-    class: &PolicyConstraints,
-    plan: &bounds::PhasePlan,
-    warm: &Option<portfolio::BestHeuristic>,
-    options: &SolveOptions,
-    deadline: Instant,
-) -> Option<portfolio::BestHeuristic> {
-    let cut = Workload::new(bounds::first_tokens_only(w)).ok()?;
-    let (prompts, _, tried) = plan_schedule::search_plans(
-        &cut,
-        limits,
-        cost,
-        Objective::MeanLatency,
-        class,
-        plan,
-        options.list_search_evaluations.max(1),
-        deadline,
-    )?;
-    let schedule = first_tokens::finish_after_first_tokens(w, limits, class, &prompts)?;
-    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
-    if !class.admits(w, limits, &schedule) {
-        return None;
-    }
-    let planned = portfolio::BestHeuristic {
-        name: format!("phase-relaxation plan of the first tokens (plans tried: {tried})"),
-        schedule,
-        replay,
-    };
-    let better = warm.as_ref().is_none_or(|h| {
-        planned.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
-    });
-    better.then_some(planned)
-}
-
-/// For mean TTFT, the best schedule the priority-list search reaches on the first-token
-/// problem (every output cut to one token), from the portfolio's best there, finished after
-/// the first tokens ([`first_tokens::finish_after_first_tokens`]), so its mean TTFT is
-/// that problem's mean latency; when it is valid, in the class and better than `warm`.
-fn first_tokens_searched(
-    w: &Workload,
-    limits: &Limits,
-    cost: &LinearCostModel,
-    class: &PolicyConstraints,
-    warm: &Option<portfolio::BestHeuristic>,
-    options: &SolveOptions,
-    deadline: Instant,
-) -> Option<portfolio::BestHeuristic> {
-    if class.no_evict || class.reserve {
-        return None;
-    }
-    let cut = Workload::new(bounds::first_tokens_only(w)).ok()?;
-    let start = portfolio::best_heuristic(
-        &cut,
-        limits,
-        cost,
-        Objective::MeanLatency,
-        class,
-        &options.warm_start_from,
-    )?;
-    let budget = list_search::SearchBudget {
-        evaluations: options.list_search_evaluations,
-        deadline,
-    };
-    let (prompts, _) = list_search::improve(
-        &cut,
-        limits,
-        cost,
-        Objective::MeanLatency,
-        class,
-        start,
-        budget,
-    );
-    let schedule = first_tokens::finish_after_first_tokens(w, limits, class, &prompts.schedule)?;
-    let replay = infersched_core::replay(w, limits, cost, &schedule).ok()?;
-    if !class.admits(w, limits, &schedule) {
-        return None;
-    }
-    let searched = portfolio::BestHeuristic {
-        name: format!("{} on the first tokens", prompts.name),
-        schedule,
-        replay,
-    };
-    let better = warm.as_ref().is_none_or(|h| {
-        searched.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
-    });
-    better.then_some(searched)
-}
-
 /// The most count vectors the quick pooled search before the whole-prefill search keeps:
 /// enough where it reaches its goal at once (family (a) with C = 64, mean TTFT with
 /// evictions: 489 expanded at n = 128, 0.4 s), little where it does not (at n = 32
@@ -767,72 +669,6 @@ mod tests {
             threads: 1,
             ..SolveOptions::default()
         }
-    }
-
-    #[test]
-    fn the_list_search_on_the_first_tokens_beats_first_tokens_first_on_real_requests() {
-        // The second burst of README family (b) n = 128: 51 Splitwise requests (past the
-        // phase relaxation's 48; I + O <= 4096, arrivals compressed 4x), C = 4096: the list search
-        // on the first-token problem, finished after the first tokens, is valid, in the
-        // class, and beats first tokens first (its TTFT the cut schedule's mean latency).
-        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../notebooks-data/traces/splitwise_code.csv");
-        let all = infersched_workload::read_trace(&trace).unwrap();
-        let w = Workload::new(
-            all.requests()
-                .iter()
-                .skip(12)
-                .take(51)
-                .map(|r| Request {
-                    input_tokens: r.input_tokens.min(4096 - r.output_tokens),
-                    output_tokens: r.output_tokens,
-                    arrival_s: r.arrival_s * 0.25,
-                })
-                .collect(),
-        )
-        .unwrap();
-        let limits = Limits {
-            token_budget: Some(4096),
-            kv_capacity: Some(32_768),
-            ..Limits::unlimited()
-        };
-        let class = PolicyConstraints::default();
-        let ftf = first_tokens::first_tokens_first(&w, &limits, &cost(), &class).unwrap();
-        let start = portfolio::BestHeuristic {
-            name: "first-tokens-first".into(),
-            replay: infersched_core::replay(&w, &limits, &cost(), &ftf).unwrap(),
-            schedule: ftf,
-        };
-        let far = Instant::now() + Duration::from_secs(600);
-        let found = first_tokens_searched(
-            &w,
-            &limits,
-            &cost(),
-            &class,
-            &Some(start.clone()),
-            &quick(),
-            far,
-        )
-        .expect("better than first tokens first");
-        let (ttft, before) = (
-            found.objective_value(Objective::MeanTtft),
-            start.objective_value(Objective::MeanTtft),
-        );
-        assert!(ttft < before, "{ttft} {before}");
-        assert!(class.admits(&w, &limits, &found.schedule));
-        assert!(
-            found.name.ends_with("on the first tokens"),
-            "{}",
-            found.name
-        );
-        // Not where evictions are forbidden.
-        let no_evict = PolicyConstraints {
-            no_evict: true,
-            ..class
-        };
-        assert!(
-            first_tokens_searched(&w, &limits, &cost(), &no_evict, &None, &quick(), far).is_none()
-        );
     }
 
     #[test]
