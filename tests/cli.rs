@@ -52,6 +52,19 @@ fn solve_mean_latency(
     (stdout(&o), report)
 }
 
+/// The first `n` requests of the bundled Splitwise code trace, written to `dir/w.csv`.
+fn first_splitwise_requests(n: usize, dir: &Path) -> std::path::PathBuf {
+    let trace =
+        std::fs::read_to_string(root().join("notebooks-data/traces/splitwise_code.csv")).unwrap();
+    let w = dir.join("w.csv");
+    std::fs::write(
+        &w,
+        trace.lines().take(n + 1).collect::<Vec<_>>().join("\n") + "\n",
+    )
+    .unwrap();
+    w
+}
+
 fn example(name: &str) -> String {
     root()
         .join("notebooks-data/examples")
@@ -870,14 +883,7 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
     // The first 8 Splitwise requests: no exact model fits, and the phase relaxation's
     // bound is above the machine bound (what --no-phase-relaxation leaves), both valid.
     let dir = tempfile::tempdir().unwrap();
-    let trace =
-        std::fs::read_to_string(root().join("notebooks-data/traces/splitwise_code.csv")).unwrap();
-    let w = dir.path().join("w.csv");
-    std::fs::write(
-        &w,
-        trace.lines().take(9).collect::<Vec<_>>().join("\n") + "\n",
-    )
-    .unwrap();
+    let w = first_splitwise_requests(8, dir.path());
     let solve =
         |extra: &[&str], name: &str| solve_mean_latency(&w, &dir.path().join(name), "8", extra).1;
     let with = solve(&[], "with");
@@ -911,14 +917,7 @@ fn the_phase_relaxation_bounds_and_plans_mean_ttft_on_real_requests() {
     // plan, searched and finished after the first tokens, beats first tokens first and
     // the list search (480.7 -> 409.0 ms against a 390.5 ms bound when measured).
     let dir = tempfile::tempdir().unwrap();
-    let trace =
-        std::fs::read_to_string(root().join("notebooks-data/traces/splitwise_code.csv")).unwrap();
-    let w = dir.path().join("w.csv");
-    std::fs::write(
-        &w,
-        trace.lines().take(9).collect::<Vec<_>>().join("\n") + "\n",
-    )
-    .unwrap();
+    let w = first_splitwise_requests(8, dir.path());
     let solve = |extra: &[&str], name: &str| {
         let out = dir.path().join(name);
         let mut args = vec![
@@ -1018,14 +1017,7 @@ fn solve_on_real_request_lengths_returns_a_schedule_and_a_positive_bound() {
     // exact model's state graphs would take tens of GiB, so the solver must say so and
     // return the best heuristic schedule with a combinatorial bound, not exhaust memory.
     let dir = tempfile::tempdir().unwrap();
-    let trace =
-        std::fs::read_to_string(root().join("notebooks-data/traces/splitwise_code.csv")).unwrap();
-    let w = dir.path().join("w.csv");
-    std::fs::write(
-        &w,
-        trace.lines().take(11).collect::<Vec<_>>().join("\n") + "\n",
-    )
-    .unwrap();
+    let w = first_splitwise_requests(10, dir.path());
     let out = dir.path().join("solve");
     let o = run(&[
         "solve",

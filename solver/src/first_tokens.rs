@@ -46,11 +46,7 @@ pub(crate) fn first_tokens_first(
         return None;
     }
     let reqs = w.requests();
-    let chunk_cap = limits
-        .token_budget
-        .unwrap_or(u64::MAX)
-        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
-        .max(1);
+    let chunk_cap = prompt_chunk_cap(limits);
     // Whole prefill phases: every prompt, and every refill of I + 1 tokens, in one batch.
     if class.no_chunk
         && reqs
@@ -158,12 +154,7 @@ pub(crate) fn finish_after_first_tokens(
     if class.no_evict || class.reserve {
         return None;
     }
-    let reqs = w.requests();
-    let chunk_cap = limits
-        .token_budget
-        .unwrap_or(u64::MAX)
-        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
-        .max(1);
+    let (reqs, chunk_cap) = (w.requests(), prompt_chunk_cap(limits));
     let mut processed = vec![0u64; reqs.len()];
     let mut order = Vec::with_capacity(reqs.len());
     let mut batches = Vec::with_capacity(2 * prompts.batches.len() + reqs.len());
@@ -195,6 +186,15 @@ pub(crate) fn finish_after_first_tokens(
     }
     finish_one_at_a_time(w, &order, None, chunk_cap, &mut batches);
     Some(Schedule::new(batches))
+}
+
+/// The most prompt tokens one batch takes: `min(C, P)` (at least 1).
+fn prompt_chunk_cap(limits: &Limits) -> u64 {
+    limits
+        .token_budget
+        .unwrap_or(u64::MAX)
+        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
+        .max(1)
 }
 
 /// Seconds to run a prompt of `tokens` alone, in chunks of at most `cap`.
