@@ -272,16 +272,7 @@ mod tests {
     use infersched_schedulers::{Knobs, SchedulerKind};
 
     fn served(reqs: &[(u32, u32, f64)]) -> (Workload, Replay) {
-        let w = Workload::new(
-            reqs.iter()
-                .map(|&(input_tokens, output_tokens, arrival_s)| Request {
-                    input_tokens,
-                    output_tokens,
-                    arrival_s,
-                })
-                .collect(),
-        )
-        .unwrap();
+        let w = infersched_test_kit::workload(reqs);
         let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let limits = Limits::unlimited();
         let sim = SchedulerKind::Sarathi
@@ -302,16 +293,7 @@ mod tests {
             (137, 9, 5.0),
             (1145, 7, 5.01),
         ];
-        let w = Workload::new(
-            reqs.iter()
-                .map(|&(input_tokens, output_tokens, arrival_s)| Request {
-                    input_tokens,
-                    output_tokens,
-                    arrival_s,
-                })
-                .collect(),
-        )
-        .unwrap();
+        let w = infersched_test_kit::workload(&reqs);
         let limits = Limits {
             token_budget: Some(512),
             ..Limits::unlimited()

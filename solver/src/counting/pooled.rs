@@ -1091,6 +1091,26 @@ mod tests {
         .expect("applies")
     }
 
+    /// Random classes of identical requests under a small C, with M from just enough (so
+    /// that evictions pay) to twice that, and R_max on some.
+    fn tight_classes(rng: &mut rand_chacha::ChaCha8Rng) -> (Workload, Limits) {
+        use rand::Rng;
+        let w = infersched_test_kit::identical_classes(rng, 2..=6, 2..=4, 1..=3);
+        let need = w
+            .requests()
+            .iter()
+            .map(|r| u64::from(r.input_tokens + r.output_tokens))
+            .max()
+            .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(need + rng.random_range(0..=need)),
+            token_budget: Some(rng.random_range(4..=12)),
+            max_running: rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
+            ..Limits::unlimited()
+        };
+        (w, limits)
+    }
+
     #[test]
     fn family_a_with_a_token_budget_is_bounded_by_its_whole_prefill_optimum() {
         // The MILP proves 30.511 ms (n = 4) and 61.022 ms (n = 8) optimal over all
@@ -1140,19 +1160,7 @@ mod tests {
                 &cheap_decode
             };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            let w = infersched_test_kit::identical_classes(&mut rng, 2..=6, 2..=4, 1..=3);
-            let need = w
-                .requests()
-                .iter()
-                .map(|r| u64::from(r.input_tokens + r.output_tokens))
-                .max()
-                .unwrap();
-            let limits = Limits {
-                kv_capacity: Some(need + rng.random_range(0..=need)),
-                token_budget: Some(rng.random_range(4..=12)),
-                max_running: rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
-                ..Limits::unlimited()
-            };
+            let (w, limits) = tight_classes(&mut rng);
             let no_mix = rng.random_bool(0.3);
             let objective = [
                 Objective::Makespan,
@@ -1208,20 +1216,8 @@ mod tests {
         let (mut followed, mut at_bound, mut ttft_at_bound) = (0, 0, 0);
         for seed in 0..60u64 {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-            let w = infersched_test_kit::identical_classes(&mut rng, 2..=6, 2..=4, 1..=3);
-            let need = w
-                .requests()
-                .iter()
-                .map(|r| u64::from(r.input_tokens + r.output_tokens))
-                .max()
-                .unwrap();
-            let limits = Limits {
-                kv_capacity: Some(need + rng.random_range(0..=need)),
-                token_budget: Some(rng.random_range(4..=12)),
-                max_running: rng.random_bool(0.3).then(|| rng.random_range(1..=3)),
-                block_size: [1, 1, 2][rng.random_range(0..3)],
-                ..Limits::unlimited()
-            };
+            let (w, mut limits) = tight_classes(&mut rng);
+            limits.block_size = [1, 1, 2][rng.random_range(0..3)];
             let class = PolicyConstraints {
                 no_evict: rng.random_bool(0.5),
                 no_mix: rng.random_bool(0.3),
