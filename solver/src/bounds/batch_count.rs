@@ -14,6 +14,12 @@
 //! `C_(m) >= τ + min over sets K of k requests arriving at or after τ of
 //!            (b max_{i in K} nb_i + sum_{i in K} w_i)`,
 //!
+//! where `b` is the least bias `one + min(has_prefill, has_decode)`. For the last token, a
+//! batch holding prompt tokens pays `s = max(has_prefill - has_decode, 0)` more and holds
+//! at most `min(C, P)` of them, so `K`'s prompts take at least `sum_{i in K} I_i / min(C,
+//! P)` such batches: `w_i` carries `s I_i / min(C, P)` besides the least work (linear in
+//! the set, so the minimum below stays exact).
+//!
 //! and the inner minimum is exact by trying each value `o` of the largest `nb` and taking
 //! the `k` least `w` among the requests with `nb <= o`. Over the arrival times as `τ`, the
 //! per-position maximum joins the machine's position bounds.
@@ -62,17 +68,25 @@ pub(super) fn batch_count_positions(
                 })
                 .collect(),
         ),
-        JobEnd::LastToken => (
-            t.batch_bias(),
-            reqs.iter()
-                .map(|r| {
-                    (
-                        u64::from(r.input_tokens).div_ceil(chunk) + u64::from(r.output_tokens) - 1,
-                        t.request_work(r),
-                    )
-                })
-                .collect(),
-        ),
+        // Besides the bias of every batch, the batches with prompt tokens pay the prefill
+        // flag's surplus over it, and hold at most `min(C, P)` prompt tokens each: at least
+        // `sum I / min(C, P)` of them, so each prompt token carries `surplus / min(C, P)`.
+        JobEnd::LastToken => {
+            let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
+            let per_prompt_token = surplus / chunk as f64;
+            (
+                t.batch_bias(),
+                reqs.iter()
+                    .map(|r| {
+                        (
+                            u64::from(r.input_tokens).div_ceil(chunk) + u64::from(r.output_tokens)
+                                - 1,
+                            t.request_work(r) + per_prompt_token * f64::from(r.input_tokens),
+                        )
+                    })
+                    .collect(),
+            )
+        }
     };
     if bias <= 0.0 && needs.iter().all(|&(_, w)| w <= 0.0) {
         return best;
@@ -156,8 +170,11 @@ mod tests {
             ..Limits::unlimited()
         };
         let b = batch_count_positions(&t, &[r], &limits, JobEnd::LastToken);
-        // 3 prompt chunks of at most 40, then 4 later tokens: 7 batches.
-        let expect = 2.0 + 7.0 * t.batch_bias() + t.request_work(&r);
+        // 3 prompt chunks of at most 40, then 4 later tokens: 7 batches; at least 100 / 40
+        // of them pay the prefill flag's surplus.
+        let surplus = t.get(Feature::HasPrefill) - t.get(Feature::HasDecode);
+        assert!(surplus > 0.0);
+        let expect = 2.0 + 7.0 * t.batch_bias() + surplus * 100.0 / 40.0 + t.request_work(&r);
         assert!((b[0] - expect).abs() < 1e-12, "{b:?} vs {expect}");
         let f = batch_count_positions(&t, &[r], &limits, JobEnd::FirstToken);
         let expect =

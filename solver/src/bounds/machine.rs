@@ -7,7 +7,8 @@
 //! summed over the entries `e`, and the batch's time covers each entry's *share*
 //! `cost_e + b (λ_M kv_e / M + λ_R / R + λ_C c_e / C)` (plus, for batches completing
 //! prompts, the prefill flag's surplus over `b` split among the prompts by the same mix of
-//! their KV over `M` and `1 / R`). Laying each batch's shares one after the other
+//! their KV over `M` and `1 / R`; or, where `C` is set, split by `λ` itself with `λ_C` on
+//! the prompt tokens of every prompt chunk over `min(C, P)`, each its own machine). Laying each batch's shares one after the other
 //! inside the batch gives a preemptive schedule of one machine where request `i` is a job
 //! released at its arrival `T_i` whose processing is at least `p_i`, the least total
 //! share of its entries, and which completes no later than the request does.
@@ -85,6 +86,19 @@ pub(super) struct JobNeeds {
     area: f64,
     /// KV tokens held by the entry completing its prompt.
     prompt_kv: f64,
+    /// Its prompt's tokens.
+    prompt_tokens: f64,
+}
+
+/// How a machine splits the prefill flag's surplus over the bias among the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SurplusSplit {
+    /// Among the prompts a batch completes, by their KV over `M` and by `1 / R` in the
+    /// proportion `λ_M : λ_R` (by KV alone where both are 0).
+    PromptsCompleted,
+    /// By `λ` itself: KV over `M` and `1 / R` among the prompts a batch completes, and
+    /// prompt tokens over `min(C, P)` among all its prompt chunks (where `λ_C > 0`).
+    Lambda,
 }
 
 impl JobNeeds {
@@ -101,6 +115,7 @@ impl JobNeeds {
                 tokens: i as f64,
                 area: prompt_kv,
                 prompt_kv,
+                prompt_tokens: i as f64,
             },
             // The entry generating token k (0-based) holds I + k.
             JobEnd::LastToken => Self {
@@ -110,6 +125,7 @@ impl JobNeeds {
                 area: (block_area_prefix((i + o).saturating_sub(1), block)
                     - block_area_prefix(i.saturating_sub(1), block)) as f64,
                 prompt_kv,
+                prompt_tokens: i as f64,
             },
         }
     }
@@ -121,29 +137,46 @@ impl JobNeeds {
     /// at most M KV tokens and number at most `entries_per_batch`: it is split by the same
     /// convex combination of those two packings as the bias (by KV alone where λ puts no
     /// weight on either).
+    ///
+    /// Where `C` is set, the surplus may instead be split by `λ` itself, with `λ_C` on the
+    /// prompt's tokens: a batch with prompt tokens holds at most `min(C, P)` of them, so
+    /// each prompt token carries `surplus / min(C, P)` of it ([`SurplusSplit::Lambda`]).
     fn processing(
         &self,
         t: &Theta<'_>,
         limits: &Limits,
         lambda: [f64; 3],
         entries_per_batch: u64,
+        split: SurplusSplit,
     ) -> f64 {
         let share = |cap: Option<u64>, used: f64| cap.map_or(0.0, |c| used / c.max(1) as f64);
         let per_batch = Some(entries_per_batch);
         let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
-        let kv_weight = match (limits.kv_capacity, lambda[0] + lambda[1]) {
-            (None, _) => 0.0,
-            (Some(_), w) if w <= 0.0 => 1.0,
-            (Some(_), w) => lambda[0] / w,
+        let surplus_share = match split {
+            SurplusSplit::PromptsCompleted => {
+                let kv_weight = match (limits.kv_capacity, lambda[0] + lambda[1]) {
+                    (None, _) => 0.0,
+                    (Some(_), w) if w <= 0.0 => 1.0,
+                    (Some(_), w) => lambda[0] / w,
+                };
+                kv_weight * share(limits.kv_capacity, self.prompt_kv)
+                    + (1.0 - kv_weight) * share(per_batch, 1.0)
+            }
+            SurplusSplit::Lambda => {
+                let prompt_tokens_per_batch = limits
+                    .token_budget
+                    .map(|c| c.min(limits.prefill_budget.unwrap_or(u64::MAX)));
+                lambda[0] * share(limits.kv_capacity, self.prompt_kv)
+                    + lambda[1] * share(per_batch, 1.0)
+                    + lambda[2] * share(prompt_tokens_per_batch, self.prompt_tokens)
+            }
         };
         self.work
             + t.batch_bias()
                 * (lambda[0] * share(limits.kv_capacity, self.area)
                     + lambda[1] * share(per_batch, self.entries)
                     + lambda[2] * share(limits.token_budget, self.tokens))
-            + surplus
-                * (kv_weight * share(limits.kv_capacity, self.prompt_kv)
-                    + (1.0 - kv_weight) * share(per_batch, 1.0))
+            + surplus * surplus_share
     }
 }
 
@@ -218,14 +251,22 @@ fn machine_completions(
         .max(1);
     weight_grid(limits)
         .into_iter()
-        .map(|lambda| {
+        .flat_map(|lambda| {
+            let splits: &[SurplusSplit] = if lambda[2] > 0.0 {
+                &[SurplusSplit::PromptsCompleted, SurplusSplit::Lambda]
+            } else {
+                &[SurplusSplit::PromptsCompleted]
+            };
+            splits.iter().map(move |&split| (lambda, split))
+        })
+        .map(|(lambda, split)| {
             let jobs: Vec<(f64, f64)> = reqs
                 .iter()
                 .zip(&needs)
                 .map(|(r, need)| {
                     (
                         r.arrival_s,
-                        need.processing(t, limits, lambda, entries_per_batch),
+                        need.processing(t, limits, lambda, entries_per_batch, split),
                     )
                 })
                 .collect();
@@ -404,5 +445,36 @@ mod tests {
             g.iter()
                 .all(|w| (w.iter().sum::<f64>() - 1.0).abs() < 1e-12)
         );
+    }
+
+    #[test]
+    fn full_prompts_each_pay_the_whole_prefill_bias() {
+        // Four prompts of exactly C tokens at 0: no two share a batch, so the k-th first
+        // token comes no earlier than k prompt batches, each its bias, the prefill flag and
+        // the prompt's work; serving them one at a time meets that. Splitting the flag's
+        // surplus by prompt tokens over C (λ_C = 1) gives exactly that, where splitting it
+        // among completed prompts by 1 / R gives each only a quarter of it.
+        let c = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let t = Theta(&c);
+        let r = Request {
+            input_tokens: 1000,
+            output_tokens: 4,
+            arrival_s: 0.0,
+        };
+        let reqs = [r; 4];
+        let limits = Limits {
+            token_budget: Some(1000),
+            ..Limits::unlimited()
+        };
+        let own: Vec<f64> = reqs.iter().map(|r| t.own_first_token_time(r)).collect();
+        let b = position_bounds(&t, &reqs, &limits, &own, JobEnd::FirstToken);
+        let batch = t.get(Feature::One) + t.get(Feature::HasPrefill) + t.first_token_work(&r);
+        for (k, bound) in b.iter().enumerate() {
+            let expect = (k + 1) as f64 * batch;
+            assert!(
+                (bound - expect).abs() < 1e-12,
+                "position {k}: {bound} vs {expect}"
+            );
+        }
     }
 }
