@@ -511,6 +511,46 @@ pub(crate) struct ArcFlowProblem<'a> {
     pub started: Instant,
 }
 
+/// The most distinct requests [`exceeds_arc_columns`] builds a state graph for; past it
+/// the answer is "no" (unknown), and the MILP's own check stands.
+const MAX_PREDICTED_CLASSES: usize = 16;
+
+/// Whether [`solve_arc_flow`] would refuse `p`'s model for having more than
+/// `max_arc_columns` arc columns, known before anything else runs: the same horizon and
+/// count, on one state graph per distinct request (identical requests have identical
+/// graphs). False where that is not known cheaply (more than a few distinct requests, or
+/// the horizon is refused), so a caller giving other methods more time when the MILP will
+/// not run never takes time from a MILP that would.
+pub(crate) fn exceeds_arc_columns(p: &ArcFlowProblem<'_>) -> bool {
+    let distinct = request_classes(p.w, true);
+    if distinct.len() > MAX_PREDICTED_CLASSES {
+        return false;
+    }
+    let (_, min_prefill_batches) = bounds::min_batches(p.w, p.limits);
+    let Ok((horizon, _)) = horizon(p, min_prefill_batches) else {
+        return false;
+    };
+    // The model aggregates identical requests into one class only for makespan without FCFS.
+    let aggregated = p.objective == Objective::Makespan && !p.options.constraints.fcfs;
+    let most = p.options.max_arc_columns;
+    let mut columns = 0usize;
+    for members in &distinct {
+        let r = p.w.requests()[members[0]];
+        let copies = if aggregated { 1 } else { members.len() };
+        let graph = class_graph(&r, p.limits, &p.model_class);
+        let left = most.saturating_sub(columns) / copies;
+        columns = columns.saturating_add(
+            graph
+                .usable_arc_count(r.output_tokens, horizon, left)
+                .saturating_mul(copies),
+        );
+        if columns > most {
+            return true;
+        }
+    }
+    false
+}
+
 /// The horizon J and whether it is proven sufficient (makespan): every batch of the
 /// model processes tokens, so it costs at least the per-batch bias, and the requests'
 /// entries cost at least their minimum work (module `bounds`); at least
@@ -1122,5 +1162,60 @@ mod tests {
     fn the_grace_is_a_tenth_of_the_limit_and_at_least_five_seconds() {
         assert_eq!(highs_grace_s(10.0), 5.0);
         assert_eq!(highs_grace_s(200.0), 20.0);
+    }
+
+    #[test]
+    fn a_model_too_big_for_its_arc_columns_is_known_before_it_is_built() {
+        // README family (a) with C = 64: 32 identical requests, mean latency (one class per
+        // request) from Sarathi capped at 4, horizon 96: over 2,000,000 arc columns, which
+        // solve_arc_flow refuses by the same count; the model of 4 of them is built.
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let limits = Limits {
+            kv_capacity: Some(92),
+            token_budget: Some(64),
+            ..Limits::unlimited()
+        };
+        let options = SolveOptions {
+            time_limit_s: 2.0,
+            ..SolveOptions::default()
+        };
+        let check = |n: usize| {
+            let w = infersched_test_kit::workload(&vec![(16, 8, 0.0); n]);
+            let knobs = infersched_schedulers::Knobs {
+                max_running: Some(4),
+                ..infersched_schedulers::Knobs::matching(&limits)
+            };
+            let sim = infersched_schedulers::SchedulerKind::Sarathi
+                .simulate(&w, &knobs, &cost)
+                .unwrap();
+            let replay = replay(&w, &limits, &cost, &sim.schedule).unwrap();
+            let p = ArcFlowProblem {
+                w: &w,
+                limits: &limits,
+                cost: &cost,
+                objective: Objective::MeanLatency,
+                options: &options,
+                model_class: PolicyConstraints::default(),
+                warm: Some(BestHeuristic {
+                    name: "sarathi".into(),
+                    schedule: sim.schedule,
+                    replay,
+                }),
+                combinatorial: CombinatorialBound {
+                    value_s: 0.001,
+                    argument: crate::bounds::BoundArgument::OwnMinimumTime,
+                },
+                started: Instant::now(),
+            };
+            let predicted = exceeds_arc_columns(&p);
+            let report = solve_arc_flow(p).unwrap();
+            let refused = report
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("arc variables"));
+            (predicted, refused, report.model.is_some())
+        };
+        assert_eq!(check(32), (true, true, false));
+        assert_eq!(check(4), (false, false, true));
     }
 }
