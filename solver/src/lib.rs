@@ -489,21 +489,23 @@ pub fn solve(
     // The pooled search bounds chunked schedules (every objective): it may prove the best
     // schedule so far optimal, or follow its optimal path to a schedule at its bound, else
     // its bound joins the others.
+    // The arc-flow MILP's question, from the best schedule and bound found so far.
+    let arc_flow_problem = |warm, combinatorial| arcflow::ArcFlowProblem {
+        w,
+        limits,
+        cost,
+        objective,
+        options,
+        model_class,
+        warm,
+        combinatorial,
+        started: t_build,
+    };
     let (combinatorial, warm) = if counting_applies && !counting_exact {
         // 35% of the time limit, or 85% where the arc-flow MILP would be refused for its
         // size anyway (family (a) with C = 64, mean latency with evictions: bound 124.8 ->
         // 126.0 ms in 60 s).
-        let probe = arcflow::ArcFlowProblem {
-            w,
-            limits,
-            cost,
-            objective,
-            options,
-            model_class,
-            warm,
-            combinatorial,
-            started: t_build,
-        };
+        let probe = arc_flow_problem(warm, combinatorial);
         let share = if arcflow::exceeds_arc_columns(&probe) {
             POOLED_SHARE_WITHOUT_MILP
         } else {
@@ -531,17 +533,7 @@ pub fn solve(
         (combinatorial, warm)
     };
     let (combinatorial, warm) = with_phase_bound(0.25, 0.05, warm, combinatorial);
-    let problem = arcflow::ArcFlowProblem {
-        w,
-        limits,
-        cost,
-        objective,
-        options,
-        model_class,
-        warm,
-        combinatorial,
-        started: t_build,
-    };
+    let problem = arc_flow_problem(warm, combinatorial);
     // good_lp panics where HiGHS reports an error; that must not escape to the caller.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         arcflow::solve_arc_flow(problem)
