@@ -506,7 +506,8 @@ pub fn solve(
         // size anyway (family (a) with C = 64, mean latency with evictions: bound 124.8 ->
         // 126.0 ms in 60 s).
         let probe = arc_flow_problem(warm, combinatorial);
-        let share = if arcflow::exceeds_arc_columns(&probe) {
+        // The probe builds a state graph per distinct request: only where they are small.
+        let share = if graph_bytes <= PROBE_GRAPH_BYTES && arcflow::exceeds_arc_columns(&probe) {
             POOLED_SHARE_WITHOUT_MILP
         } else {
             POOLED_SHARE
@@ -548,6 +549,10 @@ pub fn solve(
 
 /// The pooled search's share of the time limit (from the start) before the MILP.
 const POOLED_SHARE: f64 = 0.35;
+
+/// The most bytes of state graphs (all requests', estimated) for which the pooled search's
+/// share is decided by probing the MILP's size first.
+const PROBE_GRAPH_BYTES: u64 = 64 << 20;
 
 /// Its share where the MILP would be refused for its size: what is left goes to the phase
 /// relaxation's share and the answer.
