@@ -530,15 +530,41 @@ pub(crate) fn exceeds_arc_columns(p: &ArcFlowProblem<'_>) -> bool {
     let Ok((horizon, _)) = horizon(p, min_prefill_batches) else {
         return false;
     };
-    // The model aggregates identical requests into one class only for makespan without FCFS.
-    let aggregated = p.objective == Objective::Makespan && !p.options.constraints.fcfs;
-    let most = p.options.max_arc_columns;
+    let aggregated = aggregates_identical_requests(p);
+    let requests: Vec<Request> = distinct.iter().map(|m| p.w.requests()[m[0]]).collect();
+    let graphs: Vec<StateGraph> = requests
+        .iter()
+        .map(|r| class_graph(r, p.limits, &p.model_class))
+        .collect();
+    let classes = graphs
+        .iter()
+        .zip(&requests)
+        .zip(&distinct)
+        .map(|((g, r), m)| {
+            let copies = if aggregated { 1 } else { m.len() };
+            (g, r, copies)
+        });
+    exceeds_columns(classes, horizon, p.options.max_arc_columns)
+}
+
+/// Whether the model makes identical requests (same I, O, T) one class with integer flows:
+/// for makespan only, since latency objectives need each request's completion time, and
+/// not under FCFS, which orders individual requests.
+fn aggregates_identical_requests(p: &ArcFlowProblem<'_>) -> bool {
+    p.objective == Objective::Makespan && !p.options.constraints.fcfs
+}
+
+/// Whether classes `(graph, request, copies)` have more than `most` arc columns over
+/// `horizon` batches together; counts each graph's usable arcs only up to what is left, so
+/// a huge model is rejected without being counted whole.
+fn exceeds_columns<'a>(
+    classes: impl Iterator<Item = (&'a StateGraph, &'a Request, usize)>,
+    horizon: usize,
+    most: usize,
+) -> bool {
     let mut columns = 0usize;
-    for members in &distinct {
-        let r = p.w.requests()[members[0]];
-        let copies = if aggregated { 1 } else { members.len() };
-        let graph = class_graph(&r, p.limits, &p.model_class);
-        let left = most.saturating_sub(columns) / copies;
+    for (graph, r, copies) in classes {
+        let left = most.saturating_sub(columns) / copies.max(1);
         columns = columns.saturating_add(
             graph
                 .usable_arc_count(r.output_tokens, horizon, left)
@@ -690,36 +716,29 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let (min_batches, min_prefill_batches) = bounds::min_batches(w, limits);
     let (horizon, proven) = horizon(&p, min_prefill_batches)?;
 
-    // Identical requests (same I, O, T) form one class with integer flows for makespan;
-    // latency objectives need each request's completion time, so one class per request.
-    // FCFS orders individual requests, so it needs one class per request.
-    let members = request_classes(w, objective == Objective::Makespan && !class.fcfs);
+    let members = request_classes(w, aggregates_identical_requests(&p));
     let class_req: Vec<Request> = members.iter().map(|c| reqs[c[0]]).collect();
     let graphs: Vec<StateGraph> = class_req
         .iter()
         .map(|r| class_graph(r, limits, &p.model_class))
         .collect();
-    let mut arc_columns = 0usize;
-    for (g, r) in graphs.iter().zip(&class_req) {
-        let left = options.max_arc_columns.saturating_sub(arc_columns);
-        arc_columns += g.usable_arc_count(r.output_tokens, horizon, left);
-        if arc_columns > options.max_arc_columns {
-            let note = format!(
-                "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
-                options.max_arc_columns, n
-            );
-            return heuristic_with_bound(
-                w,
-                limits,
-                cost,
-                objective,
-                class,
-                p.warm,
-                combinatorial,
-                note,
-                t_build,
-            );
-        }
+    let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
+    if exceeds_columns(classes, horizon, options.max_arc_columns) {
+        let note = format!(
+            "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
+            options.max_arc_columns, n
+        );
+        return heuristic_with_bound(
+            w,
+            limits,
+            cost,
+            objective,
+            class,
+            p.warm,
+            combinatorial,
+            note,
+            t_build,
+        );
     }
 
     let mut model = ArcFlow::new(limits, cost, class, members, class_req, graphs, horizon);

@@ -486,9 +486,6 @@ pub fn solve(
     } else {
         warm
     };
-    // The pooled search bounds chunked schedules (every objective): it may prove the best
-    // schedule so far optimal, or follow its optimal path to a schedule at its bound, else
-    // its bound joins the others.
     // The arc-flow MILP's question, from the best schedule and bound found so far.
     let arc_flow_problem = |warm, combinatorial| arcflow::ArcFlowProblem {
         w,
@@ -501,6 +498,9 @@ pub fn solve(
         combinatorial,
         started: t_build,
     };
+    // The pooled search bounds chunked schedules (every objective): it may prove the best
+    // schedule so far optimal, or follow its optimal path to a schedule at its bound, else
+    // its bound joins the others.
     let (combinatorial, warm) = if counting_applies && !counting_exact {
         // 35% of the time limit, or 85% where the arc-flow MILP would be refused for its
         // size anyway (family (a) with C = 64, mean latency with evictions: bound 124.8 ->
