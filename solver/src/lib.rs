@@ -38,6 +38,7 @@ pub mod bounds;
 mod classes;
 mod counting;
 pub mod dominance;
+mod fcfs;
 mod first_tokens;
 pub mod graph;
 pub mod groups;
@@ -169,6 +170,24 @@ impl<'a> Solver<'a> {
 
 /// Solves the problem (see the crate documentation and [`Solver`]).
 pub fn solve(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+) -> Result<SolveReport, SolveError> {
+    // FCFS admission constrains only the order of first steps: the best schedule found
+    // without it, repaired into the class, often beats the class's own searches.
+    if options.constraints.fcfs && options.list_search_evaluations > 0 && w.len() >= 2 {
+        return fcfs::solve_with_admission_repair(w, limits, cost, objective, options, |o| {
+            solve_in_class(w, limits, cost, objective, o)
+        });
+    }
+    solve_in_class(w, limits, cost, objective, options)
+}
+
+/// [`solve`] in the class `options.constraints` by its own methods.
+fn solve_in_class(
     w: &Workload,
     limits: &Limits,
     cost: &LinearCostModel,
