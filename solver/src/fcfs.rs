@@ -210,42 +210,12 @@ pub(crate) fn admit_in_arrival_order(
         })?;
         tokens[at] += 1;
         out.batches[at].entries.push(Entry::process(i, 1));
-        match admitted {
-            Admitted::Kept => {
-                let chunk = out.batches[first]
-                    .entries
-                    .iter_mut()
-                    .position(|e| e.request == i)?;
-                let entry = &mut out.batches[first].entries[chunk];
-                match entry.action {
-                    Action::Process(1) => {
-                        out.batches[first].entries.remove(chunk);
-                    }
-                    Action::Process(c) => entry.action = Action::Process(c - 1),
-                    Action::Evict => return None,
-                }
-            }
-            Admitted::Evicted => {
-                // Evicted in the next batch, before its first chunk there at the latest:
-                // where that is the next batch, it keeps the token instead.
-                if at + 1 == first {
-                    let chunk = out.batches[first]
-                        .entries
-                        .iter()
-                        .position(|e| e.request == i)?;
-                    match out.batches[first].entries[chunk].action {
-                        Action::Process(1) => {
-                            out.batches[first].entries.remove(chunk);
-                        }
-                        Action::Process(c) => {
-                            out.batches[first].entries[chunk].action = Action::Process(c - 1)
-                        }
-                        Action::Evict => return None,
-                    }
-                } else {
-                    evictions.push((at + 1, i));
-                }
-            }
+        // Evicted in the next batch, before its first chunk there at the latest: where that
+        // is the next batch, it keeps the token instead.
+        if admitted == Admitted::Evicted && at + 1 < first {
+            evictions.push((at + 1, i));
+        } else {
+            first_chunk_less_one_token(&mut out.batches[first].entries, i)?;
         }
         previous = at;
     }
@@ -253,6 +223,20 @@ pub(crate) fn admit_in_arrival_order(
         out.batches.get_mut(j)?.entries.push(Entry::evict(i));
     }
     Some(out)
+}
+
+/// `i`'s chunk in `entries` one token shorter (gone where it was one token); None where
+/// `i` has no chunk there.
+fn first_chunk_less_one_token(entries: &mut Vec<Entry>, i: u32) -> Option<()> {
+    let k = entries.iter().position(|e| e.request == i)?;
+    match entries[k].action {
+        Action::Process(1) => {
+            entries.remove(k);
+        }
+        Action::Process(c) => entries[k].action = Action::Process(c - 1),
+        Action::Evict => return None,
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -427,5 +411,95 @@ mod tests {
         assert!(report.best_bound >= own.best_bound);
         assert!(report.best_bound <= report.replayed_objective);
         assert!(report.note.unwrap().contains("FCFS admission repair"));
+    }
+
+    /// On random workloads served shortest first (out of arrival order), the repair always
+    /// gives a schedule whose first steps are in arrival order and which keeps every
+    /// request's tokens; most replay as valid, and then the class admits them.
+    #[test]
+    fn repaired_schedules_start_in_arrival_order_and_keep_every_token() {
+        use infersched_core::Request;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let fcfs = PolicyConstraints {
+            fcfs: true,
+            ..Default::default()
+        };
+        let (mut repaired, mut valid) = (0, 0);
+        for _ in 0..80 {
+            let n = rng.random_range(2..12);
+            let reqs: Vec<Request> = (0..n)
+                .map(|_| Request {
+                    input_tokens: rng.random_range(1..400),
+                    output_tokens: rng.random_range(1..20),
+                    arrival_s: rng.random_range(0.0..0.2),
+                })
+                .collect();
+            let w = Workload::new(reqs).unwrap();
+            let limits = Limits {
+                kv_capacity: Some(rng.random_range(800..4000)),
+                token_budget: Some(rng.random_range(64..512)),
+                ..Limits::unlimited()
+            };
+            if limits.check_feasible(&w).is_err() {
+                continue;
+            }
+            let order = w.fcfs_order();
+            let mut list = crate::list_search::PriorityList::new(&order, 128, 16, 8)
+                .shortest_remaining_first(&cost());
+            let Ok(sim) = infersched_schedulers::simulate(&w, &limits, &mut list, &cost()) else {
+                continue;
+            };
+            let r = replay(&w, &limits, &cost(), &sim.schedule).unwrap();
+            let tokens = |s: &Schedule| {
+                let mut t = vec![0u64; w.len()];
+                for e in s.batches.iter().flat_map(|b| &b.entries) {
+                    if let Action::Process(c) = e.action {
+                        t[e.request as usize] += u64::from(c);
+                    }
+                }
+                t
+            };
+            for kind in [Admitted::Kept, Admitted::Evicted] {
+                let Some(s) = admit_in_arrival_order(&w, &limits, &sim.schedule, &r, kind) else {
+                    continue;
+                };
+                repaired += 1;
+                let mut first = vec![usize::MAX; w.len()];
+                for (j, b) in s.batches.iter().enumerate() {
+                    for e in &b.entries {
+                        if matches!(e.action, Action::Process(_)) {
+                            first[e.request as usize] = first[e.request as usize].min(j);
+                        }
+                    }
+                }
+                assert!(
+                    order
+                        .windows(2)
+                        .all(|p| first[p[0] as usize] <= first[p[1] as usize])
+                );
+                // Kept: the same tokens; evicted: one more per evicted admission.
+                let evicted = s
+                    .batches
+                    .iter()
+                    .flat_map(|b| &b.entries)
+                    .filter(|e| e.action == Action::Evict)
+                    .count() as u64;
+                let (before, after) = (tokens(&sim.schedule), tokens(&s));
+                assert_eq!(
+                    after.iter().sum::<u64>(),
+                    before.iter().sum::<u64>() + evicted
+                );
+                if kind == Admitted::Kept {
+                    assert_eq!(after, before);
+                }
+                if replay(&w, &limits, &cost(), &s).is_ok() {
+                    valid += 1;
+                    assert!(fcfs.admits(&w, &limits, &s));
+                }
+            }
+        }
+        assert!(repaired >= 40, "only {repaired} schedules needed a repair");
+        assert!(valid * 10 >= repaired * 8, "{valid} of {repaired} valid");
     }
 }
