@@ -35,10 +35,10 @@
 
 mod arcflow;
 pub mod bounds;
+mod class_repair;
 mod classes;
 mod counting;
 pub mod dominance;
-mod fcfs;
 mod first_tokens;
 pub mod graph;
 pub mod groups;
@@ -176,10 +176,14 @@ pub fn solve(
     objective: Objective,
     options: &SolveOptions,
 ) -> Result<SolveReport, SolveError> {
-    // FCFS admission constrains only the order of first steps: the best schedule found
-    // without it, repaired into the class, often beats the class's own searches.
-    if options.constraints.fcfs && options.list_search_evaluations > 0 && w.len() >= 2 {
-        return fcfs::solve_with_admission_repair(w, limits, cost, objective, options, |o| {
+    // FCFS admission constrains only the order of first steps, and unmixed batches are
+    // mixed ones split: the best schedule found without these rules, repaired into the
+    // class, often beats the class's own searches.
+    if class_repair::applies(&options.constraints)
+        && options.list_search_evaluations > 0
+        && w.len() >= 2
+    {
+        return class_repair::solve_with_class_repair(w, limits, cost, objective, options, |o| {
             solve_in_class(w, limits, cost, objective, o)
         });
     }

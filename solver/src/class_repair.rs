@@ -1,38 +1,53 @@
-//! FCFS admission from any schedule (milp.md, "FCFS admission"): the class `--fcfs` asks
-//! only that requests are *first* processed in arrival order (none starts before an earlier
-//! one has); what they do after that is free. So the best schedule found without the rule
-//! becomes one with it by admitting, in the batch where a request is first processed, every
-//! earlier-arriving request not yet started, with one prompt token each
-//! ([`admit_in_arrival_order`]).
+//! Schedules of a policy class from schedules outside it (milp.md, "Class repair"): two
+//! classes ask something any schedule can be brought to at a small cost, so the best
+//! schedule found without the rule is repaired into the class and kept where it beats the
+//! class's own searches (which, for these classes, serve in arrival order or by whole
+//! phases and find much worse schedules).
 //!
-//! Such a token is taken from the request's own first chunk later on (its prompt is
-//! processed once, as before), so it holds one token of KV, one block, until then; where M
-//! or R_max does not allow that and evictions are allowed, it is evicted in the next batch
-//! instead and its prompt is processed whole later, as before ([`Admitted::Evicted`]). The
-//! token goes into the batch that needs it, or the latest earlier batch with room for it in
-//! C and P that starts after its arrival. The replay judges the result, and the caller
-//! keeps it only where it is valid, in the class and better.
+//! * **`--no-mix`** (no batch holds prefill and decode entries): every mixed batch becomes
+//!   its decodes (and evictions), then its prefill chunks ([`split_mixed_batches`]). Both
+//!   halves hold subsets of the batch's entries from the same states, so memory, budgets
+//!   and every other rule still hold; each split costs one more batch bias.
+//! * **`--fcfs`** asks only that requests are *first* processed in arrival order (none
+//!   starts before an earlier one has); what they do after that is free. So every
+//!   earlier-arriving request not yet started is admitted, in the batch where a later one
+//!   is first processed, with one prompt token ([`admit_in_arrival_order`]). The token is
+//!   taken from the request's own first chunk later on (its prompt is processed once, as
+//!   before), so it holds one token of KV, one block, until then; where M or R_max does
+//!   not allow that and evictions are allowed, it is evicted in the next batch instead and
+//!   its prompt is processed whole later, as before ([`Admitted::Evicted`]). The token goes
+//!   into the batch that needs it, or the latest earlier batch with room for it in C and P
+//!   (and without decodes under `--no-mix`) that starts after its arrival.
 //!
-//! Where it pays: on 300 Splitwise requests (mean TTFT, C = 4096, M = 10,000) the best
-//! schedule in the FCFS class was the heuristics' 15.9 s, twice the 7.5 s found without the
-//! rule, because the list search in the FCFS class only serves in arrival order.
+//! The replay judges the result, and the caller keeps it only where it is valid, in the
+//! class and better. Where it pays (`solve --time-limit 10`): on 300 Splitwise requests,
+//! mean TTFT, C = 4096, M = 10,000, the best schedule in the FCFS class was the
+//! heuristics' 15.9 s, twice the 7.5 s found without the rule; with `--no-mix`, mean
+//! latency, M = 16,384, 16.3 s against 10.2 s without the rule.
 
 use crate::report::certified_gap;
 use crate::{Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, SolveStatus};
-use infersched_core::{Action, Entry, Limits, Replay, Schedule, Workload, replay};
+use infersched_core::{
+    Action, Batch, Entry, EntryKind, Limits, Replay, Schedule, Workload, classify_entries, replay,
+};
 use infersched_cost_model::LinearCostModel;
 use std::time::Instant;
 
-/// The share of the time limit the solve in the FCFS class itself takes first; the solve
-/// without the rule gets what it leaves.
+/// The share of the time limit the solve in the class itself takes first; the solve
+/// without the repaired rules gets what it leaves.
 const IN_CLASS_SHARE: f64 = 0.5;
 
-/// A solve in a class with FCFS admission: the class's own solve (`solve_in_class`, half the
-/// time, first, so an interrupt meanwhile still has its schedules), then the same class
-/// without the rule for the rest of the time, whose schedule is brought into the class by
-/// [`admit_in_arrival_order`] and kept where it is better, and whose bound holds for the
-/// class too (the class is a subset), so the higher bound is kept.
-pub(crate) fn solve_with_admission_repair(
+/// Whether [`solve_with_class_repair`] applies: a class with a rule it repairs.
+pub(crate) fn applies(class: &PolicyConstraints) -> bool {
+    class.fcfs || class.no_mix
+}
+
+/// A solve in a class with FCFS admission or unmixed batches: the class's own solve
+/// (`solve_in_class`, half the time, first, so an interrupt meanwhile still has its
+/// schedules), then the same class without those rules for the rest of the time, whose
+/// schedule is repaired into the class ([`repaired`]) and kept where it is better; its
+/// bound holds for the class too (the class is a subset), so the higher bound is kept.
+pub(crate) fn solve_with_class_repair(
     w: &Workload,
     limits: &Limits,
     cost: &LinearCostModel,
@@ -52,9 +67,10 @@ pub(crate) fn solve_with_admission_repair(
     let left = options.time_limit_s - started.elapsed().as_secs_f64();
     let free = PolicyConstraints {
         fcfs: false,
+        no_mix: false,
         ..class
     };
-    // Where the solve without the rule fails (it should not where this one did not), the
+    // Where the solve without the rules fails (it should not where this one did not), the
     // class's own answer stands.
     let Ok(without) = solve_in_class(&SolveOptions {
         time_limit_s: left.max(0.0),
@@ -64,44 +80,37 @@ pub(crate) fn solve_with_admission_repair(
     }) else {
         return Ok(report);
     };
-    let Ok(replayed) = replay(w, limits, cost, &without.schedule) else {
-        return Ok(report);
-    };
-    let mut kinds = vec![Admitted::Kept];
-    if !class.no_evict && !class.reserve {
-        kinds.push(Admitted::Evicted);
-    }
-    let repaired = kinds
-        .into_iter()
-        .filter_map(|kind| {
-            let schedule = admit_in_arrival_order(w, limits, &without.schedule, &replayed, kind)
-                .unwrap_or_else(|| without.schedule.clone());
-            let r = replay(w, limits, cost, &schedule).ok()?;
-            class
-                .admits(w, limits, &schedule)
-                .then(|| (objective.of_replay(&r), schedule))
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let repaired = repaired(w, limits, cost, objective, &class, &without.schedule);
     let own_note = report.note.take();
     let mut notes: Vec<String> = Vec::new();
     if without.best_bound > report.best_bound {
         report.best_bound = without.best_bound;
         report.bound_method = without.bound_method;
         notes.push(format!(
-            "the bound ({}) is the class's without FCFS admission, which holds for it too",
-            without.bound_method.name()
+            "the bound ({}) is the one found without {}, which holds for the class too",
+            without.bound_method.name(),
+            rules(&class)
         ));
     }
     if let Some((value, schedule)) = repaired
         && value < report.replayed_objective
     {
         notes.push(format!(
-            "the schedule is the best found without FCFS admission ({}: {:.6} ms), each request processed before an earlier arrival bringing that one in with a one-token chunk (FCFS admission repair)",
+            "the schedule is the best found without {} ({}: {:.6} ms), repaired into the class (class repair: {})",
+            rules(&class),
             without.method.name(),
-            without.replayed_objective * 1e3
+            without.replayed_objective * 1e3,
+            [
+                class.no_mix.then_some("mixed batches split, decodes first"),
+                class.fcfs.then_some("each request processed before an earlier arrival brings that one in with a one-token chunk"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ")
         ));
         if let Some(observer) = &options.observer {
-            observer.0.incumbent("FCFS admission repair", &schedule);
+            observer.0.incumbent("class repair", &schedule);
         }
         report.replayed_objective = value;
         report.schedule = schedule;
@@ -111,13 +120,96 @@ pub(crate) fn solve_with_admission_repair(
     if !notes.is_empty()
         && let Some(own) = own_note
     {
-        notes.push(format!("the solve in the FCFS class itself: {own}"));
+        notes.push(format!("the solve in the class itself: {own}"));
     } else if let Some(own) = own_note {
         notes.push(own);
     }
     report.certified_gap = certified_gap(report.replayed_objective, report.best_bound);
     report.note = (!notes.is_empty()).then(|| notes.join("; "));
     Ok(report)
+}
+
+/// The rules repaired, as the flags say them.
+fn rules(class: &PolicyConstraints) -> String {
+    [
+        class.no_mix.then_some("--no-mix"),
+        class.fcfs.then_some("--fcfs"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(" and ")
+}
+
+/// `schedule` brought into `class` (mixed batches split, then FCFS admission, each way of
+/// keeping the admission tokens tried): the best that replays and is in the class, with its
+/// objective; None where none is.
+pub(crate) fn repaired(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &PolicyConstraints,
+    schedule: &Schedule,
+) -> Option<(f64, Schedule)> {
+    let mut s = schedule.clone();
+    if class.no_mix {
+        s = split_mixed_batches(w, &s).unwrap_or(s);
+    }
+    let split = replay(w, limits, cost, &s).ok()?;
+    let mut kinds = vec![Admitted::Kept];
+    if !class.no_evict && !class.reserve {
+        kinds.push(Admitted::Evicted);
+    }
+    let candidates: Vec<Schedule> = if class.fcfs {
+        kinds
+            .into_iter()
+            .map(|kind| {
+                admit_in_arrival_order(w, limits, &s, &split, kind, class.no_mix)
+                    .unwrap_or_else(|| s.clone())
+            })
+            .collect()
+    } else {
+        vec![s]
+    };
+    candidates
+        .into_iter()
+        .filter_map(|c| {
+            let r = replay(w, limits, cost, &c).ok()?;
+            class
+                .admits(w, limits, &c)
+                .then(|| (objective.of_replay(&r), c))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// `schedule` (which the replay accepts) with each batch that mixes prefill chunks and
+/// decode steps split in two: its decodes and evictions, then its prefill chunks. None
+/// where no batch mixes.
+pub(crate) fn split_mixed_batches(w: &Workload, schedule: &Schedule) -> Option<Schedule> {
+    let kinds = classify_entries(w, schedule);
+    let mut batches = Vec::with_capacity(schedule.batches.len());
+    let mut split = false;
+    for (b, kinds) in schedule.batches.iter().zip(&kinds) {
+        let mixed = kinds.iter().any(|k| k.kind == EntryKind::Prefill)
+            && kinds.iter().any(|k| k.kind == EntryKind::Decode);
+        if !mixed {
+            batches.push(Batch::new(b.entries.clone()));
+            continue;
+        }
+        split = true;
+        let (prefills, rest): (Vec<_>, Vec<_>) = b
+            .entries
+            .iter()
+            .zip(kinds)
+            .partition(|(_, k)| k.kind == EntryKind::Prefill);
+        batches.push(Batch::new(rest.into_iter().map(|(e, _)| *e).collect()));
+        batches.push(Batch::new(prefills.into_iter().map(|(e, _)| *e).collect()));
+    }
+    split.then(|| Schedule {
+        batches,
+        meta: schedule.meta.clone(),
+    })
 }
 
 /// What becomes of a late request's admission token.
@@ -139,6 +231,7 @@ pub(crate) fn admit_in_arrival_order(
     schedule: &Schedule,
     replayed: &Replay,
     admitted: Admitted,
+    unmixed: bool,
 ) -> Option<Schedule> {
     let n = w.len();
     let batches = &schedule.batches;
@@ -205,7 +298,7 @@ pub(crate) fn admit_in_arrival_order(
                 && replayed
                     .batches
                     .get(j)
-                    .is_some_and(|r| r.start_s >= arrival)
+                    .is_some_and(|r| r.start_s >= arrival && !(unmixed && r.features.n_decode > 0))
                 && !out.batches[j].entries.iter().any(|e| e.request == i)
         })?;
         tokens[at] += 1;
@@ -273,7 +366,7 @@ mod tests {
         };
         let r = replay(&w, &limits, &cost(), &s).unwrap();
         assert!(!fcfs.admits(&w, &limits, &s));
-        let kept = admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Kept).unwrap();
+        let kept = admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Kept, false).unwrap();
         assert_eq!(
             kept.batches[0].entries,
             vec![Entry::process(1, 10), Entry::process(0, 1)]
@@ -293,11 +386,14 @@ mod tests {
             );
             assert!((after - before).abs() < 2e-4, "{k}: {before} -> {after}");
         }
-        let evicted = admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Evicted).unwrap();
+        let evicted =
+            admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Evicted, false).unwrap();
         // Its first chunk is the next batch: it keeps the token.
         assert_eq!(evicted, kept);
         // An FCFS schedule needs nothing.
-        assert!(admit_in_arrival_order(&w, &limits, &kept, &r_kept, Admitted::Kept).is_none());
+        assert!(
+            admit_in_arrival_order(&w, &limits, &kept, &r_kept, Admitted::Kept, false).is_none()
+        );
     }
 
     /// Evicted admissions leave the later chunks as they were, and a batch that is full in
@@ -327,7 +423,8 @@ mod tests {
             fcfs: true,
             ..Default::default()
         };
-        let evicted = admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Evicted).unwrap();
+        let evicted =
+            admit_in_arrival_order(&w, &limits, &s, &r, Admitted::Evicted, false).unwrap();
         assert_eq!(
             evicted.batches[0].entries,
             vec![Entry::process(1, 8), Entry::process(0, 1)]
@@ -365,7 +462,7 @@ mod tests {
             meta: None,
         };
         let r_full = replay(&w, &full, &cost(), &s_full).unwrap();
-        let kept = admit_in_arrival_order(&w, &full, &s_full, &r_full, Admitted::Kept);
+        let kept = admit_in_arrival_order(&w, &full, &s_full, &r_full, Admitted::Kept, false);
         // Batch 0 has no room for request 0's token, and nothing is earlier: none.
         assert!(kept.is_none());
     }
@@ -410,7 +507,7 @@ mod tests {
         );
         assert!(report.best_bound >= own.best_bound);
         assert!(report.best_bound <= report.replayed_objective);
-        assert!(report.note.unwrap().contains("FCFS admission repair"));
+        assert!(report.note.unwrap().contains("one-token chunk"));
     }
 
     /// On random workloads served shortest first (out of arrival order), the repair always
@@ -461,7 +558,8 @@ mod tests {
                 t
             };
             for kind in [Admitted::Kept, Admitted::Evicted] {
-                let Some(s) = admit_in_arrival_order(&w, &limits, &sim.schedule, &r, kind) else {
+                let Some(s) = admit_in_arrival_order(&w, &limits, &sim.schedule, &r, kind, false)
+                else {
                     continue;
                 };
                 repaired += 1;
@@ -501,5 +599,90 @@ mod tests {
         }
         assert!(repaired >= 40, "only {repaired} schedules needed a repair");
         assert!(valid * 10 >= repaired * 8, "{valid} of {repaired} valid");
+    }
+
+    /// A mixed batch becomes its decodes, then its prefills; the result replays, is
+    /// unmixed, and costs one more batch bias per split.
+    #[test]
+    fn mixed_batches_split_into_decodes_then_prefills() {
+        let w = workload(&[(8, 3, 0.0), (20, 2, 0.0)]);
+        let limits = Limits::unlimited();
+        let s = Schedule {
+            batches: vec![
+                Batch::new(vec![Entry::process(0, 8)]),
+                Batch::new(vec![Entry::process(0, 1), Entry::process(1, 20)]),
+                Batch::new(vec![Entry::process(0, 1), Entry::process(1, 1)]),
+            ],
+            meta: None,
+        };
+        let split = split_mixed_batches(&w, &s).unwrap();
+        assert_eq!(
+            split.batches,
+            vec![
+                Batch::new(vec![Entry::process(0, 8)]),
+                Batch::new(vec![Entry::process(0, 1)]),
+                Batch::new(vec![Entry::process(1, 20)]),
+                Batch::new(vec![Entry::process(0, 1), Entry::process(1, 1)]),
+            ]
+        );
+        let unmixed = PolicyConstraints {
+            no_mix: true,
+            ..Default::default()
+        };
+        assert!(!unmixed.admits(&w, &limits, &s));
+        assert!(unmixed.admits(&w, &limits, &split));
+        let (before, after) = (
+            replay(&w, &limits, &cost(), &s).unwrap(),
+            replay(&w, &limits, &cost(), &split).unwrap(),
+        );
+        let bias = cost().theta(infersched_core::Feature::One);
+        assert!((after.makespan_s() - before.makespan_s() - bias).abs() < 0.2 * bias);
+        assert!(split_mixed_batches(&w, &split).is_none());
+    }
+
+    /// Through the solve with `--no-mix`: the schedule found without the rule, split, beats
+    /// the class's own searches on a burst of requests with long outputs.
+    #[test]
+    fn the_solve_splits_the_schedule_found_with_mixed_batches() {
+        let w = workload(&[
+            (300, 40, 0.0),
+            (200, 30, 0.0),
+            (400, 50, 0.01),
+            (100, 20, 0.02),
+            (300, 40, 0.03),
+            (250, 30, 0.04),
+        ]);
+        let limits = Limits {
+            token_budget: Some(256),
+            kv_capacity: Some(2048),
+            ..Limits::unlimited()
+        };
+        let unmixed = PolicyConstraints {
+            no_mix: true,
+            ..Default::default()
+        };
+        let options = SolveOptions {
+            time_limit_s: 4.0,
+            constraints: unmixed,
+            memory_limit_bytes: 1 << 10,
+            ..Default::default()
+        };
+        let cost = cost();
+        let own =
+            crate::solve_in_class(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
+        let report = crate::solve(&w, &limits, &cost, Objective::MeanLatency, &options).unwrap();
+        assert!(unmixed.admits(&w, &limits, &report.schedule));
+        let r = replay(&w, &limits, &cost, &report.schedule).unwrap();
+        assert_eq!(
+            Objective::MeanLatency.of_replay(&r),
+            report.replayed_objective
+        );
+        assert!(
+            report.replayed_objective < own.replayed_objective * 0.8,
+            "{} vs {}",
+            report.replayed_objective,
+            own.replayed_objective
+        );
+        assert!(report.note.unwrap().contains("mixed batches split"));
     }
 }
