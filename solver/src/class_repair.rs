@@ -244,6 +244,10 @@ pub(crate) fn admit_in_arrival_order(
             }
         }
     }
+    // Every request of a valid schedule is processed.
+    if first_batch.contains(&usize::MAX) {
+        return None;
+    }
     let order = w.fcfs_order();
     // The batch by which each request must have started: the earliest first batch of it
     // and every later arrival.
