@@ -183,9 +183,14 @@ pub fn solve(
         && options.list_search_evaluations > 0
         && w.len() >= 2
     {
-        return class_repair::solve_with_class_repair(w, limits, cost, objective, options, |o| {
-            solve_in_class(w, limits, cost, objective, o)
-        });
+        return class_repair::solve_with_class_repair(
+            w,
+            limits,
+            cost,
+            objective,
+            options,
+            |l, o| solve_in_class(w, l, cost, objective, o),
+        );
     }
     solve_in_class(w, limits, cost, objective, options)
 }
