@@ -435,7 +435,7 @@ pub struct PhaseRelaxation {
     pub bound: CombinatorialBound,
     /// What HiGHS's incumbent plans (completion order, prompt shares per phase), when it
     /// found one: a guide for a schedule, not a schedule (it ignores M and budgets). For
-    /// mean TTFT, a plan of the first-token problem ([`first_tokens_only`]).
+    /// mean TTFT, a plan of the first-token problem (each request with one output token).
     pub plan: Option<PhasePlan>,
 }
 

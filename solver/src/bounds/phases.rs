@@ -60,7 +60,7 @@ struct RequestNeeds {
 
 /// What HiGHS's best point of the relaxation plans (its incumbent, not a proof of
 /// anything): the order of completions and when each prompt is worked on. A guide for a
-/// schedule ([`crate::plan_schedule`]), which the replay then judges.
+/// schedule (module `plan_schedule`), which the replay then judges.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhasePlan {
     /// The request completing in each phase, in order (a permutation of the requests).
