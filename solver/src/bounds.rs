@@ -229,17 +229,33 @@ impl Theta<'_> {
         total
     }
 
-    /// The least time from `r`'s arrival to its first token: one batch.
-    fn own_first_token_time(&self, r: &Request) -> f64 {
-        self.get(Feature::One) + self.get(Feature::HasPrefill) + self.first_token_work(r)
+    /// The least time from `r`'s arrival to its first token: its prompt's batches in a row,
+    /// at least `ceil(I / min(C, P))` (a chunk is at most C and P tokens), each paying the
+    /// bias of a batch with a prefill entry and its entry's `n_prefill`.
+    fn own_first_token_time(&self, r: &Request, limits: &Limits) -> f64 {
+        let batches = prompt_batches(r, limits) as f64;
+        (self.get(Feature::One) + self.get(Feature::HasPrefill)) * batches
+            + self.first_token_work(r)
+            + self.get(Feature::NPrefill) * (batches - 1.0)
     }
 
-    /// The least time from `r`'s arrival to its last token: its `O` batches in a row.
-    fn own_time(&self, r: &Request) -> f64 {
-        self.own_first_token_time(r)
+    /// The least time from `r`'s arrival to its last token: its prompt's batches and its
+    /// `O - 1` later ones in a row.
+    fn own_time(&self, r: &Request, limits: &Limits) -> f64 {
+        self.own_first_token_time(r, limits)
             + f64::from(r.output_tokens - 1) * self.batch_bias()
             + self.later_tokens_work(r)
     }
+}
+
+/// The least number of batches `r`'s prompt takes: a chunk is at most `min(C, P)` tokens.
+fn prompt_batches(r: &Request, limits: &Limits) -> u64 {
+    let per_batch = limits
+        .token_budget
+        .unwrap_or(u64::MAX)
+        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
+        .max(1);
+    u64::from(r.input_tokens).div_ceil(per_batch).max(1)
 }
 
 /// The real roots of `d[0] + d[1] x + d[2] x^2` (none for an identically zero or
@@ -327,7 +343,10 @@ pub fn lower_bound(
                 + j as f64 * t.batch_bias()
                 + prefill as f64 * surplus
                 + min_total_work_s(w, cost);
-            let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + t.own_time(r)).collect();
+            let own: Vec<f64> = reqs
+                .iter()
+                .map(|r| r.arrival_s + t.own_time(r, limits))
+                .collect();
             let by_release = own.iter().copied().fold(0.0, f64::max);
             let (_, by_machine) =
                 machine::completion_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
@@ -348,8 +367,8 @@ pub fn lower_bound(
                 machine::JobEnd::FirstToken
             };
             let own_time = |r: &Request| match end {
-                machine::JobEnd::LastToken => t.own_time(r),
-                machine::JobEnd::FirstToken => t.own_first_token_time(r),
+                machine::JobEnd::LastToken => t.own_time(r, limits),
+                machine::JobEnd::FirstToken => t.own_first_token_time(r, limits),
             };
             let by_own = reqs.iter().map(own_time).sum::<f64>() / n;
             let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + own_time(r)).collect();
@@ -465,7 +484,10 @@ pub fn phase_relaxation(
     if reqs.is_empty() || reqs.len() > PHASE_RELAXATION_MAX_REQUESTS {
         return None;
     }
-    let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + t.own_time(r)).collect();
+    let own: Vec<f64> = reqs
+        .iter()
+        .map(|r| r.arrival_s + t.own_time(r, limits))
+        .collect();
     let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
     phases::mean_latency_bound(&t, reqs, limits, &positions, time_limit_s, threads).map(|r| {
         PhaseRelaxation {
@@ -527,6 +549,40 @@ mod tests {
             assert!(
                 (b.value_s - v).abs() <= 1e-9 * v,
                 "{objective:?}: bound {} vs schedule {v}",
+                b.value_s
+            );
+        }
+    }
+
+    #[test]
+    fn a_prompt_over_the_budget_pays_a_batch_bias_per_chunk() {
+        // One request of 1,000 prompt tokens under C = 100: its first token needs 10
+        // batches in a row, each paying a prefill batch's bias; alone, chunks of C are best,
+        // and the bound misses only the chunks' context terms.
+        let r = Request {
+            input_tokens: 1000,
+            output_tokens: 3,
+            arrival_s: 0.0,
+        };
+        let w = Workload::new(vec![r]).unwrap();
+        let limits = Limits {
+            token_budget: Some(100),
+            ..Limits::unlimited()
+        };
+        let sim = SchedulerKind::Sarathi
+            .simulate(&w, &Knobs::matching(&limits), &cost())
+            .unwrap();
+        let rep = replay(&w, &limits, &cost(), &sim.schedule).unwrap();
+        let s = Summary::from_replay(&rep);
+        let context: f64 =
+            (1..10).map(|k| f64::from(k * 100)).sum::<f64>() * cost().theta(Feature::PrefillCtx);
+        for objective in [Objective::MeanLatency, Objective::MeanTtft] {
+            let b = lower_bound(&w, &limits, &cost(), objective);
+            let v = objective.of(&s);
+            assert_eq!(b.argument, BoundArgument::OwnMinimumTime);
+            assert!(
+                (v - context - b.value_s).abs() <= 1e-9 * v,
+                "{objective:?}: bound {} vs schedule {v} less context {context}",
                 b.value_s
             );
         }
@@ -685,7 +741,7 @@ mod tests {
             ..Limits::unlimited()
         };
         let t = Theta(&cost());
-        let own = t.own_time(&r);
+        let own = t.own_time(&r, &limits);
         let latency = lower_bound(&w, &limits, &cost(), Objective::MeanLatency);
         assert_eq!(latency.argument, BoundArgument::MachineSrpt);
         assert!(latency.value_s > 5.0 * own, "{latency:?} vs own {own}");

@@ -466,7 +466,10 @@ mod tests {
             token_budget: Some(1000),
             ..Limits::unlimited()
         };
-        let own: Vec<f64> = reqs.iter().map(|r| t.own_first_token_time(r)).collect();
+        let own: Vec<f64> = reqs
+            .iter()
+            .map(|r| t.own_first_token_time(r, &limits))
+            .collect();
         let b = position_bounds(&t, &reqs, &limits, &own, JobEnd::FirstToken);
         let batch = t.get(Feature::One) + t.get(Feature::HasPrefill) + t.first_token_work(&r);
         for (k, bound) in b.iter().enumerate() {

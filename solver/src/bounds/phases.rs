@@ -140,7 +140,7 @@ fn needs(t: &Theta<'_>, r: &Request, limits: &Limits) -> RequestNeeds {
         later_max,
         prompt_batches: u64::from(r.input_tokens).div_ceil(per_batch).max(1) as f64,
         prompt_tokens: f64::from(r.input_tokens),
-        own_completion: (r.arrival_s + t.own_time(r)) * ms,
+        own_completion: (r.arrival_s + t.own_time(r, limits)) * ms,
     }
 }
 
