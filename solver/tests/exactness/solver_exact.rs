@@ -840,7 +840,9 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
         "{split_count} split, {stronger} stronger than the machine bound, {both_proven} proven by both, {only_groups} only by the groups"
     );
     assert!(split_count >= 15, "{split_count} of 20 split");
-    assert!(stronger >= 3, "{stronger} of {split_count} stronger");
+    // The groups' bound beats the whole workload's combinatorial one on 2 seeds (3 before
+    // the own times counted a prompt's batches under C, which raised that bound too).
+    assert!(stronger >= 2, "{stronger} of {split_count} stronger");
     // Each burst's MILP is tiny: the groups prove optimality where the whole MILP, over
     // the idle second between the bursts, often stops at its limit.
     assert!(
