@@ -125,7 +125,7 @@ pub(crate) fn solve_with_class_repair(
             && best.as_ref().is_none_or(|(value, _)| found.0 < *value)
         {
             best = Some(found);
-            set_aside = Some((m - held, again.replayed_objective));
+            set_aside = Some((m - held, again.method, again.replayed_objective));
         }
     }
     let own_note = report.note.take();
@@ -142,20 +142,21 @@ pub(crate) fn solve_with_class_repair(
     if let Some((value, schedule)) = best
         && value < report.replayed_objective
     {
-        let (found_under, found_value) = match set_aside {
-            Some((m, value)) => (
+        let (found_under, found_method, found_value) = match set_aside {
+            Some((m, method, value)) => (
                 format!(
                     " under M = {m} (KV set aside for the admission tokens of the schedule found under M)"
                 ),
+                method,
                 value,
             ),
-            None => (String::new(), without.replayed_objective),
+            None => (String::new(), without.method, without.replayed_objective),
         };
         notes.push(format!(
             "the schedule is the best found without {}{} ({}: {:.6} ms), repaired into the class (class repair: {})",
             rules(&class),
             found_under,
-            without.method.name(),
+            found_method.name(),
             found_value * 1e3,
             [
                 class.no_mix.then_some("mixed batches split, decodes first"),
@@ -171,7 +172,7 @@ pub(crate) fn solve_with_class_repair(
         }
         report.replayed_objective = value;
         report.schedule = schedule;
-        report.method = without.method;
+        report.method = found_method;
         notes.reverse();
     }
     if !notes.is_empty()
