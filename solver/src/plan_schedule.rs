@@ -281,16 +281,19 @@ fn neighbours(plan: &PhasePlan) -> impl Iterator<Item = PhasePlan> + '_ {
             p.prompt_share[i] = (0..n).map(|k| if k == q { 1.0 } else { 0.0 }).collect();
             p
         });
-        // A phase's share one phase earlier, or half of it (a split).
-        let earlier = phases.into_iter().filter(|&q| q > 0).flat_map(move |q| {
-            [1.0, 0.5].into_iter().map(move |part| {
-                let mut p = plan.clone();
-                p.prompt_share[i][q - 1] += share[q] * part;
-                p.prompt_share[i][q] -= share[q] * part;
-                p
+        // A phase's share one phase earlier or later, or half of it (a split).
+        let moved = phases.into_iter().flat_map(move |q| {
+            let to = [q.checked_sub(1), Some(q + 1).filter(|&t| t < n)];
+            to.into_iter().flatten().flat_map(move |t| {
+                [1.0, 0.5].into_iter().map(move |part| {
+                    let mut p = plan.clone();
+                    p.prompt_share[i][t] += share[q] * part;
+                    p.prompt_share[i][q] -= share[q] * part;
+                    p
+                })
             })
         });
-        whole.chain(earlier)
+        whole.chain(moved)
     });
     swaps.chain(shares)
 }
@@ -310,7 +313,7 @@ struct Found {
 /// `deadline` passes. Moves: two requests up to three places apart swap places in the
 /// completion order (their prompt shares go with them), a prompt split over several
 /// phases runs whole in its first or its last phase, and a phase's share of a prompt moves,
-/// whole or half, to the phase before. Returns the best schedule found with its replay and
+/// whole or half, to the phase before or after. Returns the best schedule found with its replay and
 /// the plans tried, or None when the first plan gives no valid schedule in the class.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search_plans(
