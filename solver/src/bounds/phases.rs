@@ -126,11 +126,6 @@ fn needs(t: &Theta<'_>, r: &Request, limits: &Limits) -> RequestNeeds {
         .min(tok * known + pa * known * known + np);
     let all = f64::from(r.input_tokens) + f64::from(r.output_tokens);
     let later_max = tok * all + pa * all * all + pc * all + np + dkv * all + nd;
-    let per_batch = limits
-        .token_budget
-        .unwrap_or(u64::MAX)
-        .min(limits.prefill_budget.unwrap_or(u64::MAX))
-        .max(1);
     RequestNeeds {
         arrival: r.arrival_s * ms,
         prompt_work: t.first_token_work(r) * ms,
@@ -138,7 +133,7 @@ fn needs(t: &Theta<'_>, r: &Request, limits: &Limits) -> RequestNeeds {
         later_tokens: f64::from(r.output_tokens.saturating_sub(1)),
         later_min,
         later_max,
-        prompt_batches: u64::from(r.input_tokens).div_ceil(per_batch).max(1) as f64,
+        prompt_batches: super::prompt_batches(r, limits) as f64,
         prompt_tokens: f64::from(r.input_tokens),
         own_completion: (r.arrival_s + t.own_time(r, limits)) * ms,
     }
