@@ -35,6 +35,7 @@
 //! largest batch count among them in whole biases plus all their work.
 
 mod batch_count;
+mod busy_time;
 mod machine;
 pub(crate) mod patterns;
 mod phases;
@@ -74,6 +75,10 @@ pub enum BoundArgument {
     /// completion times, each the larger of that, a request's own minimum time and the
     /// batch-count position bound (module `bounds::batch_count`).
     MachineSrpt,
+    /// Mean latency: the single-machine relaxation with each request's share laid out over
+    /// its batches, the least weighted sum of mean busy times (module
+    /// `bounds::busy_time`).
+    MachineBusyTime,
     /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
     /// order of completions, module `bounds::phases`), at least the machine bound.
     PhaseRelaxation,
@@ -94,6 +99,7 @@ impl BoundArgument {
             Self::OwnMinimumTime => "own-minimum-time",
             Self::MachineRelease => "machine-release",
             Self::MachineSrpt => "machine-srpt",
+            Self::MachineBusyTime => "machine-busy-time",
             Self::PhaseRelaxation => "phase-relaxation",
             Self::IndependentGroups => "independent-groups",
             Self::PooledSearch => "pooled-search",
@@ -132,8 +138,7 @@ impl Theta<'_> {
     }
 
     /// The least the entry producing `r`'s token after `k` generated ones costs (k >= 1);
-    /// [`Self::later_tokens_work`] sums it in closed form, this is its test oracle.
-    #[cfg(test)]
+    /// [`Self::later_tokens_work_between`] sums it in closed form.
     fn later_token_work(&self, r: &Request, k: u32) -> f64 {
         let known = f64::from(r.input_tokens) + f64::from(k);
         let (tokens, np) = (self.get(Feature::Tokens), self.get(Feature::NPrefill));
@@ -163,6 +168,15 @@ impl Theta<'_> {
         if r.output_tokens <= 1 {
             return 0.0;
         }
+        self.later_tokens_work_between(r, 1, r.output_tokens - 1)
+    }
+
+    /// `sum_{k=from}^{to} later_token_work(r, k)` in closed form (`1 <= from`; 0 where
+    /// `to < from`), as in [`Self::later_tokens_work`].
+    fn later_tokens_work_between(&self, r: &Request, from: u32, to: u32) -> f64 {
+        if to < from {
+            return 0.0;
+        }
         let (tokens, np) = (self.get(Feature::Tokens), self.get(Feature::NPrefill));
         let (pa, pc) = (
             self.get(Feature::PrefillAttn),
@@ -178,8 +192,8 @@ impl Theta<'_> {
             [tokens - pa - pc + np, 2.0 * pa + pc, 0.0],
             [np, tokens, pa],
         ];
-        let lo = f64::from(r.input_tokens) + 1.0;
-        let hi = f64::from(r.input_tokens) + f64::from(r.output_tokens) - 1.0;
+        let lo = f64::from(r.input_tokens) + f64::from(from);
+        let hi = f64::from(r.input_tokens) + f64::from(to);
         // Crossings of each pair inside [lo, hi], as cut points between integers.
         let mut cuts = vec![lo, hi + 1.0];
         for a in 0..3 {
@@ -375,17 +389,20 @@ pub fn lower_bound(
             let (sum, _) = machine::completion_bounds(&t, reqs, limits, &own, end);
             let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
             let by_machine = (sum - arrivals) / n;
-            if by_machine > by_own {
-                CombinatorialBound {
-                    value_s: by_machine,
-                    argument: BoundArgument::MachineSrpt,
-                }
-            } else {
-                CombinatorialBound {
-                    value_s: by_own,
-                    argument: BoundArgument::OwnMinimumTime,
-                }
-            }
+            let by_busy_time = match end {
+                machine::JobEnd::LastToken => busy_time::sum_of_completions(&t, reqs, limits)
+                    .map_or(0.0, |sum| (sum - arrivals) / n),
+                machine::JobEnd::FirstToken => 0.0,
+            };
+            [
+                (by_own, BoundArgument::OwnMinimumTime),
+                (by_machine, BoundArgument::MachineSrpt),
+                (by_busy_time, BoundArgument::MachineBusyTime),
+            ]
+            .into_iter()
+            .map(|(value_s, argument)| CombinatorialBound { value_s, argument })
+            .reduce(|best, c| if c.value_s > best.value_s { c } else { best })
+            .expect("three candidates")
         }
     }
 }
@@ -489,14 +506,22 @@ pub fn phase_relaxation(
         .map(|r| r.arrival_s + t.own_time(r, limits))
         .collect();
     let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
-    phases::mean_latency_bound(&t, reqs, limits, &positions, time_limit_s, threads).map(|r| {
-        PhaseRelaxation {
-            bound: CombinatorialBound {
-                value_s: r.bound_s,
-                argument: BoundArgument::PhaseRelaxation,
-            },
-            plan: r.plan,
-        }
+    let busy_time = busy_time::sum_of_completions(&t, reqs, limits);
+    phases::mean_latency_bound(
+        &t,
+        reqs,
+        limits,
+        &positions,
+        busy_time,
+        time_limit_s,
+        threads,
+    )
+    .map(|r| PhaseRelaxation {
+        bound: CombinatorialBound {
+            value_s: r.bound_s,
+            argument: BoundArgument::PhaseRelaxation,
+        },
+        plan: r.plan,
     })
 }
 
@@ -743,8 +768,29 @@ mod tests {
         let t = Theta(&cost());
         let own = t.own_time(&r, &limits);
         let latency = lower_bound(&w, &limits, &cost(), Objective::MeanLatency);
-        assert_eq!(latency.argument, BoundArgument::MachineSrpt);
         assert!(latency.value_s > 5.0 * own, "{latency:?} vs own {own}");
+        // Each request holds about half of M over its whole decode, not only for its
+        // share: the mean-busy-time bound sees the others wait that long and is above
+        // the shortest-remaining-first machine's.
+        let owns = vec![own; 40];
+        let (srpt_sum, _) = machine::completion_bounds(
+            &t,
+            w.requests(),
+            &limits,
+            &owns,
+            machine::JobEnd::LastToken,
+        );
+        assert_eq!(latency.argument, BoundArgument::MachineBusyTime);
+        assert!(
+            latency.value_s > 1.015 * srpt_sum / 40.0,
+            "{latency:?} vs {}",
+            srpt_sum / 40.0
+        );
+        eprintln!(
+            "busy time {} srpt {} own {own}",
+            latency.value_s,
+            srpt_sum / 40.0
+        );
         let ttft = lower_bound(&w, &limits, &cost(), Objective::MeanTtft);
         assert_eq!(ttft.argument, BoundArgument::MachineSrpt);
         let makespan = lower_bound(&w, &limits, &cost(), Objective::Makespan);
@@ -792,6 +838,14 @@ mod tests {
             proptest::prop_assert!(
                 (looped - closed).abs() <= 1e-9 * looped.abs().max(1e-12),
                 "loop {looped} closed {closed}"
+            );
+            // Any range of later tokens, as the busy-time bound's groups use it.
+            let (from, to) = (1 + o / 3, o.saturating_sub(1 + o / 5));
+            let looped: f64 = (from..=to).map(|k| t.later_token_work(&r, k)).sum();
+            let closed = t.later_tokens_work_between(&r, from, to);
+            proptest::prop_assert!(
+                (looped - closed).abs() <= 1e-9 * looped.abs().max(1e-12),
+                "{from}..={to}: loop {looped} closed {closed}"
             );
         }
     }

@@ -58,13 +58,13 @@ fn weight_grid(limits: &Limits) -> Vec<[f64; 3]> {
 }
 
 /// KV tokens a request holding `tokens` occupies (whole blocks).
-fn in_blocks(tokens: u64, limits: &Limits) -> u64 {
+pub(super) fn in_blocks(tokens: u64, limits: &Limits) -> u64 {
     let b = u64::from(limits.block_size.max(1));
     tokens.div_ceil(b) * b
 }
 
 /// `sum_{m=1}^{n} b * ceil(m / b)` in closed form (no loop over a hostile length).
-fn block_area_prefix(n: u64, block: u64) -> u128 {
+pub(super) fn block_area_prefix(n: u64, block: u64) -> u128 {
     let (b, q, r) = (
         u128::from(block),
         u128::from(n / block),
@@ -92,7 +92,7 @@ pub(super) struct JobNeeds {
 
 /// How a machine splits the prefill flag's surplus over the bias among the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SurplusSplit {
+pub(super) enum SurplusSplit {
     /// Among the prompts a batch completes, by their KV over `M` and by `1 / R` in the
     /// proportion `λ_M : λ_R` (by KV alone where both are 0).
     PromptsCompleted,
@@ -141,7 +141,7 @@ impl JobNeeds {
     /// Where `C` is set, the surplus may instead be split by `λ` itself, with `λ_C` on the
     /// prompt's tokens: a batch with prompt tokens holds at most `min(C, P)` of them, so
     /// each prompt token carries `surplus / min(C, P)` of it ([`SurplusSplit::Lambda`]).
-    fn processing(
+    pub(super) fn processing(
         &self,
         t: &Theta<'_>,
         limits: &Limits,
@@ -180,9 +180,10 @@ impl JobNeeds {
     }
 }
 
-/// A job's remaining processing, ordered for a min-heap (ties by index, for determinism).
+/// A job's key (here its remaining processing), ordered for a min-heap (ties by index,
+/// for determinism).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Remaining(f64, usize);
+pub(super) struct Remaining(pub(super) f64, pub(super) usize);
 
 impl Eq for Remaining {}
 
@@ -232,6 +233,22 @@ pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
     done
 }
 
+/// The machines of the relaxation: each weight of the grid with each way of splitting the
+/// prefill flag's surplus that differs for it.
+pub(super) fn machine_weights(limits: &Limits) -> Vec<([f64; 3], SurplusSplit)> {
+    weight_grid(limits)
+        .into_iter()
+        .flat_map(|lambda| {
+            let splits: &[SurplusSplit] = if lambda[2] > 0.0 {
+                &[SurplusSplit::PromptsCompleted, SurplusSplit::Lambda]
+            } else {
+                &[SurplusSplit::PromptsCompleted]
+            };
+            splits.iter().map(move |&split| (lambda, split))
+        })
+        .collect()
+}
+
 /// Per weight of the grid, the shortest-remaining-first machine's completions, sorted; and
 /// last the batch-count position bounds (module `batch_count`), valid per position too.
 fn machine_completions(
@@ -249,16 +266,8 @@ fn machine_completions(
         .unwrap_or(u64::MAX)
         .min(reqs.len() as u64)
         .max(1);
-    weight_grid(limits)
+    machine_weights(limits)
         .into_iter()
-        .flat_map(|lambda| {
-            let splits: &[SurplusSplit] = if lambda[2] > 0.0 {
-                &[SurplusSplit::PromptsCompleted, SurplusSplit::Lambda]
-            } else {
-                &[SurplusSplit::PromptsCompleted]
-            };
-            splits.iter().map(move |&split| (lambda, split))
-        })
         .map(|(lambda, split)| {
             let jobs: Vec<(f64, f64)> = reqs
                 .iter()

@@ -81,12 +81,13 @@ pub(super) struct Relaxed {
 /// A lower bound on the mean latency (seconds) and the incumbent's plan, or None when the
 /// relaxation does not apply (too many requests, a negative coefficient, too little time)
 /// or HiGHS gives no bound. `position_bounds[m]` bounds the `(m + 1)`-th smallest
-/// completion (absolute seconds).
+/// completion and `sum_bound` the sum of completions (absolute seconds).
 pub(super) fn mean_latency_bound(
     t: &Theta<'_>,
     reqs: &[Request],
     limits: &Limits,
     position_bounds: &[f64],
+    sum_bound: Option<f64>,
     time_limit_s: f64,
     threads: u32,
 ) -> Option<Relaxed> {
@@ -102,7 +103,15 @@ pub(super) fn mean_latency_bound(
     }
     // good_lp panics where HiGHS reports an error: no bound then, never a panic.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        solve_relaxation(t, reqs, limits, position_bounds, time_limit_s, threads)
+        solve_relaxation(
+            t,
+            reqs,
+            limits,
+            position_bounds,
+            sum_bound,
+            time_limit_s,
+            threads,
+        )
     }))
     .ok()
     .flatten()
@@ -169,6 +178,7 @@ fn solve_relaxation(
     reqs: &[Request],
     limits: &Limits,
     position_bounds: &[f64],
+    sum_bound: Option<f64>,
     time_limit_s: f64,
     threads: u32,
 ) -> Option<Relaxed> {
@@ -342,6 +352,10 @@ fn solve_relaxation(
         rows.push(constraint!(sum(&|c| c.sp) <= r.prompt_tokens));
     }
 
+    // The completions add up to at least the mean-busy-time bound's sum.
+    if let Some(sum) = sum_bound {
+        rows.push(constraint!(ends.iter().sum::<Expression>() >= sum * ms));
+    }
     let objective: Expression = ends.iter().sum();
     let mut problem = vars.minimise(objective).using(highs);
     for r in rows {
