@@ -36,6 +36,7 @@
 
 mod batch_count;
 mod busy_time;
+mod held_memory;
 mod machine;
 pub(crate) mod patterns;
 mod phases;
@@ -79,6 +80,10 @@ pub enum BoundArgument {
     /// its batches, the least weighted sum of mean busy times (module
     /// `bounds::busy_time`).
     MachineBusyTime,
+    /// Mean TTFT in a class without evictions: the machine relaxation's first-token
+    /// positions, each raised to the completion it waits for (started requests hold their
+    /// memory until they complete; module `bounds::held_memory`).
+    MemoryHeldToCompletion,
     /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
     /// order of completions, module `bounds::phases`), at least the machine bound.
     PhaseRelaxation,
@@ -100,6 +105,7 @@ impl BoundArgument {
             Self::MachineRelease => "machine-release",
             Self::MachineSrpt => "machine-srpt",
             Self::MachineBusyTime => "machine-busy-time",
+            Self::MemoryHeldToCompletion => "memory-held-to-completion",
             Self::PhaseRelaxation => "phase-relaxation",
             Self::IndependentGroups => "independent-groups",
             Self::PooledSearch => "pooled-search",
@@ -407,6 +413,55 @@ pub fn lower_bound(
     }
 }
 
+/// [`lower_bound`] for the schedules of policy class `class` (seconds): where the class
+/// forbids evictions (`no_evict`, `reserve`), mean TTFT is also bounded by first tokens
+/// waiting for completions (module `held_memory`); every other bound holds in every class.
+pub fn lower_bound_in_class(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: &crate::PolicyConstraints,
+) -> CombinatorialBound {
+    let free = lower_bound(w, limits, cost, objective);
+    let reqs = w.requests();
+    if objective != Objective::MeanTtft || !(class.no_evict || class.reserve) || reqs.is_empty() {
+        return free;
+    }
+    let t = Theta(cost);
+    let own = |last: bool| -> Vec<f64> {
+        reqs.iter()
+            .map(|r| {
+                r.arrival_s
+                    + if last {
+                        t.own_time(r, limits)
+                    } else {
+                        t.own_first_token_time(r, limits)
+                    }
+            })
+            .collect()
+    };
+    let mut first =
+        machine::position_bounds(&t, reqs, limits, &own(false), machine::JobEnd::FirstToken);
+    let last = machine::position_bounds(&t, reqs, limits, &own(true), machine::JobEnd::LastToken);
+    let held = held_memory::most_holding_at_once(reqs, limits, class.reserve);
+    held_memory::first_tokens_after_completions(&mut first, &last, held);
+    let by_work = held_memory::first_tokens_after_completed_work(&t, reqs, limits, held);
+    for (f, w) in first.iter_mut().zip(by_work) {
+        *f = f.max(w);
+    }
+    let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
+    let value_s = (first.iter().sum::<f64>() - arrivals) / reqs.len() as f64;
+    if value_s > free.value_s {
+        CombinatorialBound {
+            value_s,
+            argument: BoundArgument::MemoryHeldToCompletion,
+        }
+    } else {
+        free
+    }
+}
+
 /// The phase relaxation's bound on the mean latency (seconds; module `phases`), solved by
 /// HiGHS within `time_limit_s` on `threads`; for mean TTFT, on the first tokens alone (every
 /// output cut to one token: any schedule without its later entries serves those requests,
@@ -506,7 +561,10 @@ pub fn phase_relaxation(
         .map(|r| r.arrival_s + t.own_time(r, limits))
         .collect();
     let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
-    let busy_time = busy_time::sum_of_completions(&t, reqs, limits);
+    // The row only where it is above the positions' sum (below, it changes nothing but
+    // HiGHS's path, and so which plans it finds).
+    let busy_time = busy_time::sum_of_completions(&t, reqs, limits)
+        .filter(|&sum| sum > positions.iter().sum::<f64>() * (1.0 + 1e-9));
     phases::mean_latency_bound(
         &t,
         reqs,
@@ -748,6 +806,78 @@ mod tests {
             stronger >= 10 && stronger_ttft >= 10,
             "{stronger} {stronger_ttft}"
         );
+    }
+
+    #[test]
+    fn class_bounds_never_exceed_a_replayed_schedule_in_the_class() {
+        // Schedules without evictions (MC-SF never preempts, Orca reserves, vLLM when M
+        // suffices) bound in their classes: the class's mean-TTFT bound is at most theirs.
+        let mut rng = ChaCha8Rng::seed_from_u64(23);
+        let kinds = [
+            SchedulerKind::Mcsf,
+            SchedulerKind::Orca,
+            SchedulerKind::Vllm,
+            SchedulerKind::Sarathi,
+        ];
+        let (mut checked, mut stronger) = (0, 0);
+        for case in 0..80 {
+            let n = rng.random_range(2..14);
+            let reqs: Vec<Request> = (0..n)
+                .map(|_| Request {
+                    input_tokens: rng.random_range(1..400),
+                    output_tokens: rng.random_range(1..60),
+                    arrival_s: if case % 2 == 0 {
+                        0.0
+                    } else {
+                        rng.random_range(0.0..0.3)
+                    },
+                })
+                .collect();
+            let w = Workload::new(reqs).unwrap();
+            let limits = Limits {
+                kv_capacity: Some(rng.random_range(460..2000)),
+                token_budget: (case % 3 != 0).then(|| rng.random_range(64..1024)),
+                max_running: (case % 4 == 1).then(|| rng.random_range(1..6)),
+                block_size: 16,
+                ..Limits::unlimited()
+            };
+            if limits.check_feasible(&w).is_err() {
+                continue;
+            }
+            for class in [
+                crate::PolicyConstraints {
+                    no_evict: true,
+                    ..Default::default()
+                },
+                crate::PolicyConstraints {
+                    reserve: true,
+                    ..Default::default()
+                },
+            ] {
+                let b = lower_bound_in_class(&w, &limits, &cost(), Objective::MeanTtft, &class);
+                let free = lower_bound(&w, &limits, &cost(), Objective::MeanTtft);
+                stronger += usize::from(b.value_s > free.value_s * 1.001);
+                for kind in kinds {
+                    let Ok(sim) = kind.simulate(&w, &Knobs::matching(&limits), &cost()) else {
+                        continue;
+                    };
+                    let Ok(rep) = replay(&w, &limits, &cost(), &sim.schedule) else {
+                        continue;
+                    };
+                    if !class.admits(&w, &limits, &sim.schedule) {
+                        continue;
+                    }
+                    let v = Objective::MeanTtft.of(&Summary::from_replay(&rep));
+                    assert!(
+                        b.value_s <= v * (1.0 + 1e-9),
+                        "case {case} {class:?} {kind:?}: {b:?} above the schedule's {v}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        eprintln!("checked {checked}, stronger {stronger}");
+        assert!(checked >= 150 && stronger >= 20, "{checked} {stronger}");
     }
 
     #[test]

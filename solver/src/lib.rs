@@ -220,7 +220,7 @@ fn solve_in_class(
         no_chunk: class.no_chunk || dominance::chunking_never_helps(w, limits, &class),
         ..class
     };
-    let combinatorial = bounds::lower_bound(w, limits, cost, objective);
+    let combinatorial = bounds::lower_bound_in_class(w, limits, cost, objective, &class);
     // Exact models need every request's state graph: estimate them before building any.
     let graph_bytes: u64 = reqs
         .iter()

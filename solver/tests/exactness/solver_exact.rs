@@ -1121,3 +1121,68 @@ fn solve_proves_a_whole_prefill_schedule_optimal_over_chunked_ones_by_the_pooled
     let from = report.warm_start.expect("proven incumbent").heuristic;
     assert!(from.ends_with("on the first tokens"), "{from}");
 }
+
+#[test]
+fn first_tokens_without_evictions_never_pass_the_exhaustive_optimum() {
+    // Tiny instances with M just above the largest request: in the classes without
+    // evictions (`--no-evict`, `--reserve`) first tokens wait for completions, and the
+    // class's bound on the mean TTFT stays at most the class's exhaustive optimum while
+    // rising above the bound of every schedule in many.
+    let cost = preset("llama2-7b-a100").unwrap();
+    let (mut compared, mut stronger) = (0, 0);
+    for seed in 500..560 {
+        let (w, limits) = tiny(seed);
+        let classes = [
+            (
+                Class {
+                    no_evict: true,
+                    ..Class::default()
+                },
+                PolicyConstraints {
+                    no_evict: true,
+                    ..PolicyConstraints::default()
+                },
+            ),
+            (
+                Class {
+                    reserve: true,
+                    ..Class::default()
+                },
+                PolicyConstraints {
+                    reserve: true,
+                    ..PolicyConstraints::default()
+                },
+            ),
+        ];
+        for (class, constraints) in classes {
+            let Some((best, _)) = exhaustive::optimum(
+                &w,
+                &limits,
+                &cost,
+                exhaustive::Objective::MeanTtft,
+                class,
+                500_000,
+            ) else {
+                continue;
+            };
+            let bound = infersched_solver::bounds::lower_bound_in_class(
+                &w,
+                &limits,
+                &cost,
+                Objective::MeanTtft,
+                &constraints,
+            );
+            let free =
+                infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanTtft);
+            assert!(
+                bound.value_s <= best * (1.0 + 1e-9),
+                "seed {seed} {constraints:?}: {bound:?} above the class's optimum {best}"
+            );
+            assert!(bound.value_s >= free.value_s);
+            compared += 1;
+            stronger += usize::from(bound.value_s > free.value_s * 1.001);
+        }
+    }
+    eprintln!("compared {compared}, stronger {stronger}");
+    assert!(compared >= 100 && stronger >= 20, "{compared} {stronger}");
+}
