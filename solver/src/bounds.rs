@@ -127,6 +127,14 @@ impl Theta<'_> {
         self.0.theta(f)
     }
 
+    /// Whether every coefficient is finite and non-negative (costs then grow with the
+    /// tokens, which the order arguments of some bounds need).
+    fn non_negative(&self) -> bool {
+        Feature::ALL
+            .iter()
+            .all(|&f| self.get(f).is_finite() && self.get(f) >= 0.0)
+    }
+
     /// The least a batch costs besides its entries.
     fn batch_bias(&self) -> f64 {
         self.get(Feature::One)

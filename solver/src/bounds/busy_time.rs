@@ -50,10 +50,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use infersched_core::{Feature, Limits, Request};
+use infersched_core::{Limits, Request};
 
 use super::Theta;
-use super::machine::{JobEnd, JobNeeds, Remaining, block_area_prefix, in_blocks, machine_weights};
+use super::machine::{
+    JobEnd, JobNeeds, Remaining, block_area_prefix, entries_per_batch, in_blocks, machine_weights,
+};
 
 /// The most pieces the bound lays out in all (so at most `MAX_PIECES / n` groups of later
 /// tokens per request).
@@ -145,11 +147,7 @@ struct Piece {
 /// coefficient is negative or not finite (the pieces' order arguments need costs growing
 /// with the tokens known).
 pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limits) -> Option<f64> {
-    if reqs.is_empty()
-        || Feature::ALL
-            .iter()
-            .any(|&f| !t.get(f).is_finite() || t.get(f) < 0.0)
-    {
+    if reqs.is_empty() || !t.non_negative() {
         return None;
     }
     let max_groups = u32::try_from((MAX_PIECES / reqs.len()).max(1)).unwrap_or(u32::MAX);
@@ -157,11 +155,7 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
         .iter()
         .map(|r| RequestPieces::of(t, r, limits, max_groups))
         .collect();
-    let entries_per_batch = limits
-        .max_running
-        .unwrap_or(u64::MAX)
-        .min(reqs.len() as u64)
-        .max(1);
+    let entries_per_batch = entries_per_batch(limits, reqs.len());
     let b = t.batch_bias();
     let mut best: Option<f64> = None;
     for (lambda, split) in machine_weights(limits) {

@@ -16,7 +16,7 @@
 use infersched_core::{Limits, Request};
 
 use super::Theta;
-use super::machine::{JobEnd, JobNeeds, machine_weights};
+use super::machine::{JobEnd, JobNeeds, entries_per_batch, machine_weights};
 
 /// How many requests can hold memory at once after their first tokens: the most whose
 /// least holdings (the prompt's blocks, or the reservation `I + O - 1`) fit in `M`, and at
@@ -76,7 +76,7 @@ pub(super) fn first_tokens_after_completed_work(
         .iter()
         .map(|r| r.arrival_s)
         .fold(f64::INFINITY, f64::min);
-    let entries_per_batch = limits.max_running.unwrap_or(u64::MAX).min(n as u64).max(1);
+    let entries_per_batch = entries_per_batch(limits, n);
     let needs: Vec<(JobNeeds, JobNeeds)> = reqs
         .iter()
         .map(|r| {

@@ -233,6 +233,11 @@ pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
     done
 }
 
+/// The most entries a batch of `n` requests holds: one per request, at most `R_max`.
+pub(super) fn entries_per_batch(limits: &Limits, n: usize) -> u64 {
+    limits.max_running.unwrap_or(u64::MAX).min(n as u64).max(1)
+}
+
 /// The machines of the relaxation: each weight of the grid with each way of splitting the
 /// prefill flag's surplus that differs for it.
 pub(super) fn machine_weights(limits: &Limits) -> Vec<([f64; 3], SurplusSplit)> {
@@ -261,11 +266,7 @@ fn machine_completions(
         .iter()
         .map(|r| JobNeeds::of(t, r, limits, end))
         .collect();
-    let entries_per_batch = limits
-        .max_running
-        .unwrap_or(u64::MAX)
-        .min(reqs.len() as u64)
-        .max(1);
+    let entries_per_batch = entries_per_batch(limits, reqs.len());
     machine_weights(limits)
         .into_iter()
         .map(|(lambda, split)| {

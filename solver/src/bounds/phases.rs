@@ -100,10 +100,7 @@ pub(super) fn mean_latency_bound(
     if n == 0 || n > MAX_REQUESTS || time_limit_s < MIN_TIME_S {
         return None;
     }
-    if Feature::ALL
-        .iter()
-        .any(|&f| !t.get(f).is_finite() || t.get(f) < 0.0)
-    {
+    if !t.non_negative() {
         return None;
     }
     // good_lp panics where HiGHS reports an error: no bound then, never a panic.
