@@ -167,6 +167,10 @@ pub enum ProduceError {
     /// The solver failed.
     #[error(transparent)]
     Solve(#[from] SolveError),
+    /// Its schedules would not fit in the memory available (estimated before anything
+    /// runs); the message says how much each needs.
+    #[error("too large: {0}")]
+    TooLarge(String),
     /// The replay rejected the producer's schedule: a bug in the producer.
     #[error("internal error: the replay rejects {producer}'s schedule: {source}")]
     Rejected {
@@ -175,6 +179,35 @@ pub enum ProduceError {
         /// The rule it breaks.
         source: ReplayError,
     },
+}
+
+/// Refuses, before anything is simulated, a producer whose `held` schedules of `w` (an
+/// entry per output token and prompt chunk, with their replay) would not fit in the memory
+/// this process has: hostile output lengths or millions of requests get an error with the
+/// numbers instead of exhausting memory.
+fn check_schedule_memory(
+    w: &Workload,
+    limits: &Limits,
+    held: u64,
+    producer: &str,
+) -> Result<(), ProduceError> {
+    let one = crate::schedulers::estimated_peak_bytes(w, limits);
+    let need = one.saturating_mul(held);
+    match crate::resources::available_memory_bytes() {
+        Some(available) if need > available => {
+            let gib = crate::resources::gib;
+            Err(ProduceError::TooLarge(format!(
+                "{producer} on {} requests needs about {:.3} GiB ({held} schedule(s) of about \
+                 {:.3} GiB each with the replay: an entry per output token and prompt chunk) \
+                 and {:.3} GiB is available; use a sample of the workload (workload sample)",
+                w.len(),
+                gib(need),
+                gib(one),
+                gib(available)
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Both sets of constraints at once.
@@ -216,6 +249,7 @@ pub fn produce_heuristic(
     kind: SchedulerKind,
     knobs: &Knobs,
 ) -> Result<Outcome, ProduceError> {
+    check_schedule_memory(w, &kind.limits(knobs, w), 1, kind.name())?;
     let sim = kind.simulate(w, knobs, cost)?;
     outcome(w, cost, kind.name(), sim.schedule, sim.limits, None)
 }
@@ -228,6 +262,8 @@ pub fn produce_optimal(
     objective: Objective,
     options: &SolveOptions,
 ) -> Result<Outcome, ProduceError> {
+    // The solver's portfolio and searches hold the best schedule and the one judged.
+    check_schedule_memory(w, limits, 2, "the solver")?;
     let report = crate::solver::solve(w, limits, cost, objective, options)?;
     let producer = Contender::Optimal(options.constraints).to_string();
     outcome(

@@ -892,8 +892,10 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
         with["bound_method"]["combinatorial"], "phase-relaxation",
         "{with}"
     );
-    assert_eq!(
-        without["bound_method"]["combinatorial"], "machine-srpt",
+    // The machine relaxation's bounds: shortest remaining first, or the mean busy times.
+    assert!(
+        ["machine-srpt", "machine-busy-time"]
+            .contains(&without["bound_method"]["combinatorial"].as_str().unwrap()),
         "{without}"
     );
     let bound = |r: &serde_json::Value| r["best_bound"].as_f64().unwrap();
@@ -949,8 +951,10 @@ fn the_phase_relaxation_bounds_and_plans_mean_ttft_on_real_requests() {
         with["bound_method"]["combinatorial"], "phase-relaxation",
         "{with}"
     );
-    assert_eq!(
-        without["bound_method"]["combinatorial"], "machine-srpt",
+    // The machine relaxation's bounds: shortest remaining first, or the mean busy times.
+    assert!(
+        ["machine-srpt", "machine-busy-time"]
+            .contains(&without["bound_method"]["combinatorial"].as_str().unwrap()),
         "{without}"
     );
     let bound = |r: &serde_json::Value| r["best_bound"].as_f64().unwrap();
@@ -1008,7 +1012,7 @@ fn solve_takes_bursts_one_at_a_time_for_mean_latency() {
         assert!(bound(r) > 0.0 && bound(r) <= obj(&grouped).min(obj(&whole)) * (1.0 + 1e-9));
     }
     // Nothing proves this schedule optimal: a bound clamped to it would hide an invalid one.
-    assert!(bound(&grouped) < 0.95 * obj(&grouped), "{grouped}");
+    assert!(bound(&grouped) < 0.99 * obj(&grouped), "{grouped}");
 }
 
 #[test]
@@ -1885,4 +1889,56 @@ fn simulate_traces_every_request_from_arrival_to_completion() {
     }
     assert_eq!(requests, 12);
     assert_eq!(trace["otherData"]["request_tracks"], 12);
+}
+
+#[test]
+fn schedules_that_cannot_fit_in_memory_are_refused_before_anything_runs() {
+    // 64 requests of 2^32 - 1 output tokens: every schedule has an entry per token, about
+    // 20 TiB with its replay. solve and compare refuse at once with the numbers (before,
+    // the portfolio's first simulation grew until the kernel killed the process), and
+    // solve writes no file.
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let mut csv = String::from("arrived_at,num_prefill_tokens,num_decode_tokens\n");
+    for i in 0..64 {
+        csv.push_str(&format!("{}.0,8,4294967295\n", i));
+    }
+    std::fs::write(&w, csv).unwrap();
+    let out = dir.path().join("solve");
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--kv-capacity",
+        "5000000000",
+        "--time-limit",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("too large") && e.contains("GiB is available") && e.contains("64 requests"),
+        "{e}"
+    );
+    assert!(!out.join("schedule.json").exists());
+    let o = run(&[
+        "compare",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedulers",
+        "optimal,vllm,mcsf",
+        "--kv-capacity",
+        "5000000000",
+        "--time-limit",
+        "5",
+        "--out",
+        dir.path().join("compare").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    for name in ["optimal", "vllm", "mcsf"] {
+        assert!(e.contains(&format!("{name}: too large")), "{name}: {e}");
+    }
 }

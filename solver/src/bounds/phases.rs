@@ -396,7 +396,10 @@ fn solve_relaxation(
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
     // HiGHS's tolerances: keep a margin below its bound. Stopped before its root is solved,
     // HiGHS's dual bound can be below the cuts it was given, which are bounds themselves.
-    let cuts = position_bounds.iter().sum::<f64>().max(sum_bound.unwrap_or(0.0));
+    let cuts = position_bounds
+        .iter()
+        .sum::<f64>()
+        .max(sum_bound.unwrap_or(0.0));
     let bound = ((bound_ms * (1.0 - 1e-6) - 1e-6) / ms).max(cuts);
     let plan = matches!(
         solved.primal_solution_status(),
