@@ -286,6 +286,7 @@ pub(crate) fn searched(
         Objective::MeanLatency,
         class,
         &options.warm_start_from,
+        deadline,
     )?;
     let budget = crate::list_search::SearchBudget {
         evaluations: options.list_search_evaluations,

@@ -195,6 +195,19 @@ pub fn solve(
     solve_in_class(w, limits, cost, objective, options)
 }
 
+/// `start` plus `seconds`, or far in the future where that is not a time (a limit too
+/// large for a [`Duration`]).
+fn deadline_after(start: Instant, seconds: f64) -> Instant {
+    Duration::try_from_secs_f64(seconds.max(0.0))
+        .ok()
+        .and_then(|d| start.checked_add(d))
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// The share of the time limit after which the heuristic portfolio tries no further
+/// variant (once it has a schedule).
+const PORTFOLIO_SHARE: f64 = 0.25;
+
 /// [`solve`] in the class `options.constraints` by its own methods.
 fn solve_in_class(
     w: &Workload,
@@ -245,6 +258,7 @@ fn solve_in_class(
             objective,
             &model_class,
             &options.warm_start_from,
+            deadline_after(t_build, options.time_limit_s * PORTFOLIO_SHARE),
         )
     } else {
         None

@@ -761,8 +761,13 @@ mod tests {
             objective,
             &PolicyConstraints::default(),
             &[],
+            far_future(),
         )
         .unwrap()
+    }
+
+    fn far_future() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(3600)
     }
 
     fn budget(evaluations: usize) -> SearchBudget {
@@ -836,6 +841,7 @@ mod tests {
                     Objective::MeanLatency,
                     &class,
                     &[],
+                    far_future(),
                 );
                 let Some(start) = start else { continue };
                 let (found, _) = improve(

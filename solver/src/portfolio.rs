@@ -31,7 +31,9 @@ impl BestHeuristic {
     }
 }
 
-/// The best heuristic schedule in the class, with its replay.
+/// The best heuristic schedule in the class, with its replay. Past `deadline` no further
+/// variant is tried once one schedule is in hand (each simulates the whole workload, and
+/// there are dozens: on 20,000 requests they took a minute).
 pub(crate) fn best_heuristic(
     w: &Workload,
     limits: &Limits,
@@ -39,6 +41,7 @@ pub(crate) fn best_heuristic(
     objective: Objective,
     class: &PolicyConstraints,
     from: &[SchedulerKind],
+    deadline: Instant,
 ) -> Option<BestHeuristic> {
     let knobs = Knobs {
         watermark: Some(0.0),
@@ -59,7 +62,8 @@ pub(crate) fn best_heuristic(
         v.push(r_cap);
         v
     };
-    let mut best: Option<(String, Schedule, Replay, f64)> = None;
+    // (name, schedule, replay, objective, the candidate's place in the portfolio).
+    let mut best: Option<(String, Schedule, Replay, f64, usize)> = None;
     let kinds: &[SchedulerKind] = if from.is_empty() {
         &[
             SchedulerKind::Sarathi,
@@ -71,71 +75,88 @@ pub(crate) fn best_heuristic(
     } else {
         from
     };
-    for &kind in kinds {
-        // Variants (no preemption, MC-SF order, vLLM V1's whole-prompt check). MC-SF never
-        // preempts, so its variants are its admission orders instead; vllm-v1 also runs
-        // without the whole-prompt check (it only matters with preemption).
-        let variants: Vec<(bool, McsfOrder, bool)> = match kind {
-            SchedulerKind::Mcsf => McsfOrder::ALL.iter().map(|&o| (false, o, true)).collect(),
-            SchedulerKind::VllmV1 => vec![
-                (false, McsfOrder::Output, true),
-                (false, McsfOrder::Output, false),
-                (true, McsfOrder::Output, true),
-            ],
-            _ => vec![
-                (false, McsfOrder::Output, true),
-                (true, McsfOrder::Output, true),
-            ],
+    // Every candidate in the portfolio's order: heuristic, variant (no preemption, MC-SF
+    // order, vLLM V1's whole-prompt check; MC-SF never preempts, so its variants are its
+    // admission orders instead; vllm-v1 also runs without the whole-prompt check, which only
+    // matters with preemption), cap.
+    let candidates: Vec<(SchedulerKind, (bool, McsfOrder, bool), u64)> = kinds
+        .iter()
+        .flat_map(|&kind| {
+            let variants: Vec<(bool, McsfOrder, bool)> = match kind {
+                SchedulerKind::Mcsf => McsfOrder::ALL.iter().map(|&o| (false, o, true)).collect(),
+                SchedulerKind::VllmV1 => vec![
+                    (false, McsfOrder::Output, true),
+                    (false, McsfOrder::Output, false),
+                    (true, McsfOrder::Output, true),
+                ],
+                _ => vec![
+                    (false, McsfOrder::Output, true),
+                    (true, McsfOrder::Output, true),
+                ],
+            };
+            let caps = &caps;
+            variants
+                .into_iter()
+                .flat_map(move |v| caps.iter().map(move |&c| (kind, v, c)))
+        })
+        .collect();
+    // Tried uncapped first, then by cap from the largest (the order that reaches good
+    // schedules soonest where the deadline cuts the portfolio short); ties go to the
+    // earlier place, so the result does not depend on this order when all are tried.
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(candidates[i].2));
+    for place in order {
+        let (kind, (no_preemption, mcsf_order, reserve_full_isl), cap) = candidates[place];
+        if best.is_some() && Instant::now() >= deadline {
+            break;
+        }
+        let k = Knobs {
+            no_preemption,
+            mcsf_order,
+            reserve_full_isl: Some(reserve_full_isl),
+            max_running: Some(cap),
+            ..knobs
         };
-        for ((no_preemption, mcsf_order, reserve_full_isl), cap) in variants
-            .into_iter()
-            .flat_map(|v| caps.iter().map(move |&c| (v, c)))
+        let Ok(mut sim) = kind.simulate(w, &k, cost) else {
+            continue;
+        };
+        if class.no_chunk && dominance::chunking_never_helps(w, limits, class) {
+            // The model has no chunk arcs here; the merged schedule is never worse.
+            sim.schedule = dominance::merge_prefill_chunks(w, &sim.schedule);
+        }
+        // Replay under the problem's limits (the heuristic's are the same or tighter).
+        let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
+            continue;
+        };
+        if !class.admits(w, limits, &sim.schedule) {
+            continue;
+        }
+        let v = objective.of_replay(&r);
+        if best
+            .as_ref()
+            .is_none_or(|b| v < b.3 || (v == b.3 && place < b.4))
         {
-            let k = Knobs {
-                no_preemption,
-                mcsf_order,
-                reserve_full_isl: Some(reserve_full_isl),
-                max_running: Some(cap),
-                ..knobs
-            };
-            let Ok(mut sim) = kind.simulate(w, &k, cost) else {
-                continue;
-            };
-            if class.no_chunk && dominance::chunking_never_helps(w, limits, class) {
-                // The model has no chunk arcs here; the merged schedule is never worse.
-                sim.schedule = dominance::merge_prefill_chunks(w, &sim.schedule);
-            }
-            // Replay under the problem's limits (the heuristic's are the same or tighter).
-            let Ok(r) = replay(w, limits, cost, &sim.schedule) else {
-                continue;
-            };
-            if !class.admits(w, limits, &sim.schedule) {
-                continue;
-            }
-            let v = objective.of_replay(&r);
-            if best.as_ref().is_none_or(|b| v < b.3) {
-                let name = format!(
-                    "{}{}{}{}{}",
-                    kind.name(),
-                    if no_preemption { "+no-preemption" } else { "" },
-                    if reserve_full_isl {
-                        ""
-                    } else {
-                        "+no-reserve-full-isl"
-                    },
-                    if kind == SchedulerKind::Mcsf {
-                        format!("+order={}", mcsf_order.name())
-                    } else {
-                        String::new()
-                    },
-                    if cap < r_cap {
-                        format!("+max-running={cap}")
-                    } else {
-                        String::new()
-                    }
-                );
-                best = Some((name, sim.schedule, r, v));
-            }
+            let name = format!(
+                "{}{}{}{}{}",
+                kind.name(),
+                if no_preemption { "+no-preemption" } else { "" },
+                if reserve_full_isl {
+                    ""
+                } else {
+                    "+no-reserve-full-isl"
+                },
+                if kind == SchedulerKind::Mcsf {
+                    format!("+order={}", mcsf_order.name())
+                } else {
+                    String::new()
+                },
+                if cap < r_cap {
+                    format!("+max-running={cap}")
+                } else {
+                    String::new()
+                }
+            );
+            best = Some((name, sim.schedule, r, v, place));
         }
     }
     // For mean TTFT, first tokens first (module `first_tokens`), judged the same way.
@@ -146,10 +167,10 @@ pub(crate) fn best_heuristic(
     {
         let v = objective.of_replay(&r);
         if best.as_ref().is_none_or(|b| v < b.3) {
-            best = Some(("first-tokens-first".to_string(), schedule, r, v));
+            best = Some(("first-tokens-first".to_string(), schedule, r, v, usize::MAX));
         }
     }
-    best.map(|(name, schedule, replay, _)| BestHeuristic {
+    best.map(|(name, schedule, replay, _, _)| BestHeuristic {
         name,
         schedule,
         replay,
@@ -205,4 +226,47 @@ pub(crate) fn heuristic_with_bound(
         }),
         schedule,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infersched_core::Request;
+    use std::time::Duration;
+
+    #[test]
+    fn past_its_deadline_the_portfolio_keeps_its_first_schedule_uncapped() {
+        // Twelve requests under M: given all the time, the portfolio picks some capped or
+        // preemption-free variant; with its deadline passed it tries only its first
+        // candidate, uncapped Sarathi, and returns that schedule (never none).
+        let cost = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let w = Workload::new(
+            (0..12)
+                .map(|i| Request {
+                    input_tokens: 100 + 40 * i,
+                    output_tokens: 5 + 3 * i,
+                    arrival_s: 0.0,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(1600),
+            token_budget: Some(512),
+            ..Limits::unlimited()
+        };
+        let class = PolicyConstraints::default();
+        let far = Instant::now() + Duration::from_secs(3600);
+        let all =
+            best_heuristic(&w, &limits, &cost, Objective::MeanLatency, &class, &[], far).unwrap();
+        let past = Instant::now();
+        let first =
+            best_heuristic(&w, &limits, &cost, Objective::MeanLatency, &class, &[], past).unwrap();
+        assert_eq!(first.name, "sarathi");
+        assert!(
+            all.objective_value(Objective::MeanLatency)
+                <= first.objective_value(Objective::MeanLatency)
+        );
+        assert_ne!(all.name, "sarathi", "the whole portfolio finds better here");
+    }
 }
