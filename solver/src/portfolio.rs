@@ -260,8 +260,16 @@ mod tests {
         let all =
             best_heuristic(&w, &limits, &cost, Objective::MeanLatency, &class, &[], far).unwrap();
         let past = Instant::now();
-        let first =
-            best_heuristic(&w, &limits, &cost, Objective::MeanLatency, &class, &[], past).unwrap();
+        let first = best_heuristic(
+            &w,
+            &limits,
+            &cost,
+            Objective::MeanLatency,
+            &class,
+            &[],
+            past,
+        )
+        .unwrap();
         assert_eq!(first.name, "sarathi");
         assert!(
             all.objective_value(Objective::MeanLatency)
