@@ -54,7 +54,8 @@ use infersched_core::{Limits, Request};
 
 use super::Theta;
 use super::machine::{
-    JobEnd, JobNeeds, Remaining, block_area_prefix, entries_per_batch, in_blocks, machine_weights,
+    JobEnd, JobNeeds, Remaining, bias_fraction, block_area_prefix, entries_per_batch, in_blocks,
+    machine_weights,
 };
 
 /// The most pieces the bound lays out in all (so at most `MAX_PIECES / n` groups of later
@@ -160,12 +161,7 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
     let mut best: Option<f64> = None;
     for (lambda, split) in machine_weights(limits) {
         let share = |kv: f64, tokens: f64, entries: f64| {
-            b * (lambda[0] * limits.kv_capacity.map_or(0.0, |m| kv / m.max(1) as f64)
-                + lambda[1] * entries / entries_per_batch as f64
-                + lambda[2]
-                    * limits
-                        .token_budget
-                        .map_or(0.0, |c| tokens / c.max(1) as f64))
+            b * bias_fraction(limits, lambda, entries_per_batch, kv, entries, tokens)
         };
         let mut pieces = Vec::new();
         for q in &requests {

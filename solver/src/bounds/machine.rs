@@ -173,11 +173,33 @@ impl JobNeeds {
         };
         self.work
             + t.batch_bias()
-                * (lambda[0] * share(limits.kv_capacity, self.area)
-                    + lambda[1] * share(per_batch, self.entries)
-                    + lambda[2] * share(limits.token_budget, self.tokens))
+                * bias_fraction(
+                    limits,
+                    lambda,
+                    entries_per_batch,
+                    self.area,
+                    self.entries,
+                    self.tokens,
+                )
             + surplus * surplus_share
     }
+}
+
+/// The fraction of a batch's bias that entries holding `kv` KV tokens (summed over them),
+/// `entries` of them, processing `tokens`, carry under weights `lambda = (λ_M, λ_R, λ_C)`:
+/// `λ_M kv / M + λ_R entries / R + λ_C tokens / C` (a limit that is not set carries none).
+pub(super) fn bias_fraction(
+    limits: &Limits,
+    lambda: [f64; 3],
+    entries_per_batch: u64,
+    kv: f64,
+    entries: f64,
+    tokens: f64,
+) -> f64 {
+    let share = |cap: Option<u64>, used: f64| cap.map_or(0.0, |c| used / c.max(1) as f64);
+    lambda[0] * share(limits.kv_capacity, kv)
+        + lambda[1] * share(Some(entries_per_batch), entries)
+        + lambda[2] * share(limits.token_budget, tokens)
 }
 
 /// A job's key (here its remaining processing), ordered for a min-heap (ties by index,
