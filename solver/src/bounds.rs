@@ -37,6 +37,7 @@
 mod batch_count;
 mod busy_time;
 mod held_memory;
+mod interference;
 mod machine;
 pub(crate) mod patterns;
 mod phases;
@@ -80,6 +81,10 @@ pub enum BoundArgument {
     /// its batches, the least weighted sum of mean busy times (module
     /// `bounds::busy_time`).
     MachineBusyTime,
+    /// Mean latency: each request's own minimum time plus, for every two requests that
+    /// may be in the system together, what the one finishing last or waiting pays for the
+    /// other (module `bounds::interference`).
+    PairwiseInterference,
     /// Mean TTFT in a class without evictions: the machine relaxation's first-token
     /// positions, each raised to the completion it waits for (started requests hold their
     /// memory until they complete; module `bounds::held_memory`).
@@ -105,6 +110,7 @@ impl BoundArgument {
             Self::MachineRelease => "machine-release",
             Self::MachineSrpt => "machine-srpt",
             Self::MachineBusyTime => "machine-busy-time",
+            Self::PairwiseInterference => "pairwise-interference",
             Self::MemoryHeldToCompletion => "memory-held-to-completion",
             Self::PhaseRelaxation => "phase-relaxation",
             Self::IndependentGroups => "independent-groups",
@@ -408,10 +414,16 @@ pub fn lower_bound(
                     .map_or(0.0, |sum| (sum - arrivals) / n),
                 machine::JobEnd::FirstToken => 0.0,
             };
+            let by_pairs = match end {
+                machine::JobEnd::LastToken => interference::sum_of_completions(&t, reqs, limits)
+                    .map_or(0.0, |sum| (sum - arrivals) / n),
+                machine::JobEnd::FirstToken => 0.0,
+            };
             [
                 (by_own, BoundArgument::OwnMinimumTime),
                 (by_machine, BoundArgument::MachineSrpt),
                 (by_busy_time, BoundArgument::MachineBusyTime),
+                (by_pairs, BoundArgument::PairwiseInterference),
             ]
             .into_iter()
             .map(|(value_s, argument)| CombinatorialBound { value_s, argument })
@@ -571,14 +583,23 @@ pub fn phase_relaxation(
     let positions = machine::position_bounds(&t, reqs, limits, &own, machine::JobEnd::LastToken);
     // The row only where it is above the positions' sum (below, it changes nothing but
     // HiGHS's path, and so which plans it finds).
-    let busy_time = busy_time::sum_of_completions(&t, reqs, limits)
+    // The larger of the mean-busy-time and pairwise-interference sums over the requests
+    // it bounds (for TTFT, the first-token problem's).
+    let sums = [
+        busy_time::sum_of_completions(&t, reqs, limits),
+        interference::sum_of_completions(&t, reqs, limits),
+    ];
+    let sum_bound = sums
+        .into_iter()
+        .flatten()
+        .reduce(f64::max)
         .filter(|&sum| sum > positions.iter().sum::<f64>() * (1.0 + 1e-9));
     phases::mean_latency_bound(
         &t,
         reqs,
         limits,
         &positions,
-        busy_time,
+        sum_bound,
         time_limit_s,
         threads,
     )
