@@ -829,10 +829,12 @@ mod tests {
             }
         }
         assert!(checked > 200, "{checked}");
-        // The phase relaxation is stronger than the machine bound in many cases.
+        // The phase relaxation is stronger than the combinatorial bound in many cases (for
+        // mean latency on 9-10 of them since the pairwise-interference argument, stronger
+        // on some arrivals, is in that bound; HiGHS's 0.3 s make the count vary).
         eprintln!("stronger in {stronger} cases, for TTFT in {stronger_ttft}");
         assert!(
-            stronger >= 10 && stronger_ttft >= 10,
+            stronger >= 5 && stronger_ttft >= 10,
             "{stronger} {stronger_ttft}"
         );
     }
