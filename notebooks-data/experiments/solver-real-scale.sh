@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Solver benchmark at real scale (issue 12's families (b) and (c)): for each workload and
-# objective, `infersched solve` with a 60 s limit and 2 HiGHS threads, one run at a time;
+# Solver benchmark at real scale (issue 12's families (b) and (c), and (d) online arrivals):
+# for each workload and objective, `infersched solve` with a 60 s limit and 2 HiGHS threads,
+# one run at a time;
 # records the method, the replayed objective, the bound and its argument, the certified
 # gap, the wall time and the peak resident memory (GNU time) of the whole process.
 #
@@ -60,6 +61,15 @@ for n in 32 128; do
   for objective in makespan mean-latency mean-ttft; do
     run c "$n" "$objective" "$wl" 2048 32768 16
   done
+done
+# (d) 64 random arXiv requests (seed 0, I + O <= 4096) arriving online, a Poisson process at
+# 2 requests per second (low concurrency: a few requests in the system at once), C = 2048,
+# M = 32,768.
+wl="$work/d64.csv"
+"$bin" workload sample --trace "$root/notebooks-data/traces/arxiv_summarization.csv" --random 64 \
+  --seed 0 --max-total-tokens 4096 --arrival poisson:2 --out "$wl" > /dev/null
+for objective in makespan mean-latency mean-ttft; do
+  run d 64 "$objective" "$wl" 2048 32768 16
 done
 mv "$csv.tmp" "$csv"
 cat "$csv"
