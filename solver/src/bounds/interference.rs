@@ -119,9 +119,12 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
         }
         // Later tokens whose batch may start before `at`: the first starts no earlier
         // than the first token, each next one at least a step later.
-        let done = if at <= q.first_token || q.step <= 0.0 {
-            if at <= q.first_token { 0 } else { later }
+        let done = if at <= q.first_token {
+            0
+        } else if q.step <= 0.0 {
+            later
         } else {
+            // Below `later` (a u32) whenever the cast is taken.
             let steps = ((at - q.first_token) / q.step).ceil();
             if steps >= f64::from(later) {
                 later
