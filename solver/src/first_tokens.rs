@@ -243,7 +243,7 @@ pub(crate) fn planned(
         Objective::MeanLatency,
         class,
         plan,
-        options.list_search_evaluations.max(1),
+        options.plan_search_evaluations.max(1),
         deadline,
     )?;
     let schedule = finish_after_first_tokens(w, limits, class, &prompts)?;

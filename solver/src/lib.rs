@@ -286,15 +286,24 @@ fn solve_in_class(
     };
     // For mean latency, the plan search from the best schedule's own plan (its completion
     // order and where its prompts ran), as from the phase relaxation's below: it needs no
-    // relaxation, so it reaches bursts of any size.
+    // relaxation, so it reaches bursts of any size. Not where the workload is solved in
+    // independent groups below (each group's solve re-plans its own schedule).
+    let in_groups = |best: &portfolio::BestHeuristic| {
+        options.independent_groups
+            && options.horizon.is_none()
+            && groups::independent_groups(w, &best.replay).len() >= 2
+    };
     let warm = match &warm {
         Some(best)
             if objective == Objective::MeanLatency
                 && options.list_search_evaluations > 0
-                && w.len() <= plan_schedule::MAX_REQUESTS =>
+                && w.len() <= plan_schedule::MAX_REQUESTS
+                && !in_groups(best) =>
         {
             let plan = plan_schedule::plan_of_schedule(w, &best.schedule, &best.replay);
-            let deadline = t_build + Duration::from_secs_f64(options.time_limit_s * 0.6);
+            let left = (options.time_limit_s - t_build.elapsed().as_secs_f64()).max(0.0);
+            let deadline = (Instant::now() + Duration::from_secs_f64(left * RE_PLAN_SHARE))
+                .min(t_build + Duration::from_secs_f64(options.time_limit_s * 0.6));
             let label = format!("{} re-planned", best.name);
             planned_schedule(
                 w,
@@ -589,6 +598,10 @@ fn solve_in_class(
     })
 }
 
+/// The plan search from the best schedule's own plan: its share of the time left (the
+/// phase relaxation, whose bound gains from time, comes after it).
+const RE_PLAN_SHARE: f64 = 0.1;
+
 /// The pooled search's share of the time limit (from the start) before the MILP.
 const POOLED_SHARE: f64 = 0.35;
 
@@ -629,7 +642,7 @@ fn planned_schedule(
         objective,
         class,
         plan,
-        options.list_search_evaluations.max(1),
+        options.plan_search_evaluations.max(1),
         deadline,
     )?;
     if dominance::chunking_never_helps(w, limits, class) {

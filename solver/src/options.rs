@@ -186,9 +186,13 @@ pub struct SolveOptions {
     pub max_search_states: usize,
     /// Schedules the priority-list local search (module `list_search`) may simulate and
     /// replay to improve the best heuristic schedule (it also stops at half the time
-    /// limit); 0 turns it off. Also the most plans the phase relaxation's plan search
-    /// (module `plan_schedule`) tries (at least its first).
+    /// limit); 0 turns it off.
     pub list_search_evaluations: usize,
+    /// The most plans each plan search (module `plan_schedule`: from the phase
+    /// relaxation's plan, or re-planning the best schedule) turns into schedules and
+    /// replays (at least its first; it also stops at the end of its time share). A plan's
+    /// schedule takes tens of microseconds to build and replay at a few dozen requests.
+    pub plan_search_evaluations: usize,
     /// For `mean-latency` with at most [`PHASE_RELAXATION_MAX_REQUESTS`] requests, solve
     /// the phase relaxation (module `bounds::phases`) for a stronger bound, and turn its
     /// incumbent's plan into schedules (module `plan_schedule`): with 0.8 and 0.15 of the
@@ -220,6 +224,7 @@ impl Default for SolveOptions {
             memory_limit_bytes: 4 << 30,
             max_search_states: 5_000_000,
             list_search_evaluations: 2_000,
+            plan_search_evaluations: 100_000,
             phase_relaxation: true,
             independent_groups: true,
         }

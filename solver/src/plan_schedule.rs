@@ -10,8 +10,11 @@
 //!   of the phase (the whole prompt by its completion phase), within C and P.
 //!
 //! Batch times come from the cost model as the replay computes them, so that a batch never
-//! waits for a prompt that has not arrived while others could run; when nothing can run,
-//! the next batch waits for the earliest planned arrival. KV is never evicted: a request
+//! waits for a prompt that has not arrived while others could run; when nothing planned can
+//! run until the earliest planned arrival, a chunk of the first prompt in plan order that
+//! has arrived runs meanwhile, as much as ends by that arrival (work the plan does later
+//! anyway, done while the machine would stand idle), and the next batch waits for the
+//! arrival. KV is never evicted: a request
 //! is admitted (its first chunk) only while its whole `I + O - 1`, with that of every
 //! admitted unfinished request, fits M, and while R_max allows, so an admitted request can
 //! always take its next step; a prompt that cannot be admitted waits. The caller replays
@@ -176,9 +179,32 @@ pub(crate) fn schedule_from_plan(
             }
         }
         if entries.is_empty() {
-            // Nothing can run now: wait for the next planned prompt, or give up.
-            now = waiting_for.filter(|&t| t > now)?;
-            continue;
+            // Nothing planned can run before the next planned prompt arrives (or ever: give
+            // up). Rather than stand idle until then, work on the first prompt in plan
+            // order that has arrived and can be admitted, a chunk that ends by that arrival.
+            let next = waiting_for.filter(|&t| t > now)?;
+            let idle = IdleGap {
+                now,
+                next,
+                c_max,
+                p_max,
+            };
+            let chunk = by_plan.iter().find_map(|&i| {
+                let prompt = u64::from(reqs[i].input_tokens);
+                let admissible = admitted[i]
+                    || (running < r_max
+                        && reserved + limits.occupied(reqs[i].max_kv_tokens()) <= m_max);
+                (generated[i] == 0 && held[i] < prompt && reqs[i].arrival_s <= now && admissible)
+                    .then(|| idle.chunk(cost, prompt - held[i], held[i]).map(|c| (i, c)))
+                    .flatten()
+            });
+            let Some((i, c)) = chunk else {
+                now = next;
+                continue;
+            };
+            admitted[i] = true;
+            features.add_prefill(c, held[i]);
+            entries.push((i, u32::try_from(c).ok()?));
         }
         let start = now.max(latest_arrival);
         now = start + cost.batch_time_s(&features);
@@ -200,6 +226,39 @@ pub(crate) fn schedule_from_plan(
         ));
     }
     Some(Schedule::new(batches))
+}
+
+/// Time the plan's schedule would stand idle: from `now` until `next`, when the next planned
+/// prompt arrives.
+struct IdleGap {
+    now: f64,
+    next: f64,
+    c_max: u64,
+    p_max: u64,
+}
+
+impl IdleGap {
+    /// The most of a prompt's `left` tokens (with `held` already in KV) that one batch of
+    /// its chunk alone processes within the gap and the budgets; None when not one token
+    /// fits. Batch times grow with the chunk (no coefficient is negative where a plan is
+    /// followed; where one is, the chunk found still fits).
+    fn chunk(&self, cost: &dyn CostModel, left: u64, held: u64) -> Option<u64> {
+        let fits = |c: u64| {
+            let mut f = BatchFeatures::default();
+            f.add_prefill(c, held);
+            self.now + cost.batch_time_s(&f) <= self.next
+        };
+        let (mut lo, mut hi) = (0u64, left.min(self.c_max).min(self.p_max));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        (lo > 0).then_some(lo)
+    }
 }
 
 /// The plan a schedule follows: its completion order, and the share of each prompt
@@ -421,6 +480,45 @@ mod tests {
         assert_eq!(batches[..5], ["0:1000", "1:10", "1:1", "1:1", "0:1000"]);
         assert!(r.requests[1].completion_s < r.requests[0].first_token_s);
         assert_eq!(Summary::from_replay(&r).requests, 2);
+    }
+
+    #[test]
+    fn the_machine_works_on_an_arrived_prompt_until_the_planned_one_arrives() {
+        // A long prompt at 0, a short request 50 ms later, planned first: the long prompt is
+        // planned after it, and nothing planned can run before 50 ms. A chunk of the long
+        // prompt fills the gap, ending by the arrival, and the short request still starts
+        // on its arrival.
+        let w = workload(&[(2000, 3, 0.0), (10, 3, 0.050)]);
+        let limits = Limits::unlimited();
+        let plan = PhasePlan {
+            completes: vec![1, 0],
+            prompt_share: vec![vec![0.0, 1.0], vec![1.0, 0.0]],
+        };
+        let s = schedule_from_plan(&w, &limits, &cost(), &PolicyConstraints::default(), &plan)
+            .expect("a schedule");
+        let r = replay(&w, &limits, &cost(), &s).expect("valid");
+        let first = &s.batches[0].entries;
+        assert_eq!((first.len(), first[0].request), (1, 0));
+        let chunk = match first[0].action {
+            infersched_core::Action::Process(c) => c,
+            other => panic!("a prompt chunk, got {other:?}"),
+        };
+        assert!(chunk > 0 && chunk < 2000, "a part of the prompt: {chunk}");
+        // As much as fits: one more token would run past the arrival.
+        let mut more = BatchFeatures::default();
+        more.add_prefill(u64::from(chunk) + 1, 0);
+        assert!(cost().batch_time_s(&more) > 0.050);
+        assert!(r.batches[0].end_s <= 0.050 + 1e-12);
+        assert_eq!(r.requests[1].first_scheduled_s, 0.050);
+        assert!(r.requests[1].completion_s < r.requests[0].first_token_s);
+        // Without the gap's chunk the long prompt would start after the short request's
+        // last token; with it, it completes earlier by about the chunk's work.
+        let alone = LinearCostModel::batch_time_s(&cost(), &{
+            let mut f = BatchFeatures::default();
+            f.add_prefill(2000, 0);
+            f
+        });
+        assert!(r.requests[0].first_token_s < r.requests[1].completion_s + alone);
     }
 
     #[test]

@@ -78,10 +78,14 @@ pub(crate) struct MilpArgs {
     pub(crate) memory_limit: f64,
     /// Schedules the priority-list search may try (simulated and replayed) to improve the
     /// best heuristic schedule, the warm start and the answer where no exact model fits;
-    /// 0 turns it off. It also stops at half the time limit. The same number bounds the
-    /// plans the phase relaxation's plan search tries.
+    /// 0 turns it off. It also stops at half the time limit.
     #[arg(long, default_value_t = SolveOptions::default().list_search_evaluations)]
     pub(crate) list_search_tries: usize,
+    /// Plans each plan search may turn into schedules and replay (from the phase
+    /// relaxation's plan, or re-planning the best schedule, for mean latency and TTFT; at
+    /// least one). It also stops at the end of its share of the time limit.
+    #[arg(long, default_value_t = SolveOptions::default().plan_search_evaluations)]
+    pub(crate) plan_search_tries: usize,
     /// Skip the phase relaxation, the mean-latency bound solved as a small MILP before the
     /// exact model, and the schedules from its plan (up to 48 requests; it takes up to a
     /// quarter of the time limit, or most of it where no exact model fits).
@@ -128,6 +132,7 @@ impl MilpArgs {
                 SolveOptions::default().max_search_states
             },
             list_search_evaluations: self.list_search_tries,
+            plan_search_evaluations: self.plan_search_tries,
             phase_relaxation: !self.no_phase_relaxation,
             independent_groups: !self.no_independent_groups,
             horizon: self.horizon,
