@@ -301,9 +301,17 @@ fn solve_in_class(
                 && !in_groups(best) =>
         {
             let plan = plan_schedule::plan_of_schedule(w, &best.schedule, &best.replay);
-            let left = (options.time_limit_s - t_build.elapsed().as_secs_f64()).max(0.0);
-            let deadline = (Instant::now() + Duration::from_secs_f64(left * RE_PLAN_SHARE))
-                .min(t_build + Duration::from_secs_f64(options.time_limit_s * 0.6));
+            // Where neither the phase relaxation nor an exact model follows, nothing else
+            // would use the time: the search gets it (up to its budget of tries).
+            let last_method = graph_bytes > options.memory_limit_bytes
+                && !(options.phase_relaxation && w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
+            let deadline = if last_method {
+                t_build + Duration::from_secs_f64(options.time_limit_s * RE_PLAN_LAST_SHARE)
+            } else {
+                let left = (options.time_limit_s - t_build.elapsed().as_secs_f64()).max(0.0);
+                (Instant::now() + Duration::from_secs_f64(left * RE_PLAN_SHARE))
+                    .min(t_build + Duration::from_secs_f64(options.time_limit_s * 0.6))
+            };
             let label = format!("{} re-planned", best.name);
             planned_schedule(
                 w,
@@ -601,6 +609,11 @@ fn solve_in_class(
 /// The plan search from the best schedule's own plan: its share of the time left (the
 /// phase relaxation, whose bound gains from time, comes after it).
 const RE_PLAN_SHARE: f64 = 0.1;
+
+/// Where no later method would use the time: the share of the time limit (from the start)
+/// by which the plan search from the best schedule's own plan ends, leaving the rest for
+/// the bound and the answer's replay.
+const RE_PLAN_LAST_SHARE: f64 = 0.9;
 
 /// The pooled search's share of the time limit (from the start) before the MILP.
 const POOLED_SHARE: f64 = 0.35;
