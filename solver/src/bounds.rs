@@ -263,6 +263,27 @@ impl Theta<'_> {
         total
     }
 
+    /// The most one entry of `r`'s prompt can take off the least work it has left (with
+    /// `m` of its `I` tokens cached, that is `tokens (I - m) + prefill_attn (I^2 - m^2) +
+    /// prefill_ctx m + n_prefill`, and 0 once the prompt is done). A chunk of `c' <= c =
+    /// min(C, P, I)` tokens takes off `tokens c' + prefill_attn (c'^2 + 2 c' m) - prefill_ctx
+    /// c'` where it leaves some of the prompt, and `tokens c' + prefill_attn (2 I c' - c'^2) +
+    /// prefill_ctx (I - c') + n_prefill` where it ends it; both are at most
+    /// `tokens c + prefill_attn (2 I c - c^2) + prefill_ctx (I - 1) + n_prefill`
+    /// (non-negative coefficients; `2 I c' - c'^2` grows with `c' <= I`).
+    fn prompt_entry_work(&self, r: &Request, limits: &Limits) -> f64 {
+        let i = f64::from(r.input_tokens);
+        let c = (limits
+            .token_budget
+            .unwrap_or(u64::MAX)
+            .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
+            .min(u64::from(r.input_tokens))) as f64;
+        self.get(Feature::Tokens) * c
+            + self.get(Feature::PrefillAttn) * (2.0 * i * c - c * c)
+            + self.get(Feature::PrefillCtx) * (i - 1.0).max(0.0)
+            + self.get(Feature::NPrefill)
+    }
+
     /// The least time from `r`'s arrival to its first token: its prompt's batches in a row,
     /// at least `ceil(I / min(C, P))` (a chunk is at most C and P tokens), each paying the
     /// bias of a batch with a prefill entry and its entry's `n_prefill`.

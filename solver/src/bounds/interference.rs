@@ -36,6 +36,26 @@
 //! entries and work. `θ_kl` is proportional to `l`'s bias term for `k` among the requests
 //! arriving no later than `l` (ties are taken both ways, the larger kept).
 //!
+//! **The backlog.** Grouped by the later request `l` of each pair, the pairs' terms and
+//! `l`'s own slack (its span's biases, and `x_l`, the part of a batch begun before `T_l`
+//! that runs after it: `l` waits for it, and no span holds it) add up to the one sum, so
+//! `l`'s group may take any bound on what the pairs' costs give it: the sum of its pairs'
+//! terms above, or the backlog. For the requests `A` arriving in `[s, T_l)` (strictly
+//! before `l`), `k`'s cost in `l`'s span is at least `rem_k`, what `k` has left after
+//! `T_l`, so the group gets at least `sum_k min(w_l, rem_k) + x_l`. The batches starting in `[s, T_l)` end by `T_l + x_l`, each costs at least `b`
+//! and there are at least as many as any one request of `A` has entries there, at least
+//! `sum_k e_k / |A|`: so the work done on `A` before `T_l` is at most the most a fractional
+//! knapsack fits in `T_l - s + x_l`, each entry costing its work plus `β = b / |A|` (a
+//! prompt's entries at most its last chunk's work each; a request's later tokens at their
+//! mean, a prefix of them never doing better, since a later token costs no less than an
+//! earlier one). With `W_A` the least work of `A`, `sum_k rem_k >= W_A - knapsack(T_l - s
+//! + x_l) >= W_A - knapsack(T_l - s) - x_l`. Given only that sum and `rem_k <= w_k`, the
+//! least `sum_k min(w_l, rem_k)` puts the backlog on the requests of most work first
+//! (`F(B)`, which grows by at most what `B` grows, so `F(B - x_l) + x_l >= F(B)`): the
+//! group gets at least `max_s F(W_A - knapsack(T_l - s))`, what congestion leaves undone
+//! when `l` comes, where no single earlier request need still run by its own time.
+//! Evictions only add work. Windows reach back at most [`BACKLOG_WINDOW`] requests.
+//!
 //! What it adds: at low concurrency a request arriving during another's long decode either
 //! waits for its remaining batches (whole biases, which the machine relaxation splits among
 //! requests that are not there) or runs its prompt inside them and delays the other by the
@@ -51,6 +71,10 @@ use super::Theta;
 /// rest count 0 (still a bound).
 const MAX_PAIRS: usize = 1 << 20;
 
+/// The most earlier requests a backlog window holds (each window costs a pass over its
+/// requests, so the backlog costs `n` times this squared at most).
+const BACKLOG_WINDOW: usize = 48;
+
 /// What the bound needs of one request (seconds).
 struct Needs {
     arrival: f64,
@@ -63,11 +87,20 @@ struct Needs {
     step: f64,
     /// `x0`: how many more batches than its `O` the request's own time pays for.
     spare_batches: f64,
+    /// The most any one of its prompt's entries can take off its least work left (a chunk
+    /// of at most `min(C, P)` tokens, at the end of the prompt).
+    prompt_entry_work: f64,
 }
 
 /// A lower bound on the sum of completion times (absolute seconds), or None where a
 /// coefficient is negative or there is nothing to bound.
 pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limits) -> Option<f64> {
+    sum_with(t, reqs, limits, true)
+}
+
+/// [`sum_of_completions`], the backlog terms left out where `backlog` is false (for tests
+/// that measure what they add).
+fn sum_with(t: &Theta<'_>, reqs: &[Request], limits: &Limits, backlog: bool) -> Option<f64> {
     if reqs.is_empty() || !t.non_negative() {
         return None;
     }
@@ -94,6 +127,7 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
                 } else {
                     0.0
                 },
+                prompt_entry_work: t.prompt_entry_work(r, limits),
             }
         })
         .collect();
@@ -164,8 +198,9 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
     for &(_, l, n, _) in &pairs {
         total_term[l] += bias_term(l, n);
     }
-    // Each unordered pair adds the larger of its (one or two) orientations.
-    let mut extra = 0.0;
+    // Each unordered pair adds the larger of its (one or two) orientations, to the group of
+    // that orientation's later request.
+    let mut group = vec![0.0f64; reqs.len()];
     let mut i = 0;
     while i < pairs.len() {
         let value = |&(_, l, n, rest): &(usize, usize, f64, f64)| {
@@ -180,15 +215,102 @@ pub(super) fn sum_of_completions(t: &Theta<'_>, reqs: &[Request], limits: &Limit
                 .min(rest + needs[l].prompt_work.min(share))
                 .max(0.0)
         };
-        let mut v = value(&pairs[i]);
+        let (mut v, mut owner) = (value(&pairs[i]), pairs[i].1);
         if i + 1 < pairs.len() && pairs[i + 1].0 == pairs[i].1 && pairs[i + 1].1 == pairs[i].0 {
-            v = v.max(value(&pairs[i + 1]));
+            let reverse = value(&pairs[i + 1]);
+            if reverse > v {
+                (v, owner) = (reverse, pairs[i + 1].1);
+            }
             i += 1;
         }
-        extra += v;
+        group[owner] += v;
         i += 1;
     }
+    let backlog = if backlog {
+        backlogs(t, reqs, &needs, &order)
+    } else {
+        vec![0.0; reqs.len()]
+    };
+    let extra: f64 = group.iter().zip(&backlog).map(|(g, k)| g.max(*k)).sum();
     Some(base + extra)
+}
+
+/// Per request `l`, the backlog term of the module doc, over windows of
+/// the (at most [`BACKLOG_WINDOW`]) requests arriving strictly before it. `order` is the
+/// requests in arrival order.
+fn backlogs(t: &Theta<'_>, reqs: &[Request], needs: &[Needs], order: &[usize]) -> Vec<f64> {
+    let b = t.batch_bias();
+    // The knapsack's items, one request's prompt or later tokens: (work per entry, work).
+    let items = |k: usize| {
+        let (r, q) = (&reqs[k], &needs[k]);
+        let later = f64::from(r.output_tokens.saturating_sub(1));
+        let prompt = (q.prompt_entry_work, q.prompt_work);
+        let decodes = (q.work - q.prompt_work) / later.max(1.0);
+        [prompt, (decodes, q.work - q.prompt_work)]
+    };
+    let mut out = vec![0.0; reqs.len()];
+    let mut window: Vec<(f64, f64)> = Vec::new();
+    let mut works: Vec<f64> = Vec::new();
+    for (pos, &l) in order.iter().enumerate() {
+        let at = needs[l].arrival;
+        // Strictly earlier arrivals, nearest first.
+        let earlier = order[..pos]
+            .iter()
+            .rev()
+            .filter(|&&k| needs[k].arrival < at)
+            .take(BACKLOG_WINDOW);
+        window.clear();
+        works.clear();
+        let w_l = needs[l].work;
+        let (mut least_work, mut best, mut count) = (0.0, 0.0f64, 0usize);
+        for &k in earlier {
+            count += 1;
+            least_work += needs[k].work;
+            // The window's works, largest first.
+            works.insert(
+                works.partition_point(|&x| x >= needs[k].work),
+                needs[k].work,
+            );
+            for item in items(k) {
+                if item.1 > 0.0 {
+                    // Kept in decreasing work per entry (the knapsack's order for any β).
+                    let place = window.partition_point(|x| x.0 >= item.0);
+                    window.insert(place, item);
+                }
+            }
+            let beta = b / count as f64;
+            let mut time = at - needs[k].arrival;
+            let mut done = 0.0;
+            for &(per_entry, work) in &window {
+                if time <= 0.0 {
+                    break;
+                }
+                // Work this item can do in `time`: its share of each unit of time.
+                let ratio = if per_entry + beta > 0.0 {
+                    per_entry / (per_entry + beta)
+                } else {
+                    1.0
+                };
+                let take = work.min(ratio * time);
+                done += take;
+                time -= if ratio > 0.0 { take / ratio } else { time };
+            }
+            // F(backlog): the backlog on the requests of most work first.
+            let mut backlog = least_work - done;
+            let mut paid = 0.0;
+            for &work in &works {
+                if backlog <= 0.0 {
+                    break;
+                }
+                let on = work.min(backlog);
+                paid += w_l.min(on);
+                backlog -= on;
+            }
+            best = best.max(paid);
+        }
+        out[l] = best.max(0.0);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -208,13 +330,114 @@ mod tests {
         }
     }
 
+    /// The sums of completions of every schedule the tests compare the bound with: four
+    /// heuristics and three priority lists, replayed (those the replay accepts).
+    fn replayed_sums(w: &infersched_core::Workload, limits: &Limits) -> Vec<f64> {
+        use infersched_schedulers::{Knobs, SchedulerKind};
+        let c = cost();
+        let order = w.fcfs_order();
+        let lists = [(64, 0, 2), (512, 0, 8), (2048, 2048, 1)].map(|(chunk, decode, r)| {
+            let mut p = crate::list_search::PriorityList::new(&order, chunk, decode, r)
+                .shortest_remaining_first(&c);
+            infersched_schedulers::simulate(w, limits, &mut p, &c)
+        });
+        [
+            SchedulerKind::Vllm,
+            SchedulerKind::Sarathi,
+            SchedulerKind::Orca,
+            SchedulerKind::Mcsf,
+        ]
+        .iter()
+        .map(|kind| kind.simulate(w, &Knobs::matching(limits), &c))
+        .chain(lists)
+        .flatten()
+        .filter_map(|sim| infersched_core::replay(w, limits, &c, &sim.schedule).ok())
+        .map(|rep| rep.requests.iter().map(|r| r.completion_s).sum())
+        .collect()
+    }
+
+    #[test]
+    fn congestion_left_when_a_request_arrives_is_paid_for() {
+        // Three equal requests at 0, a short fourth arriving just after any one of them
+        // could have finished alone: no pair with it counts, but the machine cannot have
+        // done the three's work by then, and what is left lies on at least two of them
+        // (none holds more than its own work), each of which pays the fourth's work or
+        // makes it wait for the rest of its own.
+        let c = cost();
+        let t = Theta(&c);
+        let lim = Limits::unlimited();
+        let k = req(2000, 2, 0.0);
+        let at = t.own_time(&k, &lim) * 1.05;
+        let l = req(100, 2, at);
+        let s3 = sum_of_completions(&t, &[k, k, k], &lim).unwrap();
+        let s4 = sum_of_completions(&t, &[k, k, k, l], &lim).unwrap();
+        let group = s4 - s3 - (at + t.own_time(&l, &lim));
+        let w_l = t.request_work(&l);
+        assert!((group - 2.0 * w_l).abs() < 1e-9 * s4, "{group} vs {w_l}");
+        // Without the backlog nothing is added for it.
+        let pairs_only = sum_with(&t, &[k, k, k, l], &lim, false).unwrap();
+        assert!((pairs_only - s3 - (at + t.own_time(&l, &lim))).abs() < 1e-12);
+        let w = infersched_core::Workload::new(vec![k, k, k, l]).unwrap();
+        let sums = replayed_sums(&w, &lim);
+        assert!(sums.len() >= 5);
+        assert!(
+            sums.iter().all(|&done| s4 <= done * (1.0 + 1e-12)),
+            "{s4} {sums:?}"
+        );
+    }
+
+    #[test]
+    fn never_above_a_replayed_schedule_under_congestion() {
+        // Requests arriving faster than the machine serves them: the bound, backlog terms
+        // included, is at most every replayed schedule's sum of completions, and the
+        // backlog raises it on many of them.
+        use infersched_core::Workload;
+        use rand::{Rng, SeedableRng};
+        use rand_chacha::ChaCha8Rng;
+        let c = cost();
+        let t = Theta(&c);
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (mut checked, mut raised) = (0, 0);
+        for case in 0..40 {
+            let n = rng.random_range(3..12);
+            let mut at = 0.0;
+            let reqs: Vec<Request> = (0..n)
+                .map(|_| {
+                    at += rng.random_range(0.0..0.08);
+                    req(rng.random_range(1..3000), rng.random_range(1..60), at)
+                })
+                .collect();
+            let w = Workload::new(reqs).unwrap();
+            let limits = Limits {
+                kv_capacity: Some(rng.random_range(4000..20000)),
+                token_budget: (case % 2 == 0).then(|| rng.random_range(256..2048)),
+                ..Limits::unlimited()
+            };
+            if limits.check_feasible(&w).is_err() {
+                continue;
+            }
+            let sum = sum_of_completions(&t, w.requests(), &limits).unwrap();
+            let without = sum_with(&t, w.requests(), &limits, false).unwrap();
+            assert!(sum >= without);
+            raised += usize::from(sum > without * (1.0 + 1e-9));
+            for done in replayed_sums(&w, &limits) {
+                assert!(
+                    sum <= done * (1.0 + 1e-12),
+                    "case {case}: bound {sum} above a schedule's {done}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 200, "{checked} schedules checked");
+        assert!(raised >= 10, "the backlog raised {raised} of 40");
+    }
+
     #[test]
     fn never_above_a_replayed_schedule_at_low_concurrency() {
         // Requests arriving one after another with long outputs, so that two or three are
         // in the system at once: the bound's sum of completions is at most every replayed
         // heuristic's and list schedule's, and it beats the other arguments on most.
-        use infersched_core::{Workload, replay};
-        use infersched_schedulers::{Knobs, SchedulerKind};
+        use infersched_core::Workload;
         use rand::{Rng, SeedableRng};
         use rand_chacha::ChaCha8Rng;
         let c = cost();
@@ -246,26 +469,7 @@ mod tests {
                 strongest += 1;
                 assert!(((sum - arrivals) / n as f64 - others.value_s).abs() < 1e-9);
             }
-            let order = w.fcfs_order();
-            let lists = [(64, 0, 2), (512, 0, 8), (2048, 2048, 1)].map(|(chunk, decode, r)| {
-                let mut p = crate::list_search::PriorityList::new(&order, chunk, decode, r)
-                    .shortest_remaining_first(&c);
-                infersched_schedulers::simulate(&w, &limits, &mut p, &c)
-            });
-            let sims = [
-                SchedulerKind::Vllm,
-                SchedulerKind::Sarathi,
-                SchedulerKind::Orca,
-                SchedulerKind::Mcsf,
-            ]
-            .iter()
-            .map(|kind| kind.simulate(&w, &Knobs::matching(&limits), &c))
-            .chain(lists);
-            for sim in sims.flatten() {
-                let Ok(rep) = replay(&w, &limits, &c, &sim.schedule) else {
-                    continue;
-                };
-                let done: f64 = rep.requests.iter().map(|r| r.completion_s).sum();
+            for done in replayed_sums(&w, &limits) {
                 assert!(
                     sum <= done * (1.0 + 1e-12),
                     "case {case}: bound {sum} above a schedule's {done}"
