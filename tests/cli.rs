@@ -881,7 +881,9 @@ fn calibrate_without_a_gpu_says_so_and_refits_recorded_samples() {
 #[test]
 fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
     // The first 8 Splitwise requests: no exact model fits, and the phase relaxation's
-    // bound is above the machine bound (what --no-phase-relaxation leaves), both valid.
+    // bound (0.616 s when measured) is above the combinatorial bounds that
+    // --no-phase-relaxation leaves (0.528 s, the pairwise argument with its backlog terms;
+    // the machine's 0.43 s before them), both valid.
     let dir = tempfile::tempdir().unwrap();
     let w = first_splitwise_requests(8, dir.path());
     let solve =
@@ -892,9 +894,10 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
         with["bound_method"]["combinatorial"], "phase-relaxation",
         "{with}"
     );
-    // The machine relaxation's bounds: shortest remaining first, or the mean busy times.
+    // The machine relaxation's bounds (shortest remaining first, or the mean busy times)
+    // or the pairwise argument.
     assert!(
-        ["machine-srpt", "machine-busy-time"]
+        ["machine-srpt", "machine-busy-time", "pairwise-interference"]
             .contains(&without["bound_method"]["combinatorial"].as_str().unwrap()),
         "{without}"
     );
@@ -902,12 +905,14 @@ fn the_phase_relaxation_raises_the_mean_latency_bound_on_real_requests() {
     let obj = with["replayed_objective"].as_f64().unwrap();
     let obj_without = without["replayed_objective"].as_f64().unwrap();
     assert!(
-        bound(&without) < bound(&with) && bound(&with) <= obj,
+        bound(&without) * 1.05 < bound(&with) && bound(&with) <= obj,
         "{with}\n{without}"
     );
-    // The relaxation's plans never make the schedule worse; the plan search from the list
-    // search's own plan runs either way and says so (709.7 -> 646.2 ms when measured).
-    assert!(obj <= obj_without, "{with}\n{without}");
+    // The plan search runs either way and says so: from the relaxation's plan, or from the
+    // list search's own plan, which without the relaxation gets the time left (709.7 ->
+    // 640.8 ms when measured; 640.6 ms from the relaxation's plans), so the two end within
+    // 1% of each other.
+    assert!(obj <= obj_without * 1.01, "{with}\n{without}");
     let from = without["warm_start"]["heuristic"].as_str().unwrap();
     assert!(from.contains(" re-planned (plans tried: "), "{from}");
 }

@@ -386,36 +386,51 @@ mod tests {
         );
     }
 
+    /// Random workloads of a family, 40 seeded cases (those whose limits they fit): `n`
+    /// requests in `sizes`, each arriving up to `gap` seconds after the one before, with up
+    /// to `prompt` and `output` tokens; M in `kv`, and every other case a token budget.
+    fn random_cases(
+        seed: u64,
+        sizes: std::ops::Range<usize>,
+        gap: f64,
+        (prompt, output): (u32, u32),
+        kv: std::ops::Range<u64>,
+    ) -> Vec<(usize, infersched_core::Workload, Limits)> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..40)
+            .filter_map(|case| {
+                let n = rng.random_range(sizes.clone());
+                let mut at = 0.0;
+                let reqs: Vec<Request> = (0..n)
+                    .map(|_| {
+                        at += rng.random_range(0.0..gap);
+                        req(rng.random_range(1..prompt), rng.random_range(1..output), at)
+                    })
+                    .collect();
+                let w = infersched_core::Workload::new(reqs).unwrap();
+                let limits = Limits {
+                    kv_capacity: Some(rng.random_range(kv.clone())),
+                    token_budget: (case % 2 == 0).then(|| rng.random_range(256..2048)),
+                    ..Limits::unlimited()
+                };
+                limits
+                    .check_feasible(&w)
+                    .is_ok()
+                    .then_some((case, w, limits))
+            })
+            .collect()
+    }
+
     #[test]
     fn never_above_a_replayed_schedule_under_congestion() {
         // Requests arriving faster than the machine serves them: the bound, backlog terms
         // included, is at most every replayed schedule's sum of completions, and the
         // backlog raises it on many of them.
-        use infersched_core::Workload;
-        use rand::{Rng, SeedableRng};
-        use rand_chacha::ChaCha8Rng;
         let c = cost();
         let t = Theta(&c);
-        let mut rng = ChaCha8Rng::seed_from_u64(11);
         let (mut checked, mut raised) = (0, 0);
-        for case in 0..40 {
-            let n = rng.random_range(3..12);
-            let mut at = 0.0;
-            let reqs: Vec<Request> = (0..n)
-                .map(|_| {
-                    at += rng.random_range(0.0..0.08);
-                    req(rng.random_range(1..3000), rng.random_range(1..60), at)
-                })
-                .collect();
-            let w = Workload::new(reqs).unwrap();
-            let limits = Limits {
-                kv_capacity: Some(rng.random_range(4000..20000)),
-                token_budget: (case % 2 == 0).then(|| rng.random_range(256..2048)),
-                ..Limits::unlimited()
-            };
-            if limits.check_feasible(&w).is_err() {
-                continue;
-            }
+        for (case, w, limits) in random_cases(11, 3..12, 0.08, (3000, 60), 4000..20000) {
             let sum = sum_of_completions(&t, w.requests(), &limits).unwrap();
             let without = sum_with(&t, w.requests(), &limits, false).unwrap();
             assert!(sum >= without);
@@ -437,31 +452,11 @@ mod tests {
         // Requests arriving one after another with long outputs, so that two or three are
         // in the system at once: the bound's sum of completions is at most every replayed
         // heuristic's and list schedule's, and it beats the other arguments on most.
-        use infersched_core::Workload;
-        use rand::{Rng, SeedableRng};
-        use rand_chacha::ChaCha8Rng;
         let c = cost();
         let t = Theta(&c);
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
         let (mut checked, mut strongest) = (0, 0);
-        for case in 0..40 {
-            let n = rng.random_range(2..9);
-            let mut at = 0.0;
-            let reqs: Vec<Request> = (0..n)
-                .map(|_| {
-                    at += rng.random_range(0.0..0.4);
-                    req(rng.random_range(1..1500), rng.random_range(1..200), at)
-                })
-                .collect();
-            let w = Workload::new(reqs).unwrap();
-            let limits = Limits {
-                kv_capacity: Some(rng.random_range(2000..8000)),
-                token_budget: (case % 2 == 0).then(|| rng.random_range(256..2048)),
-                ..Limits::unlimited()
-            };
-            if limits.check_feasible(&w).is_err() {
-                continue;
-            }
+        for (case, w, limits) in random_cases(5, 2..9, 0.4, (1500, 200), 2000..8000) {
+            let n = w.len();
             let sum = sum_of_completions(&t, w.requests(), &limits).unwrap();
             let others = super::super::lower_bound(&w, &limits, &c, crate::Objective::MeanLatency);
             let arrivals: f64 = w.requests().iter().map(|r| r.arrival_s).sum();
