@@ -273,11 +273,7 @@ impl Theta<'_> {
     /// (non-negative coefficients; `2 I c' - c'^2` grows with `c' <= I`).
     fn prompt_entry_work(&self, r: &Request, limits: &Limits) -> f64 {
         let i = f64::from(r.input_tokens);
-        let c = (limits
-            .token_budget
-            .unwrap_or(u64::MAX)
-            .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
-            .min(u64::from(r.input_tokens))) as f64;
+        let c = largest_prompt_chunk(limits).min(u64::from(r.input_tokens)) as f64;
         self.get(Feature::Tokens) * c
             + self.get(Feature::PrefillAttn) * (2.0 * i * c - c * c)
             + self.get(Feature::PrefillCtx) * (i - 1.0).max(0.0)
@@ -305,12 +301,18 @@ impl Theta<'_> {
 
 /// The least number of batches `r`'s prompt takes: a chunk is at most `min(C, P)` tokens.
 fn prompt_batches(r: &Request, limits: &Limits) -> u64 {
-    let per_batch = limits
+    u64::from(r.input_tokens)
+        .div_ceil(largest_prompt_chunk(limits))
+        .max(1)
+}
+
+/// The most prompt tokens one entry processes: `min(C, P)` (at least 1).
+fn largest_prompt_chunk(limits: &Limits) -> u64 {
+    limits
         .token_budget
         .unwrap_or(u64::MAX)
         .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
-        .max(1);
-    u64::from(r.input_tokens).div_ceil(per_batch).max(1)
+        .max(1)
 }
 
 /// The real roots of `d[0] + d[1] x + d[2] x^2` (none for an identically zero or

@@ -247,10 +247,8 @@ fn solve_in_class(
             .bytes()
         })
         .fold(0, u64::saturating_add);
-    let warm = if options.warm_start
-        || options.horizon.is_none()
-        || graph_bytes > options.memory_limit_bytes
-    {
+    let no_exact_model = graph_bytes > options.memory_limit_bytes;
+    let warm = if options.warm_start || options.horizon.is_none() || no_exact_model {
         portfolio::best_heuristic(
             w,
             limits,
@@ -303,7 +301,7 @@ fn solve_in_class(
             let plan = plan_schedule::plan_of_schedule(w, &best.schedule, &best.replay);
             // Where neither the phase relaxation nor an exact model follows, nothing else
             // would use the time: the search gets it (up to its budget of tries).
-            let last_method = graph_bytes > options.memory_limit_bytes
+            let last_method = no_exact_model
                 && !(options.phase_relaxation && w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
             let deadline = if last_method {
                 t_build + Duration::from_secs_f64(options.time_limit_s * RE_PLAN_LAST_SHARE)
@@ -332,7 +330,6 @@ fn solve_in_class(
     if let (Some(observer), Some(best)) = (&options.observer, &warm) {
         observer.0.incumbent(&best.name, &best.schedule);
     }
-    let no_exact_model = graph_bytes > options.memory_limit_bytes;
     // Bursts the best schedule so far serves one after another are solved one at a time
     // (module `groups`; the whole workload's schedule is kept where it is better): all the
     // time left where no exact model fits the whole workload, else half of it, the whole

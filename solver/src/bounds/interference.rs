@@ -285,15 +285,12 @@ fn backlogs(t: &Theta<'_>, reqs: &[Request], needs: &[Needs], order: &[usize]) -
                 if time <= 0.0 {
                     break;
                 }
-                // Work this item can do in `time`: its share of each unit of time.
-                let ratio = if per_entry + beta > 0.0 {
-                    per_entry / (per_entry + beta)
-                } else {
-                    1.0
-                };
+                // Work this item can do in `time`: its share of each unit of time (items
+                // with work have positive work per entry, so the share is positive).
+                let ratio = per_entry / (per_entry + beta);
                 let take = work.min(ratio * time);
                 done += take;
-                time -= if ratio > 0.0 { take / ratio } else { time };
+                time -= take / ratio;
             }
             // F(backlog): the backlog on the requests of most work first.
             let mut backlog = least_work - done;
@@ -308,7 +305,7 @@ fn backlogs(t: &Theta<'_>, reqs: &[Request], needs: &[Needs], order: &[usize]) -
             }
             best = best.max(paid);
         }
-        out[l] = best.max(0.0);
+        out[l] = best;
     }
     out
 }

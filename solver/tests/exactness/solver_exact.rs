@@ -1187,6 +1187,26 @@ fn first_tokens_without_evictions_never_pass_the_exhaustive_optimum() {
     assert!(compared >= 100 && stronger >= 20, "{compared} {stronger}");
 }
 
+/// The mean-latency solve of the arrival tests below: 3 s on one thread, exact options.
+fn solve_mean_latency_briefly(
+    w: &Workload,
+    limits: &Limits,
+    cost: &infersched_cost_model::LinearCostModel,
+) -> infersched_solver::SolveReport {
+    solve(
+        w,
+        limits,
+        cost,
+        Objective::MeanLatency,
+        &SolveOptions {
+            time_limit_s: 3.0,
+            threads: 1,
+            ..exact_options(PolicyConstraints::default())
+        },
+    )
+    .unwrap()
+}
+
 #[test]
 fn the_pairwise_interference_bound_never_exceeds_the_optimum_with_arrivals() {
     // Two tiny requests, the second arriving while the first may still run: the
@@ -1215,18 +1235,7 @@ fn the_pairwise_interference_bound_never_exceeds_the_optimum_with_arrivals() {
         )
         .unwrap();
         let limits = Limits::unlimited();
-        let r = solve(
-            &w,
-            &limits,
-            &cost,
-            Objective::MeanLatency,
-            &SolveOptions {
-                time_limit_s: 3.0,
-                threads: 1,
-                ..exact_options(PolicyConstraints::default())
-            },
-        )
-        .unwrap();
+        let r = solve_mean_latency_briefly(&w, &limits, &cost);
         if r.status != SolveStatus::Optimal {
             continue;
         }
@@ -1286,18 +1295,7 @@ fn the_backlog_bound_never_exceeds_the_milp_schedule_under_congestion() {
         let at = alone(&a).max(alone(&b)) * 1.2;
         let w = Workload::new(vec![a, b, request(at)]).unwrap();
         let limits = Limits::unlimited();
-        let r = solve(
-            &w,
-            &limits,
-            &cost,
-            Objective::MeanLatency,
-            &SolveOptions {
-                time_limit_s: 3.0,
-                threads: 1,
-                ..exact_options(PolicyConstraints::default())
-            },
-        )
-        .unwrap();
+        let r = solve_mean_latency_briefly(&w, &limits, &cost);
         let bound =
             infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::MeanLatency);
         assert!(
