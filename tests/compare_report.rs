@@ -660,6 +660,43 @@ fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
     );
     assert!(!stdout.contains("/optimum"), "{stdout}");
     assert!(stdout.contains("no proof of optimality"), "{stdout}");
+    // Each scheduler's distance from the optimum is the interval from its ratio to the best
+    // schedule found to its ratio to the bound, the numbers of the table.
+    let rows: Vec<csv::StringRecord> =
+        csv::Reader::from_path(dir.path().join("unproven").join("comparison.csv"))
+            .unwrap()
+            .records()
+            .map(Result::unwrap)
+            .collect();
+    let col = |n: &str| CSV_COLUMNS.iter().position(|c| *c == n).unwrap();
+    let vllm = rows
+        .iter()
+        .find(|r| &r[col("scheduler")] == "vllm")
+        .unwrap();
+    let ratio = |n: &str| vllm[col(n)].parse::<f64>().unwrap();
+    assert!(ratio("ratio_to_bound") > ratio("ratio_to_optimum"));
+    let line = format!(
+        "  vllm       {:.3}x to {:.3}x the optimum",
+        ratio("ratio_to_optimum"),
+        ratio("ratio_to_bound")
+    );
+    assert!(
+        stdout.contains("how far each scheduler is from the optimum") && stdout.contains(&line),
+        "{line}\n{stdout}"
+    );
+    assert!(
+        html.contains(&format!(
+            "<li><b>vllm</b>: {:.3}x to {:.3}x the optimum</li>",
+            ratio("ratio_to_optimum"),
+            ratio("ratio_to_bound")
+        )),
+        "{html}"
+    );
+    // The time split's differences are to the best schedule found, not called optimal.
+    assert!(
+        stdout.contains("more than the solver's best schedule, not proven optimal, (negative"),
+        "{stdout}"
+    );
     assert!(html.contains("is at most") && html.contains("No schedule is proven optimal"));
     assert!(!html.contains("above the proven optimum"));
     assert!(html.contains("not proven optimal"));
@@ -679,4 +716,9 @@ fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
         "{stdout}"
     );
     assert!(html.contains("above the proven optimum"));
+    assert!(
+        !stdout.contains("how far each scheduler")
+            && stdout.contains("more than the proven optimum"),
+        "{stdout}"
+    );
 }

@@ -205,16 +205,54 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     for r in rows {
         let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
     }
+    if let Some(d) = distance_to_optimum_text(rows) {
+        t.push('\n');
+        t.push_str(&d);
+    }
     let splits: Vec<(&str, TimeBreakdown)> = rows
         .iter()
         .map(|r| (r.scheduler.as_str(), r.time_split))
         .collect();
+    let label = match compare::reference(rows) {
+        Reference::Optimum => "the proven optimum",
+        _ => "the solver's best schedule, not proven optimal,",
+    };
     let _ = write!(
         t,
         "\nwhere the makespan goes (the cost model's terms, and idle time waiting for arrivals):\n{}",
-        crate::output::time_split_table(&splits, Some(crate::produce::OPTIMAL))
+        crate::output::time_split_table(&splits, Some((crate::produce::OPTIMAL, label)))
     );
     t
+}
+
+/// How far each scheduler is from the optimum, as far as the solver proved it, where the
+/// optimum is not proven: it lies between the bound and the best schedule found, so a
+/// scheduler's objective is between its ratio to the best schedule found and its ratio to
+/// the bound times the optimum: `(scheduler, low, high)` for each scheduler other than the
+/// solver's. Empty where the optimum is proven (its ratio is exact) or no solver ran.
+pub fn distance_to_optimum(rows: &[ComparisonRow]) -> Vec<(String, f64, f64)> {
+    if compare::reference(rows) != Reference::BestFound {
+        return Vec::new();
+    }
+    rows.iter()
+        .filter(|r| r.scheduler != crate::produce::OPTIMAL)
+        .filter_map(|r| Some((r.scheduler.clone(), r.ratio_to_optimum?, r.ratio_to_bound?)))
+        .collect()
+}
+
+/// [`distance_to_optimum`] for the terminal, or None where it has no line.
+pub fn distance_to_optimum_text(rows: &[ComparisonRow]) -> Option<String> {
+    let d = distance_to_optimum(rows);
+    if d.is_empty() {
+        return None;
+    }
+    let mut t = String::from(
+        "how far each scheduler is from the optimum (not proven: it lies between the bound and the best schedule found):\n",
+    );
+    for (name, low, high) in d {
+        let _ = writeln!(t, "  {name:<10} {low:.3}x to {high:.3}x the optimum");
+    }
+    Some(t)
 }
 
 /// The report's results: one table of the objective and latencies, one of batches and
@@ -545,6 +583,21 @@ so it is an upper bound on how far a scheduler is from the true optimum.";
 {reference_text}</p>\n"
     );
     h.push_str(&results_html(&rows, c.objective));
+    let distances = distance_to_optimum(&rows);
+    if !distances.is_empty() {
+        h.push_str(
+            "<p>How far each scheduler is from the optimum: it is not proven, but it lies between \
+the bound and the best schedule found, so each scheduler's objective is</p>\n<ul>\n",
+        );
+        for (name, low, high) in distances {
+            let _ = writeln!(
+                h,
+                "<li><b>{}</b>: {low:.3}x to {high:.3}x the optimum</li>",
+                html_escape(&name)
+            );
+        }
+        h.push_str("</ul>\n");
+    }
     h.push_str(&solver_html(c));
     h.push_str(&time_split_html(&rows));
     h.push_str("<h2>Plots</h2>\n");
