@@ -708,7 +708,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         let used = p.started.elapsed().as_secs_f64();
         (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
             without_milp(format!(
-                "no MILP run: {stage} used {used:.1} s of the {:.1} s time limit",
+                "no MILP run: {stage} used {used:.2} s of the {:.2} s time limit",
                 options.time_limit_s
             ))
         })
@@ -718,16 +718,31 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
 
     let members = request_classes(w, aggregates_identical_requests(&p));
     let class_req: Vec<Request> = members.iter().map(|c| reqs[c[0]]).collect();
+    let too_many_columns = || {
+        format!(
+            "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
+            options.max_arc_columns, n
+        )
+    };
+    // Before any state graph is built (they may take gigabytes, and seconds, for a model
+    // refused after): no time left, or more columns than allowed from the prompts alone.
+    if let Some(answer) = out_of_time("the schedules and bounds before it") {
+        return answer;
+    }
+    let least_columns = class_req
+        .iter()
+        .map(|r| StateGraph::min_usable_arc_count(r, limits, p.model_class.no_chunk, horizon))
+        .fold(0u128, u128::saturating_add);
+    if least_columns > options.max_arc_columns as u128 {
+        return without_milp(too_many_columns());
+    }
     let graphs: Vec<StateGraph> = class_req
         .iter()
         .map(|r| class_graph(r, limits, &p.model_class))
         .collect();
     let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
     if exceeds_columns(classes, horizon, options.max_arc_columns) {
-        let note = format!(
-            "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
-            options.max_arc_columns, n
-        );
+        let note = too_many_columns();
         return heuristic_with_bound(
             w,
             limits,

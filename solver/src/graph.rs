@@ -326,6 +326,44 @@ impl StateGraph {
         layers
     }
 
+    /// A lower bound on [`Self::usable_arc_count`] over `horizon` batches for the graph
+    /// [`StateGraph::new`] builds for `r` (with `no_chunk` as given), in `O(horizon)` and
+    /// without building anything: the idle and processing arcs of the prompt's states
+    /// (`G = 0`) alone, in the batches from which the request can still finish after any
+    /// of them (`j <= horizon - 1 - O`). By then every `m <= min(I - 1, j cap)` is
+    /// reachable (chunks of 1 to `cap` tokens, or idling), and has `min(I - m, cap)`
+    /// processing arcs besides its idle one; without chunks only `m = 0`, with its idle arc
+    /// and its whole prompt where it fits a batch.
+    pub fn min_usable_arc_count(
+        r: &Request,
+        limits: &Limits,
+        no_chunk: bool,
+        horizon: usize,
+    ) -> u128 {
+        let (i, o) = (u128::from(r.input_tokens), r.output_tokens as usize);
+        let cap = u128::from(Self::max_prefill_chunk(limits));
+        let Some(batches) = horizon.checked_sub(o) else {
+            return 0;
+        };
+        if no_chunk {
+            return batches as u128 * (1 + u128::from(i <= cap));
+        }
+        // The sum of min(rest, cap) for rest = 1 ..= k.
+        let chunk_sum = |k: u128| -> u128 {
+            if k <= cap {
+                k * (k + 1) / 2
+            } else {
+                cap * (cap + 1) / 2 + (k - cap) * cap
+            }
+        };
+        (0..batches as u128)
+            .map(|j| {
+                let top = (i - 1).min(j.saturating_mul(cap));
+                (top + 1) + chunk_sum(i) - chunk_sum(i - top - 1)
+            })
+            .fold(0u128, u128::saturating_add)
+    }
+
     /// How many (batch, arc) pairs [`Self::usable_arcs`] would return, counting at most
     /// `cap + 1` of them (so a huge model is rejected without being built).
     pub fn usable_arc_count(&self, o_tok: u32, horizon: usize, cap: usize) -> usize {
@@ -343,6 +381,37 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn min_usable_arc_count_is_at_most_the_usable_arcs() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut tight = 0;
+        for _ in 0..300 {
+            let r = Request {
+                input_tokens: rng.random_range(1..40),
+                output_tokens: rng.random_range(1..6),
+                arrival_s: 0.0,
+            };
+            let limits = Limits {
+                token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..30)),
+                ..Limits::unlimited()
+            };
+            let horizon = rng.random_range(1..20);
+            for (no_evict, no_chunk) in [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let g = StateGraph::new(&r, &limits, no_evict, no_chunk, false);
+                let usable = g.usable_arc_count(r.output_tokens, horizon, usize::MAX - 1) as u128;
+                let least = StateGraph::min_usable_arc_count(&r, &limits, no_chunk, horizon);
+                assert!(
+                    least <= usable,
+                    "{r:?} {limits:?} J = {horizon} no_chunk {no_chunk}: {least} > {usable}"
+                );
+                tight += usize::from(least * 2 >= usable && usable > 0);
+            }
+        }
+        // Prompts dominate these graphs often enough for the bound to catch huge models.
+        assert!(tight >= 100, "{tight}");
+    }
 
     #[test]
     fn size_counts_exactly_what_new_builds() {

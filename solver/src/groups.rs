@@ -182,7 +182,19 @@ pub(crate) fn solve_by_groups(
                         })
                 })
                 .collect();
-            let name = format!("independent-groups[{}]", names.join("; "));
+            let name = if names.len() <= MAX_LISTED_GROUPS {
+                format!("independent-groups[{}]", names.join("; "))
+            } else {
+                let methods: Vec<String> = solved
+                    .iter()
+                    .map(|g| g.report.method.name().to_string())
+                    .collect();
+                format!(
+                    "independent-groups[{} groups; their schedules by method: {}]",
+                    names.len(),
+                    counted(&methods)
+                )
+            };
             (
                 concatenated,
                 v,
@@ -218,14 +230,30 @@ pub(crate) fn solve_by_groups(
         .iter()
         .map(|g| g.report.bound_method.name().to_string())
         .collect();
+    let (sizes, group_bounds) = if solved.len() <= MAX_LISTED_GROUPS {
+        (sizes.join(", "), group_bounds.join(", "))
+    } else {
+        let mut largest: Vec<usize> = solved.iter().map(|g| g.requests.len()).collect();
+        largest.sort_unstable_by(|a, b| b.cmp(a));
+        let smallest = largest.last().copied().unwrap_or(0);
+        let top: Vec<String> = largest.iter().take(5).map(usize::to_string).collect();
+        (
+            format!(
+                "{smallest} to {} (the five largest: {})",
+                largest[0],
+                top.join(", ")
+            ),
+            counted(&group_bounds),
+        )
+    };
     let note = format!(
         "the workload splits into {} independent groups of {} requests (a schedule found \
          completes each group before the next one arrives); each group is solved on \
          its own (bounds: {}), the bound is their size-weighted mean and the schedule their \
          concatenation{}",
         solved.len(),
-        sizes.join(", "),
-        group_bounds.join(", "),
+        sizes,
+        group_bounds,
         if warm_start.heuristic == whole.name {
             ", which the whole workload's best schedule found beats"
         } else {
@@ -257,6 +285,27 @@ pub(crate) fn solve_by_groups(
         warm_start: Some(warm_start),
         schedule,
     }))
+}
+
+/// The most groups whose sizes, bounds and schedules the report lists one by one; beyond
+/// it, it gives their range and counts (a trace of thousands of requests has hundreds of
+/// groups).
+const MAX_LISTED_GROUPS: usize = 12;
+
+/// `items` counted, in the order each first appears: `"a x 3, b x 1"`.
+fn counted(items: &[String]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for item in items {
+        match counts.iter_mut().find(|(name, _)| *name == item) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((item, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} x {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -305,6 +354,16 @@ mod tests {
             bursts_served_in_turn(&w, &limits, &cost),
             Some(vec![vec![0, 1], vec![2, 3]])
         );
+    }
+
+    #[test]
+    fn many_groups_are_counted_not_listed() {
+        let items: Vec<String> = ["exact", "machine-srpt", "exact", "pairwise", "exact"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(counted(&items), "exact x 3, machine-srpt x 1, pairwise x 1");
+        assert_eq!(counted(&[]), "");
     }
 
     #[test]
