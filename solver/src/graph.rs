@@ -238,7 +238,10 @@ impl StateGraph {
                     generated: g,
                 };
                 let decode = from.is_decode_ready(r);
-                for c in 1..=known - m0 {
+                // Without chunks a prefill's one arc completes it (the others would be
+                // skipped below, one by one: O(I) per state).
+                let least = if no_chunk && !decode { known - m0 } else { 1 };
+                for c in least..=known - m0 {
                     if !decode && c > max_chunk {
                         break;
                     }

@@ -195,6 +195,18 @@ pub fn solve(
     solve_in_class(w, limits, cost, objective, options)
 }
 
+/// Bytes for a message: in MiB from 1 MiB up, else in KiB or bytes (`"6821647 MiB"`,
+/// `"104 KiB"`).
+fn human_bytes(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
 /// `start` plus `seconds`, or far in the future where that is not a time (a limit too
 /// large for a [`Duration`]).
 fn deadline_after(start: Instant, seconds: f64) -> Instant {
@@ -235,19 +247,29 @@ fn solve_in_class(
     };
     let combinatorial = bounds::lower_bound_in_class(w, limits, cost, objective, &class);
     // Exact models need every request's state graph: estimate them before building any.
-    let graph_bytes: u64 = reqs
+    // Identical requests share one where the arc-flow model aggregates them (makespan,
+    // without FCFS) and in the counting search; elsewhere each request has its own.
+    let graph_of = |r: &infersched_core::Request| {
+        StateGraph::size(
+            r,
+            limits,
+            model_class.no_evict || model_class.reserve,
+            model_class.no_chunk,
+        )
+        .bytes()
+    };
+    let shares_graphs = objective == Objective::Makespan && !class.fcfs;
+    let graph_bytes: u64 = classes::request_classes(w, shares_graphs)
         .iter()
-        .map(|r| {
-            StateGraph::size(
-                r,
-                limits,
-                model_class.no_evict || model_class.reserve,
-                model_class.no_chunk,
-            )
-            .bytes()
-        })
+        .map(|m| graph_of(&reqs[m[0]]))
         .fold(0, u64::saturating_add);
     let no_exact_model = graph_bytes > options.memory_limit_bytes;
+    // The counting searches over identical-request classes (offline, no FCFS): the pooled
+    // search needs no state graph, so it runs even where the exact models do not fit.
+    let counting_applies = options.max_search_states > 0
+        && options.horizon.is_none()
+        && dominance::offline(w)
+        && !class.fcfs;
     let warm = if options.warm_start || options.horizon.is_none() || no_exact_model {
         portfolio::best_heuristic(
             w,
@@ -274,6 +296,28 @@ fn solve_in_class(
         };
         list_search::improve(w, limits, cost, objective, &model_class, start, budget).0
     });
+    // Where the best schedule so far meets the combinatorial bound, it is optimal and
+    // nothing below can do better (a request alone, as many of a trace's bursts are, is
+    // served at its own minimum time by the heuristics). Not where the MILP's question is
+    // asked (an explicit horizon: at most J batches) or the MILP is asked for
+    // (`max_search_states` 0, `--milp-only`).
+    if options.horizon.is_none()
+        && options.max_search_states > 0
+        && let Some(best) = &warm
+        && best.objective_value(objective) <= combinatorial.value_s * (1.0 + 1e-9)
+    {
+        return portfolio::heuristic_with_bound(
+            w,
+            limits,
+            cost,
+            objective,
+            class,
+            warm,
+            combinatorial,
+            "no exact model needed".to_string(),
+            t_build,
+        );
+    }
     // For mean TTFT, the list search on the first-token problem (its schedules finished
     // after their first tokens; module `first_tokens`), at any size.
     let warm = if objective == Objective::MeanTtft && options.list_search_evaluations > 0 {
@@ -302,6 +346,7 @@ fn solve_in_class(
             // Where neither the phase relaxation nor an exact model follows, nothing else
             // would use the time: the search gets it (up to its budget of tries).
             let last_method = no_exact_model
+                && !counting_applies
                 && !(options.phase_relaxation && w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
             let deadline = if last_method {
                 t_build + Duration::from_secs_f64(options.time_limit_s * RE_PLAN_LAST_SHARE)
@@ -371,6 +416,14 @@ fn solve_in_class(
         }
         _ => None,
     };
+    // Where the groups' answer is not final, the report says what it was.
+    let groups_note = by_groups.as_ref().map(|report| {
+        format!(
+            "the workload was first solved as independent groups (independent-groups: bound {:.6} ms, schedule {:.6} ms), which the whole workload's methods then went on from",
+            report.best_bound * 1e3,
+            report.replayed_objective * 1e3
+        )
+    });
     let (warm, combinatorial) = match by_groups {
         Some(report) if no_exact_model || report.status == SolveStatus::Optimal => {
             return Ok(report);
@@ -444,14 +497,17 @@ fn solve_in_class(
         });
         (bound, planned.or(warm))
     };
-    if no_exact_model {
+    // Where the exact models do not fit, the best schedule found with the best bound that
+    // needs no state graph (the pooled search's, where it applies, then the phase
+    // relaxation's).
+    let without_exact_model = |warm, combinatorial| {
         let (combinatorial, warm) = with_phase_bound(0.8, 0.15, warm, combinatorial);
         let note = format!(
-            "no exact model: the requests' state graphs alone would take about {} MiB, over the memory limit of {} MiB",
-            graph_bytes / (1 << 20),
-            options.memory_limit_bytes / (1 << 20)
+            "no exact model: the requests' state graphs alone would take about {}, over the memory limit of {}",
+            human_bytes(graph_bytes),
+            human_bytes(options.memory_limit_bytes)
         );
-        return portfolio::heuristic_with_bound(
+        portfolio::heuristic_with_bound(
             w,
             limits,
             cost,
@@ -461,17 +517,18 @@ fn solve_in_class(
             combinatorial,
             note,
             t_build,
-        );
+        )
+    };
+    if no_exact_model && !counting_applies {
+        return without_exact_model(warm, combinatorial);
     }
     // The counting search over whole prefills is exact where chunking never helps
     // (optimal over all schedules) or the class forbids it; an explicit horizon asks for
-    // the best of at most J batches, which is the MILP's question.
-    let counting_applies = options.max_search_states > 0
-        && options.horizon.is_none()
-        && dominance::offline(w)
-        && !class.fcfs;
-    let counting_exact =
-        counting_applies && (class.no_chunk || dominance::chunking_never_helps(w, limits, &class));
+    // the best of at most J batches, which is the MILP's question. It builds a state graph
+    // per class, as the estimate counted.
+    let counting_exact = counting_applies
+        && !no_exact_model
+        && (class.no_chunk || dominance::chunking_never_helps(w, limits, &class));
     if counting_exact
         && let Some(report) = counting::solve_by_counting(
             w,
@@ -507,6 +564,7 @@ fn solve_in_class(
     // (unless the warm start is off or restricted to named heuristics).
     let warm = if counting_applies
         && !counting_exact
+        && !no_exact_model
         && options.warm_start
         && options.warm_start_from.is_empty()
     {
@@ -563,7 +621,9 @@ fn solve_in_class(
         // 126.0 ms in 60 s).
         let probe = arc_flow_problem(warm, combinatorial);
         // The probe builds a state graph per distinct request: only where they are small.
-        let share = if graph_bytes <= PROBE_GRAPH_BYTES && arcflow::exceeds_arc_columns(&probe) {
+        let share = if no_exact_model
+            || (graph_bytes <= PROBE_GRAPH_BYTES && arcflow::exceeds_arc_columns(&probe))
+        {
             POOLED_SHARE_WITHOUT_MILP
         } else {
             POOLED_SHARE
@@ -589,6 +649,9 @@ fn solve_in_class(
     } else {
         (combinatorial, warm)
     };
+    if no_exact_model {
+        return without_exact_model(warm, combinatorial);
+    }
     let (combinatorial, warm) = with_phase_bound(0.25, 0.05, warm, combinatorial);
     let problem = arc_flow_problem(warm, combinatorial);
     // good_lp panics where HiGHS reports an error; that must not escape to the caller.
@@ -600,6 +663,15 @@ fn solve_in_class(
             "the MILP failed: {}",
             panic_message(payload.as_ref())
         )))
+    })
+    .map(|mut report| {
+        if let Some(groups) = groups_note {
+            report.note = Some(match report.note {
+                Some(note) => format!("{note}; {groups}"),
+                None => groups,
+            });
+        }
+        report
     })
 }
 

@@ -182,7 +182,8 @@ pub struct SolveOptions {
     /// Before the MILP, try the exact counting search (module `counting`) when it applies
     /// (offline workload, no C or P, no FCFS, no explicit horizon), keeping at most this
     /// many count vectors (and no more than a quarter of [`Self::memory_limit_bytes`] holds); 0 goes
-    /// straight to the MILP.
+    /// straight to the MILP, even where the best heuristic schedule already meets the
+    /// combinatorial bound (which otherwise is returned as proven at once).
     pub max_search_states: usize,
     /// Schedules the priority-list local search (module `list_search`) may simulate and
     /// replay to improve the best heuristic schedule (it also stops at half the time

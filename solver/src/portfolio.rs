@@ -199,8 +199,25 @@ pub(crate) fn heuristic_with_bound(
     let r = replay(w, limits, cost, &schedule)?;
     let replayed = objective.of_replay(&r);
     let best_bound = bound.value_s.min(replayed).max(0.0);
+    // Where the bound meets the schedule, the schedule is optimal: said so.
+    let proven = replayed <= bound.value_s * (1.0 + 1e-9);
+    let answer = if proven {
+        format!(
+            "the best schedule found ({name}) meets the {} bound, so it is optimal",
+            bound.argument.name()
+        )
+    } else {
+        format!(
+            "the best schedule found without it ({name}) is returned with the {} bound",
+            bound.argument.name()
+        )
+    };
     Ok(SolveReport {
-        status: SolveStatus::NotProven,
+        status: if proven {
+            SolveStatus::Optimal
+        } else {
+            SolveStatus::NotProven
+        },
         method: SolveMethod::BestHeuristic,
         objective,
         constraints: class,
@@ -209,10 +226,7 @@ pub(crate) fn heuristic_with_bound(
         best_bound,
         certified_gap: certified_gap(replayed, best_bound),
         bound_method: BoundMethod::Combinatorial(bound.argument),
-        note: Some(format!(
-            "{note}; the best schedule found without it ({name}) is returned with the {} bound",
-            bound.argument.name()
-        )),
+        note: Some(format!("{note}; {answer}")),
         horizon: schedule.batches.len(),
         horizon_proven_sufficient: false,
         model: None,

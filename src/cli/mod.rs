@@ -69,7 +69,8 @@ pub(crate) struct MilpArgs {
     #[arg(long, default_value_t = 1e-6)]
     pub(crate) mip_gap: f64,
     /// Always solve the MILP, even where the exact counting search applies (offline
-    /// workload without C, P or FCFS).
+    /// workload without C, P or FCFS) or the best heuristic schedule already meets the
+    /// combinatorial bound.
     #[arg(long)]
     pub(crate) milp_only: bool,
     /// Memory (GiB) the exact models' state graphs may take, estimated before any is built;

@@ -429,6 +429,9 @@ pub(crate) fn unchunked_optimum(
         no_chunk: true,
         ..*class
     };
+    if Instant::now() >= deadline {
+        return Ok(Searched::GaveUp);
+    }
     let graphs: Vec<StateGraph> = members
         .iter()
         .map(|m| class_graph(&reqs[m[0]], limits, &unchunked))

@@ -456,7 +456,12 @@ fn infeasible_input_fails_fast_with_the_reason() {
     };
     let r = solve(&w, &limits, &cost, Objective::Makespan, &small).unwrap();
     assert_eq!(r.method, SolveMethod::BestHeuristic);
-    assert_eq!(r.status, SolveStatus::NotProven);
+    // Proven only where the bound meets the schedule.
+    assert_eq!(
+        r.status == SolveStatus::Optimal,
+        r.best_bound >= r.replayed_objective * (1.0 - 1e-9),
+        "{r:?}"
+    );
     assert!(
         r.note
             .as_deref()
@@ -472,6 +477,8 @@ fn infeasible_input_fails_fast_with_the_reason() {
     // Likewise past the memory limit, estimated before any state graph is built.
     let tight = SolveOptions {
         memory_limit_bytes: 1000,
+        // Not stopping where the best heuristic meets the bound (it does here).
+        max_search_states: 0,
         ..SolveOptions::default()
     };
     let r = solve(&w, &limits, &cost, Objective::MeanLatency, &tight).unwrap();
@@ -515,7 +522,11 @@ fn arrivals_delay_batches_in_the_model_as_in_the_replay() {
         &limits,
         &cost,
         Objective::Makespan,
-        &exact_options(PolicyConstraints::default()),
+        // The MILP itself (the best heuristic meets the bound here).
+        &SolveOptions {
+            max_search_states: 0,
+            ..exact_options(PolicyConstraints::default())
+        },
     )
     .unwrap();
     assert_eq!(r.status, SolveStatus::Optimal);
@@ -788,9 +799,11 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
             assert!(r.best_bound <= r.replayed_objective, "seed {seed}");
             r
         };
+        // The MILP (where a heuristic meets the bound it would not run).
         let quick = SolveOptions {
             time_limit_s: 3.0,
             threads: 1,
+            max_search_states: 0,
             ..exact_options(PolicyConstraints::default())
         };
         let whole = run(SolveOptions {
@@ -1305,4 +1318,163 @@ fn the_backlog_bound_never_exceeds_the_milp_schedule_under_congestion() {
         );
         assert!(r.best_bound <= r.replayed_objective * (1.0 + 1e-9));
     }
+}
+
+#[test]
+fn a_schedule_that_meets_the_bound_is_proven_optimal_without_an_exact_model() {
+    // A request alone (as many of a trace's bursts are): the heuristics serve it at its own
+    // minimum time, which the combinatorial bound is, so `solve` proves it at once. Each
+    // such proof is checked against the exhaustive optimum on tiny requests.
+    let cost = cost_model();
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let mut proven_by_bound = 0;
+    for case in 0..12 {
+        let w = Workload::new(vec![Request {
+            input_tokens: rng.random_range(1..=4),
+            output_tokens: rng.random_range(1..=3),
+            arrival_s: rng.random_range(0.0..2.0),
+        }])
+        .unwrap();
+        let limits = Limits {
+            token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..=4)),
+            ..Limits::unlimited()
+        };
+        for (objective, searched) in [
+            (Objective::Makespan, exhaustive::Objective::Makespan),
+            (Objective::MeanLatency, exhaustive::Objective::MeanLatency),
+        ] {
+            let report = solve(
+                &w,
+                &limits,
+                &cost,
+                objective,
+                &exact_options(PolicyConstraints::default()),
+            )
+            .unwrap();
+            assert_eq!(report.status, SolveStatus::Optimal, "case {case}");
+            // The search is offline: the same request at t = 0.
+            let offline = Workload::new(vec![Request {
+                arrival_s: 0.0,
+                ..w.requests()[0]
+            }])
+            .unwrap();
+            let (best, _) = exhaustive::optimum(
+                &offline,
+                &limits,
+                &cost,
+                searched,
+                Class::default(),
+                100_000,
+            )
+            .unwrap();
+            let best = match objective {
+                // The search counts the makespan from the arrival.
+                Objective::Makespan => best + w.requests()[0].arrival_s,
+                _ => best,
+            };
+            assert!(
+                (report.replayed_objective - best).abs() <= 1e-9 * best.max(1.0),
+                "case {case} {objective:?}: {} vs exhaustive {best}",
+                report.replayed_objective
+            );
+            if report.method == SolveMethod::BestHeuristic {
+                proven_by_bound += 1;
+                assert!(
+                    report.best_bound >= report.replayed_objective * (1.0 - 1e-9),
+                    "case {case}: {} vs {}",
+                    report.best_bound,
+                    report.replayed_objective
+                );
+                assert!(
+                    report
+                        .note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("meets the")),
+                    "{:?}",
+                    report.note
+                );
+            }
+        }
+    }
+    assert!(proven_by_bound >= 12, "{proven_by_bound}");
+    // Real lengths: a Splitwise request's state graph takes hundreds of MB and seconds to
+    // build; none is needed.
+    let w = Workload::new(vec![Request {
+        input_tokens: 2595,
+        output_tokens: 186,
+        arrival_s: 215.34,
+    }])
+    .unwrap();
+    let limits = Limits {
+        token_budget: Some(4096),
+        kv_capacity: Some(16_000),
+        block_size: 16,
+        ..Limits::unlimited()
+    };
+    let report = solve(
+        &w,
+        &limits,
+        &cost,
+        Objective::MeanLatency,
+        &exact_options(PolicyConstraints::default()),
+    )
+    .unwrap();
+    assert_eq!(
+        (report.status, report.method),
+        (SolveStatus::Optimal, SolveMethod::BestHeuristic)
+    );
+    assert!(report.model.is_none() && report.states_expanded.is_none());
+}
+
+#[test]
+fn the_pooled_search_bounds_identical_requests_whose_state_graphs_do_not_fit() {
+    // Family (a) with a token budget (I = 16, O = 8, C = 64, M = 92), n = 8, no
+    // evictions, under a memory limit just below its state graph: no exact model, but the
+    // pooled search needs no graph, and its bound beats the combinatorial one.
+    let cost = cost_model();
+    let w = Workload::new(vec![
+        Request {
+            input_tokens: 16,
+            output_tokens: 8,
+            arrival_s: 0.0,
+        };
+        8
+    ])
+    .unwrap();
+    let limits = Limits {
+        token_budget: Some(64),
+        kv_capacity: Some(92),
+        ..Limits::unlimited()
+    };
+    let graph = infersched_solver::graph::StateGraph::size(&w.requests()[0], &limits, true, false);
+    let options = SolveOptions {
+        memory_limit_bytes: graph.bytes() - 1,
+        ..exact_options(PolicyConstraints {
+            no_evict: true,
+            ..PolicyConstraints::default()
+        })
+    };
+    let report = solve(&w, &limits, &cost, Objective::Makespan, &options).unwrap();
+    let combinatorial =
+        infersched_solver::bounds::lower_bound(&w, &limits, &cost, Objective::Makespan);
+    assert!(
+        report.best_bound > combinatorial.value_s * (1.0 + 1e-6),
+        "{} vs {combinatorial:?}: {:?}",
+        report.best_bound,
+        report.note
+    );
+    assert!(
+        matches!(
+            report.bound_method,
+            BoundMethod::Exact
+                | BoundMethod::Combinatorial(
+                    infersched_solver::bounds::BoundArgument::PooledSearch
+                )
+        ),
+        "{:?}",
+        report.bound_method
+    );
+    assert!(report.model.is_none());
+    // The optimum is 61.022 ms (README): the bound is at most it.
+    assert!(report.best_bound <= 0.061_023, "{}", report.best_bound);
 }
