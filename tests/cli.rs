@@ -1000,9 +1000,21 @@ fn solve_takes_bursts_one_at_a_time_for_mean_latency() {
     let whole = solve(&["--no-independent-groups"], "whole");
     // The whole workload's arc-flow model is too large here: the better of the groups'
     // concatenation and the whole workload's list-searched schedule is returned with the
-    // groups' bound (best-heuristic method).
-    assert_eq!(
-        grouped["bound_method"]["combinatorial"], "independent-groups",
+    // groups' bound (best-heuristic method), or with the whole workload's phase relaxation
+    // where that, run after the groups, beats them (it does when the groups' relaxations
+    // got little time, as under the load of the other tests); the note says the groups
+    // were solved either way.
+    assert!(
+        ["independent-groups", "phase-relaxation"]
+            .contains(&grouped["bound_method"]["combinatorial"].as_str().unwrap()),
+        "{grouped}"
+    );
+    assert!(
+        grouped["bound_method"]["combinatorial"] == "independent-groups"
+            || grouped["note"]
+                .as_str()
+                .unwrap()
+                .contains("first solved as independent groups"),
         "{grouped}"
     );
     assert!(

@@ -346,7 +346,7 @@ fn solve_in_class(
             // Where neither the phase relaxation nor an exact model follows, nothing else
             // would use the time: the search gets it (up to its budget of tries).
             let last_method = no_exact_model
-                && !counting_applies
+                && !(counting_applies && counting::pooled::applies(w, &class))
                 && !(options.phase_relaxation && w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
             let deadline = if last_method {
                 t_build + Duration::from_secs_f64(options.time_limit_s * RE_PLAN_LAST_SHARE)
@@ -519,7 +519,7 @@ fn solve_in_class(
             t_build,
         )
     };
-    if no_exact_model && !counting_applies {
+    if no_exact_model && !(counting_applies && counting::pooled::applies(w, &class)) {
         return without_exact_model(warm, combinatorial);
     }
     // The counting search over whole prefills is exact where chunking never helps

@@ -207,14 +207,10 @@ impl<'a> Model<'a> {
         class: &PolicyConstraints,
         canonical_evictions: bool,
     ) -> Option<(Self, Vec<Vec<usize>>)> {
-        if class.fcfs || class.reserve || w.is_empty() {
+        if !applies(w, class) {
             return None;
         }
         let reqs = w.requests();
-        let offset_s = reqs[0].arrival_s;
-        if reqs.iter().any(|r| r.arrival_s != offset_s) {
-            return None;
-        }
         let theta = |f: Feature| cost.theta(f) * 1e3;
         if Feature::ALL
             .iter()
@@ -225,15 +221,12 @@ impl<'a> Model<'a> {
         let members = request_classes(w, true);
         let mut classes = Vec::new();
         let mut width = 0usize;
+        // `applies` checked the sizes: a vector of 2 O + 1 counts per class (long outputs
+        // are not for this search), a partial prompt's tokens (under I) in a count.
         for m in &members {
             let r = &reqs[m[0]];
             let size = u16::try_from(m.len()).ok()?;
             let output = r.output_tokens;
-            // A vector of 2 O + 1 counts per class: long outputs are not for this search; a
-            // partial prompt's tokens (under I) must fit a count.
-            if output == 0 || output > 4096 || r.input_tokens == 0 || r.input_tokens > 65_535 {
-                return None;
-            }
             classes.push(Class {
                 input: u64::from(r.input_tokens),
                 output,
@@ -241,9 +234,6 @@ impl<'a> Model<'a> {
                 base: width,
             });
             width += 2 * output as usize + 1;
-        }
-        if width > 1 << 14 {
-            return None;
         }
         let decode_ms: Vec<Vec<f64>> = classes
             .iter()
@@ -287,6 +277,37 @@ impl<'a> Model<'a> {
         };
         Some((model, members))
     }
+}
+
+/// Whether the pooled search takes `w` in `class` at all (its cost model aside): offline
+/// (one arrival), no FCFS or reservations, and classes of identical requests whose count
+/// vector fits (at most 4,096 outputs and 65,535 prompt tokens a class, 2^14 counts in
+/// all, 65,535 requests a class).
+pub(crate) fn applies(w: &Workload, class: &PolicyConstraints) -> bool {
+    if class.fcfs || class.reserve || w.is_empty() {
+        return false;
+    }
+    let reqs = w.requests();
+    if reqs.iter().any(|r| r.arrival_s != reqs[0].arrival_s) {
+        return false;
+    }
+    let mut width = 0usize;
+    for m in request_classes(w, true) {
+        let r = &reqs[m[0]];
+        if u16::try_from(m.len()).is_err()
+            || r.output_tokens == 0
+            || r.output_tokens > 4096
+            || r.input_tokens == 0
+            || r.input_tokens > 65_535
+        {
+            return false;
+        }
+        width += 2 * r.output_tokens as usize + 1;
+        if width > 1 << 14 {
+            return false;
+        }
+    }
+    true
 }
 
 /// Runs the pooled search for makespan, mean latency or mean TTFT on an offline workload
