@@ -385,20 +385,28 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// A request of up to 39 prompt and `max_output` output tokens, and limits with a
+    /// token budget half the time and a prefill budget some of the time.
+    fn small_request(rng: &mut ChaCha8Rng, max_output: u32) -> (Request, Limits) {
+        let r = Request {
+            input_tokens: rng.random_range(1..40),
+            output_tokens: rng.random_range(1..=max_output),
+            arrival_s: 0.0,
+        };
+        let limits = Limits {
+            token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..30)),
+            prefill_budget: rng.random_bool(0.3).then(|| rng.random_range(1..30)),
+            ..Limits::unlimited()
+        };
+        (r, limits)
+    }
+
     #[test]
     fn min_usable_arc_count_is_at_most_the_usable_arcs() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let mut tight = 0;
         for _ in 0..300 {
-            let r = Request {
-                input_tokens: rng.random_range(1..40),
-                output_tokens: rng.random_range(1..6),
-                arrival_s: 0.0,
-            };
-            let limits = Limits {
-                token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..30)),
-                ..Limits::unlimited()
-            };
+            let (r, limits) = small_request(&mut rng, 5);
             let horizon = rng.random_range(1..20);
             for (no_evict, no_chunk) in [(false, false), (true, false), (false, true), (true, true)]
             {
@@ -420,16 +428,7 @@ mod tests {
     fn size_counts_exactly_what_new_builds() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         for _ in 0..300 {
-            let r = Request {
-                input_tokens: rng.random_range(1..40),
-                output_tokens: rng.random_range(1..8),
-                arrival_s: 0.0,
-            };
-            let limits = Limits {
-                token_budget: rng.random_bool(0.5).then(|| rng.random_range(1..30)),
-                prefill_budget: rng.random_bool(0.3).then(|| rng.random_range(1..30)),
-                ..Limits::unlimited()
-            };
+            let (r, limits) = small_request(&mut rng, 7);
             for (no_evict, no_chunk) in [(false, false), (true, false), (false, true), (true, true)]
             {
                 let g = StateGraph::new(&r, &limits, no_evict, no_chunk, false);

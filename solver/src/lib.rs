@@ -270,6 +270,7 @@ fn solve_in_class(
         && options.horizon.is_none()
         && dominance::offline(w)
         && !class.fcfs;
+    let pooled_applies = counting_applies && counting::pooled::applies(w, &class);
     let warm = if options.warm_start || options.horizon.is_none() || no_exact_model {
         portfolio::best_heuristic(
             w,
@@ -301,12 +302,9 @@ fn solve_in_class(
     // served at its own minimum time by the heuristics). Not where the MILP's question is
     // asked (an explicit horizon: at most J batches) or the MILP is asked for
     // (`max_search_states` 0, `--milp-only`).
-    if options.horizon.is_none()
-        && options.max_search_states > 0
-        && let Some(best) = &warm
-        && best.objective_value(objective) <= combinatorial.value_s * (1.0 + 1e-9)
-    {
-        return portfolio::heuristic_with_bound(
+    // The best schedule found, with a bound and a note saying why no exact model answers.
+    let best_with_bound = |warm, combinatorial, note: String| {
+        portfolio::heuristic_with_bound(
             w,
             limits,
             cost,
@@ -314,9 +312,16 @@ fn solve_in_class(
             class,
             warm,
             combinatorial,
-            "no exact model needed".to_string(),
+            note,
             t_build,
-        );
+        )
+    };
+    if options.horizon.is_none()
+        && options.max_search_states > 0
+        && let Some(best) = &warm
+        && best.objective_value(objective) <= combinatorial.value_s * (1.0 + 1e-9)
+    {
+        return best_with_bound(warm, combinatorial, "no exact model needed".to_string());
     }
     // For mean TTFT, the list search on the first-token problem (its schedules finished
     // after their first tokens; module `first_tokens`), at any size.
@@ -346,7 +351,7 @@ fn solve_in_class(
             // Where neither the phase relaxation nor an exact model follows, nothing else
             // would use the time: the search gets it (up to its budget of tries).
             let last_method = no_exact_model
-                && !(counting_applies && counting::pooled::applies(w, &class))
+                && !pooled_applies
                 && !(options.phase_relaxation && w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
             let deadline = if last_method {
                 t_build + Duration::from_secs_f64(options.time_limit_s * RE_PLAN_LAST_SHARE)
@@ -507,19 +512,9 @@ fn solve_in_class(
             human_bytes(graph_bytes),
             human_bytes(options.memory_limit_bytes)
         );
-        portfolio::heuristic_with_bound(
-            w,
-            limits,
-            cost,
-            objective,
-            class,
-            warm,
-            combinatorial,
-            note,
-            t_build,
-        )
+        best_with_bound(warm, combinatorial, note)
     };
-    if no_exact_model && !(counting_applies && counting::pooled::applies(w, &class)) {
+    if no_exact_model && !pooled_applies {
         return without_exact_model(warm, combinatorial);
     }
     // The counting search over whole prefills is exact where chunking never helps

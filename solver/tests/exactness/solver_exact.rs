@@ -198,6 +198,26 @@ fn class_membership_checks_fcfs_order_and_reservations() {
     assert!(reserve.admits(&w, &limits, &serial));
 }
 
+/// README family (a) with a token budget: `n` requests of I = 16, O = 8 at t = 0, C = 64,
+/// M = 92.
+fn family_a_with_a_token_budget(n: usize) -> (Workload, Limits) {
+    let w = Workload::new(vec![
+        Request {
+            input_tokens: 16,
+            output_tokens: 8,
+            arrival_s: 0.0,
+        };
+        n
+    ])
+    .unwrap();
+    let limits = Limits {
+        token_budget: Some(64),
+        kv_capacity: Some(92),
+        ..Limits::unlimited()
+    };
+    (w, limits)
+}
+
 fn cost_model() -> infersched_cost_model::LinearCostModel {
     preset("llama2-7b-a100").unwrap()
 }
@@ -1011,20 +1031,7 @@ fn solve_proves_a_whole_prefill_schedule_optimal_over_chunked_ones_by_the_pooled
     // the MILP proves 61.022 ms optimal with chunks (README); `solve` proves it through
     // the pooled search without building the MILP, and says so; and the mean latency.
     let cost = preset("llama2-7b-a100").unwrap();
-    let w = Workload::new(vec![
-        Request {
-            input_tokens: 16,
-            output_tokens: 8,
-            arrival_s: 0.0,
-        };
-        8
-    ])
-    .unwrap();
-    let limits = Limits {
-        token_budget: Some(64),
-        kv_capacity: Some(92),
-        ..Limits::unlimited()
-    };
+    let (w, limits) = family_a_with_a_token_budget(8);
     let no_evict = PolicyConstraints {
         no_evict: true,
         ..PolicyConstraints::default()
@@ -1432,20 +1439,7 @@ fn the_pooled_search_bounds_identical_requests_whose_state_graphs_do_not_fit() {
     // evictions, under a memory limit just below its state graph: no exact model, but the
     // pooled search needs no graph, and its bound beats the combinatorial one.
     let cost = cost_model();
-    let w = Workload::new(vec![
-        Request {
-            input_tokens: 16,
-            output_tokens: 8,
-            arrival_s: 0.0,
-        };
-        8
-    ])
-    .unwrap();
-    let limits = Limits {
-        token_budget: Some(64),
-        kv_capacity: Some(92),
-        ..Limits::unlimited()
-    };
+    let (w, limits) = family_a_with_a_token_budget(8);
     let graph = infersched_solver::graph::StateGraph::size(&w.requests()[0], &limits, true, false);
     let options = SolveOptions {
         memory_limit_bytes: graph.bytes() - 1,
