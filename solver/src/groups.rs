@@ -165,24 +165,21 @@ pub(crate) fn solve_by_groups(
         .filter(|_| options.constraints.admits(w, limits, &concatenated))
         .map(|r| objective.of_replay(&r));
     let whole_value = whole.objective_value(objective);
-    let sizes: Vec<String> = solved
-        .iter()
-        .map(|g| g.requests.len().to_string())
-        .collect();
+    let listed = solved.len() <= MAX_LISTED_GROUPS;
     let (schedule, replayed, warm_start) = match joined {
         Some(v) if v < whole_value => {
-            let names: Vec<String> = solved
-                .iter()
-                .map(|g| {
-                    g.report
-                        .warm_start
-                        .as_ref()
-                        .map_or(g.report.method.name().to_string(), |s| {
-                            format!("{} ({})", s.heuristic, g.report.method.name())
-                        })
-                })
-                .collect();
-            let name = if names.len() <= MAX_LISTED_GROUPS {
+            let name = if listed {
+                let names: Vec<String> = solved
+                    .iter()
+                    .map(|g| {
+                        g.report
+                            .warm_start
+                            .as_ref()
+                            .map_or(g.report.method.name().to_string(), |s| {
+                                format!("{} ({})", s.heuristic, g.report.method.name())
+                            })
+                    })
+                    .collect();
                 format!("independent-groups[{}]", names.join("; "))
             } else {
                 let methods: Vec<String> = solved
@@ -191,7 +188,7 @@ pub(crate) fn solve_by_groups(
                     .collect();
                 format!(
                     "independent-groups[{} groups; their schedules by method: {}]",
-                    names.len(),
+                    solved.len(),
                     counted(&methods)
                 )
             };
@@ -230,7 +227,11 @@ pub(crate) fn solve_by_groups(
         .iter()
         .map(|g| g.report.bound_method.name().to_string())
         .collect();
-    let (sizes, group_bounds) = if solved.len() <= MAX_LISTED_GROUPS {
+    let (sizes, group_bounds) = if listed {
+        let sizes: Vec<String> = solved
+            .iter()
+            .map(|g| g.requests.len().to_string())
+            .collect();
         (sizes.join(", "), group_bounds.join(", "))
     } else {
         let mut largest: Vec<usize> = solved.iter().map(|g| g.requests.len()).collect();
