@@ -89,7 +89,7 @@ fn start_states(model: &Model, members: &[Vec<usize>]) -> Vec<ClassState> {
 /// The choices of the cheapest pooled batch from `from` to `to`.
 fn cheapest_choices(model: &Model, from: &[u16], to: &[u16]) -> Option<Vec<[u64; 2]>> {
     let mut best: Option<(f64, Vec<[u64; 2]>)> = None;
-    batches(model, from, &mut |next, ms, choices| {
+    batches(model, from, None, &mut |next, ms, choices| {
         if next == to && best.as_ref().is_none_or(|(least, _)| ms < *least) {
             best = Some((ms, choices.to_vec()));
         }
