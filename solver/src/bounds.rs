@@ -98,6 +98,10 @@ pub enum BoundArgument {
     /// Makespan: the pooled search over chunked schedules of classes of identical offline
     /// requests (its optimum, or the least estimate it left open; [`pooled_search_bound`]).
     PooledSearch,
+    /// Makespan: the least ratio of time to tokens generated of a cycle through the
+    /// memory configurations of such classes, times every token the requests generate
+    /// (milp.md, "The cycle-ratio bound").
+    CycleRatio,
 }
 
 impl BoundArgument {
@@ -115,6 +119,7 @@ impl BoundArgument {
             Self::PhaseRelaxation => "phase-relaxation",
             Self::IndependentGroups => "independent-groups",
             Self::PooledSearch => "pooled-search",
+            Self::CycleRatio => "cycle-ratio",
         }
     }
 }

@@ -628,13 +628,10 @@ fn solve_in_class(
         match counting::pooled_search(w, limits, cost, objective, options, warm, deadline, t_build)?
         {
             counting::PooledSearch::Proven(report) => return Ok(report),
-            counting::PooledSearch::Bounded { bound_s, warm } => (
-                match bound_s {
-                    Some(value_s) if value_s > combinatorial.value_s => {
-                        bounds::CombinatorialBound {
-                            value_s,
-                            argument: bounds::BoundArgument::PooledSearch,
-                        }
+            counting::PooledSearch::Bounded { bound, warm } => (
+                match bound {
+                    Some((value_s, argument)) if value_s > combinatorial.value_s => {
+                        bounds::CombinatorialBound { value_s, argument }
                     }
                     _ => combinatorial,
                 },

@@ -27,6 +27,7 @@ use std::collections::{BinaryHeap, HashMap};
 use infersched_core::{Batch, Entry, Feature, Limits, Schedule};
 use infersched_cost_model::LinearCostModel;
 
+use crate::bounds::BoundArgument;
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
 use crate::portfolio::BestHeuristic;
@@ -596,7 +597,7 @@ pub(crate) enum PooledSearch {
     /// Not proven: its bound (seconds, where it ran and found one) and the best schedule
     /// so far (the followed path where it is better).
     Bounded {
-        bound_s: Option<f64>,
+        bound: Option<(f64, BoundArgument)>,
         warm: Option<BestHeuristic>,
     },
 }
@@ -619,6 +620,41 @@ pub(crate) fn pooled_search(
 ) -> Result<PooledSearch, SolveError> {
     let class = options.constraints;
     let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
+    // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
+    // where its graph would not be built in time), which may prove the best schedule.
+    let mut cycle_s = None;
+    if objective == Objective::Makespan {
+        let share = deadline
+            .saturating_duration_since(Instant::now())
+            .mul_f64(CYCLE_RATIO_SHARE);
+        if let Some((bound_s, found)) = pooled::cycle_ratio_bound(
+            w,
+            limits,
+            cost,
+            &class,
+            incumbent_s,
+            options.memory_limit_bytes,
+            Instant::now() + share,
+        ) {
+            if let Some(best) = &warm
+                && best.objective_value(objective) <= bound_s * (1.0 + 1e-9)
+            {
+                let note = format!(
+                    "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows that no schedule beats {}'s, so it is optimal",
+                    found.configurations, found.edges, best.name
+                );
+                return Ok(PooledSearch::Proven(incumbent_report(
+                    best,
+                    objective,
+                    class,
+                    found.configurations,
+                    note,
+                    started,
+                )));
+            }
+            cycle_s = Some(bound_s);
+        }
+    }
     let (bound_s, expanded, schedule) = match pooled::pooled_bound(
         w,
         limits,
@@ -632,10 +668,7 @@ pub(crate) fn pooled_search(
     ) {
         Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
             let Some(best) = &warm else {
-                return Ok(PooledSearch::Bounded {
-                    bound_s: None,
-                    warm,
-                });
+                return Ok(PooledSearch::Bounded { bound: None, warm });
             };
             let note = format!(
                 "the pooled search over chunked schedules showed that no schedule beats {}'s, so it is optimal",
@@ -685,8 +718,18 @@ pub(crate) fn pooled_search(
         }
         _ => warm,
     };
-    Ok(PooledSearch::Bounded { bound_s, warm })
+    // The better of the two bounds, with its argument.
+    let bound = match (bound_s, cycle_s) {
+        (Some(p), Some(c)) if c > p => Some((c, BoundArgument::CycleRatio)),
+        (None, Some(c)) => Some((c, BoundArgument::CycleRatio)),
+        (Some(p), _) => Some((p, BoundArgument::PooledSearch)),
+        (None, None) => None,
+    };
+    Ok(PooledSearch::Bounded { bound, warm })
 }
+
+/// The cycle-ratio bound's share of the time left to the pooled search.
+const CYCLE_RATIO_SHARE: f64 = 0.5;
 
 #[cfg(test)]
 mod tests {

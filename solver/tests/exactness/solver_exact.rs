@@ -1472,3 +1472,59 @@ fn the_pooled_search_bounds_identical_requests_whose_state_graphs_do_not_fit() {
     // The optimum is 61.022 ms (README): the bound is at most it.
     assert!(report.best_bound <= 0.061_023, "{}", report.best_bound);
 }
+
+#[test]
+fn identical_requests_at_any_scale_are_proven_by_the_cycle_ratio_bound() {
+    // 400 identical requests (prompts of 4 tokens, 3 outputs; C = 8, M = 12) without
+    // evictions: the best cycle through memory configurations is two prompts in a batch,
+    // then two decodes of the two, and the best schedule repeats it 200 times, so the bound
+    // proves it: its makespan is 200 times the proven optimum of 2 requests.
+    let cost = cost_model();
+    let requests = |n| {
+        Workload::new(vec![
+            Request {
+                input_tokens: 4,
+                output_tokens: 3,
+                arrival_s: 0.0,
+            };
+            n
+        ])
+        .unwrap()
+    };
+    let limits = Limits {
+        token_budget: Some(8),
+        kv_capacity: Some(12),
+        ..Limits::unlimited()
+    };
+    let options = exact_options(PolicyConstraints {
+        no_evict: true,
+        ..PolicyConstraints::default()
+    });
+    let pair = solve(&requests(2), &limits, &cost, Objective::Makespan, &options).unwrap();
+    let report = solve(
+        &requests(400),
+        &limits,
+        &cost,
+        Objective::Makespan,
+        &options,
+    )
+    .unwrap();
+    for r in [&pair, &report] {
+        assert_eq!(r.status, SolveStatus::Optimal, "{:?}", r.note);
+    }
+    assert!(
+        report
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("cycle-ratio bound"),
+        "{:?}",
+        report.note
+    );
+    assert!(
+        (report.replayed_objective - 200.0 * pair.replayed_objective).abs() < 1e-9,
+        "{} against 200 x {}",
+        report.replayed_objective,
+        pair.replayed_objective
+    );
+}
