@@ -70,7 +70,7 @@ fn supply(model: &Model) -> Vec<u16> {
 }
 
 /// Builds the graph reachable from the empty configuration. None past `deadline`, past
-/// `max_edges`, or where the build would not end by the deadline at the pace of its first
+/// `max_edges` (or a quarter as many configurations, each taking more), or where the build would not end by the deadline at the pace of its first
 /// configurations (it gives up early instead of using its whole share).
 fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
     let supply = supply(model);
@@ -111,11 +111,20 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
             .iter()
             .map(|c| u64::from(counts[c.prompt_held()]))
             .collect();
-        batches(
+        let mut emitted = 0usize;
+        let complete = batches(
             model,
             &counts,
             None,
             &mut |next: &[u16], ms: f64, choices: &Choices| {
+                // One configuration may have millions of batches (many classes): the clock
+                // is read as they come.
+                emitted += 1;
+                if (emitted.is_multiple_of(4096) && Instant::now() > deadline)
+                    || configs.len() > max_edges / 4
+                {
+                    return false;
+                }
                 key.copy_from_slice(next);
                 for c in &model.classes {
                     for count in 0..c.output {
@@ -142,6 +151,9 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
                 true
             },
         );
+        if !complete {
+            return None;
+        }
         for &to in &touched {
             for &(t, m) in &pareto[to as usize] {
                 g.from.push(at as u32);
