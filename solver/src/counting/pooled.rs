@@ -1708,6 +1708,23 @@ mod tests {
             positive == 40 && equal >= 3,
             "{positive} positive, {equal} equal"
         );
+        // Past its deadline, or with no room for an edge, it builds nothing.
+        let (w, limits) = tight_classes(&mut rand_chacha::ChaCha8Rng::seed_from_u64(1));
+        let (model, _) = Model::new(
+            &w,
+            &limits,
+            &cost,
+            Objective::Makespan,
+            &PolicyConstraints::default(),
+            true,
+        )
+        .unwrap();
+        assert!(cycle::cycle_ratio(&model, None, far, usize::MAX).is_some());
+        let past = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(1))
+            .unwrap();
+        assert!(cycle::cycle_ratio(&model, None, past, usize::MAX).is_none());
+        assert!(cycle::cycle_ratio(&model, None, far, 0).is_none());
         // Prompts of 4 tokens, 3 outputs, C = 8, M = 12, without evictions: two prompts in
         // a batch, then two decodes of the two, is the best cycle, and the optimum repeats
         // it from an empty memory: the bound is the pooled optimum at every even n.
