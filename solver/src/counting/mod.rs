@@ -620,6 +620,16 @@ pub(crate) fn pooled_search(
 ) -> Result<PooledSearch, SolveError> {
     let class = options.constraints;
     let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
+    // `best` proven optimal by an argument that `how` names, over `states` states.
+    let proven = |best: &BestHeuristic, states: usize, how: &str| {
+        let note = format!(
+            "{how} that no schedule beats {}'s, so it is optimal",
+            best.name
+        );
+        PooledSearch::Proven(incumbent_report(
+            best, objective, class, states, note, started,
+        ))
+    };
     // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
     // where its graph would not be built in time), which may prove the best schedule.
     let mut cycle_s = None;
@@ -639,18 +649,11 @@ pub(crate) fn pooled_search(
             if let Some(best) = &warm
                 && best.objective_value(objective) <= bound_s * (1.0 + 1e-9)
             {
-                let note = format!(
-                    "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows that no schedule beats {}'s, so it is optimal",
-                    found.configurations, found.edges, best.name
+                let how = format!(
+                    "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows",
+                    found.configurations, found.edges
                 );
-                return Ok(PooledSearch::Proven(incumbent_report(
-                    best,
-                    objective,
-                    class,
-                    found.configurations,
-                    note,
-                    started,
-                )));
+                return Ok(proven(best, found.configurations, &how));
             }
             cycle_s = Some(bound_s);
         }
@@ -670,13 +673,11 @@ pub(crate) fn pooled_search(
             let Some(best) = &warm else {
                 return Ok(PooledSearch::Bounded { bound: None, warm });
             };
-            let note = format!(
-                "the pooled search over chunked schedules showed that no schedule beats {}'s, so it is optimal",
-                best.name
-            );
-            return Ok(PooledSearch::Proven(incumbent_report(
-                best, objective, class, expanded, note, started,
-            )));
+            return Ok(proven(
+                best,
+                expanded,
+                "the pooled search over chunked schedules showed",
+            ));
         }
         Some(pooled::Pooled::Bound {
             bound_s,

@@ -185,6 +185,14 @@ impl Model<'_> {
         }
     }
 
+    /// The tokens the requests generate in all (each its `O`, however it is scheduled).
+    fn tokens_generated(&self) -> f64 {
+        self.classes
+            .iter()
+            .map(|c| f64::from(c.size) * f64::from(c.output))
+            .sum()
+    }
+
     /// What one prompt token costs (ms).
     fn token_ms(&self) -> f64 {
         self.theta[Feature::Tokens as usize]
@@ -356,12 +364,8 @@ pub(crate) fn cycle_ratio_bound(
 ) -> Option<(f64, cycle::CycleRatio)> {
     let (model, _) = Model::new(w, limits, cost, Objective::Makespan, class, true)?;
     let offset_s = w.requests()[0].arrival_s;
-    let tokens: f64 = model
-        .classes
-        .iter()
-        .map(|c| f64::from(c.size) * f64::from(c.output))
-        .sum();
-    let start_rho = incumbent_s.map(|v| (v - offset_s) * 1e3 / tokens * (1.0 + 1e-9));
+    let start_rho =
+        incumbent_s.map(|v| (v - offset_s) * 1e3 / model.tokens_generated() * (1.0 + 1e-9));
     let max_edges =
         usize::try_from(memory_bytes / 4 / cycle::EDGE_BYTES as u64).unwrap_or(usize::MAX);
     let found = cycle::cycle_ratio(&model, start_rho, deadline, max_edges)?;

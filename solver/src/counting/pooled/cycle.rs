@@ -279,11 +279,7 @@ pub(crate) fn cycle_ratio(
         return None;
     }
     let g = graph(model, deadline, max_edges)?;
-    let tokens: f64 = model
-        .classes
-        .iter()
-        .map(|c| f64::from(c.size) * f64::from(c.output))
-        .sum();
+    let tokens = model.tokens_generated();
     let costliest = (0..g.from.len())
         .filter(|&e| g.tokens[e] > 0)
         .map(|e| g.ms[e] / f64::from(g.tokens[e]))

@@ -147,15 +147,14 @@ impl<'a> Prune<'a> {
             }
             undecided[i] = s;
         }
-        let theta = &model.theta;
-        use infersched_core::Feature;
         Self {
             estimate,
             lows,
             base,
             cutoff,
             margin: 1e-9 * cutoff.abs().max(1.0),
-            least_flag: theta[Feature::HasPrefill as usize].min(theta[Feature::HasDecode as usize]),
+            // The estimate's per-batch bias is `one` plus the cheaper flag.
+            least_flag: estimate.bias - model.theta[infersched_core::Feature::One as usize],
             undecided,
             refill_rest,
         }
