@@ -33,6 +33,8 @@ pub(crate) struct CycleRatio {
     pub bound_ms: f64,
     pub configurations: usize,
     pub edges: usize,
+    /// For the balanced bound ([`super::balanced`]): the rounds of its price search.
+    pub price_rounds: Option<usize>,
 }
 
 /// Bytes one edge of the graph takes (its ends, tokens and duration).
@@ -40,17 +42,18 @@ pub(crate) const EDGE_BYTES: usize = 20;
 
 /// The configuration graph: per edge its ends, duration (ms) and tokens generated; only
 /// the Pareto-best (more tokens, less time) edges between two configurations.
-struct Graph {
-    configurations: usize,
-    from: Vec<u32>,
-    to: Vec<u32>,
-    ms: Vec<f64>,
-    tokens: Vec<u32>,
+pub(super) struct Graph {
+    /// Nodes (configurations; in [`super::balanced`], states within a batch too).
+    pub configurations: usize,
+    pub from: Vec<u32>,
+    pub to: Vec<u32>,
+    pub ms: Vec<f64>,
+    pub tokens: Vec<u32>,
 }
 
 /// How many first prefills or refills of one kind a batch can complete at most: each takes
 /// a token and (all but one partial prompt's) a prompt's KV, within C, M and R_max.
-fn supply(model: &Model) -> Vec<u16> {
+pub(super) fn supply(model: &Model) -> Vec<u16> {
     let l = model.limits;
     let mut supply = vec![0u16; model.width];
     for c in &model.classes {
@@ -172,7 +175,7 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
 
 /// Tokens a pooled batch generates: completed first prefills, decodes and refills
 /// through a token ([`Choices`], in the walk's order of steps).
-fn generated(model: &Model, have: &[u64], supply: &[u16], choices: &Choices) -> u32 {
+pub(super) fn generated(model: &Model, have: &[u64], supply: &[u16], choices: &Choices) -> u32 {
     let mut slot = 0;
     let mut tokens = 0u64;
     for (k, c) in model.classes.iter().enumerate() {
@@ -193,7 +196,7 @@ fn generated(model: &Model, have: &[u64], supply: &[u16], choices: &Choices) -> 
 }
 
 /// How a Bellman-Ford run at one ratio ended.
-enum Cycles {
+pub(super) enum Cycles {
     /// No cycle of negative `ms - rho x tokens`.
     None,
     /// One, as its edges.
@@ -202,7 +205,7 @@ enum Cycles {
 
 /// Bellman-Ford from every configuration at once (all distances 0) on `ms - rho x tokens`;
 /// None past the deadline.
-fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<Cycles> {
+pub(super) fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<Cycles> {
     let n = g.configurations;
     let mut dist = vec![0.0f64; n];
     let mut parent = vec![u32::MAX; n];
@@ -232,7 +235,7 @@ fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<Cycles> {
 
 /// How much an edge may undercut its ends' distances and still count as relaxed (ms): a
 /// walk of `N` batches then costs at least `rho x tokens - N x SLACK_MS`.
-const SLACK_MS: f64 = 1e-9;
+pub(super) const SLACK_MS: f64 = 1e-9;
 
 /// A cycle among the parent edges (then a negative one), if any.
 fn parent_cycle(g: &Graph, parent: &[u32]) -> Option<Vec<usize>> {
@@ -279,35 +282,77 @@ pub(crate) fn cycle_ratio(
         return None;
     }
     let g = graph(model, deadline, max_edges)?;
-    let tokens = model.tokens_generated();
+    // Every batch costs at least `least_batch_ms`, so a schedule of makespan `T` has at
+    // most `T / least_batch_ms` batches, each undercutting by at most SLACK_MS.
+    let bound_ms =
+        least_ratio(&g, start_rho, deadline, 1.0 / least_batch_ms)? * model.tokens_generated();
+    Some(CycleRatio {
+        bound_ms,
+        configurations: g.configurations,
+        edges: g.from.len(),
+        price_rounds: None,
+    })
+}
+
+/// The least duration-to-tokens ratio of a cycle of `g` (Dinkelbach's method from
+/// `start_rho`, or from the costliest edge's ratio), lowered for rounding: where a walk
+/// of duration `T` has at most `T x edges_per_ms` edges, each undercutting by at most
+/// SLACK_MS, its duration is at least the returned ratio times its tokens. None past the
+/// deadline, or where a negative cycle generates no tokens or does not lower the ratio
+/// (rounding).
+pub(super) fn least_ratio(
+    g: &Graph,
+    start_rho: Option<f64>,
+    deadline: Instant,
+    edges_per_ms: f64,
+) -> Option<f64> {
+    match least_cycle_ratio(g, start_rho, deadline)? {
+        // `T >= rho x tokens - T x edges_per_ms x SLACK_MS`.
+        Least::Ratio(rho, _) => Some(rho / (1.0 + SLACK_MS * edges_per_ms)),
+        Least::Unbounded(_) => None,
+    }
+}
+
+/// How [`least_cycle_ratio`] ended.
+pub(super) enum Least {
+    /// No cycle has a ratio below this (before rounding), with the cycle that has it
+    /// (None where it is the start).
+    Ratio(f64, Option<Vec<usize>>),
+    /// A cycle of negative duration and no tokens (no ratio bounds the graph).
+    Unbounded(Vec<usize>),
+}
+
+/// Dinkelbach's method on `g` from `start_rho` (or the costliest edge's ratio): the
+/// least ratio and its cycle. None past the deadline, or where a negative cycle does
+/// not lower the ratio (rounding).
+pub(super) fn least_cycle_ratio(
+    g: &Graph,
+    start_rho: Option<f64>,
+    deadline: Instant,
+) -> Option<Least> {
     let costliest = (0..g.from.len())
         .filter(|&e| g.tokens[e] > 0)
         .map(|e| g.ms[e] / f64::from(g.tokens[e]))
         .fold(0.0, f64::max);
     let mut rho = start_rho.map_or(costliest, |r| r.min(costliest));
+    let mut last = None;
     loop {
-        match negative_cycle(&g, rho, deadline)? {
-            Cycles::None => {
-                // Every batch costs at least `least_batch_ms`, so a schedule of makespan
-                // `T` has at most `T / least_batch_ms` batches, each undercutting by at
-                // most SLACK_MS: `T >= rho x tokens - T x SLACK_MS / least_batch_ms`.
-                let bound_ms = rho * tokens / (1.0 + SLACK_MS / least_batch_ms);
-                return Some(CycleRatio {
-                    bound_ms,
-                    configurations: g.configurations,
-                    edges: g.from.len(),
-                });
-            }
+        match negative_cycle(g, rho, deadline)? {
+            Cycles::None => return Some(Least::Ratio(rho, last)),
             Cycles::Negative(cycle) => {
                 let ms: f64 = cycle.iter().map(|&e| g.ms[e]).sum();
                 let generated: f64 = cycle.iter().map(|&e| f64::from(g.tokens[e])).sum();
+                if generated == 0.0 {
+                    return (ms < 0.0).then_some(Least::Unbounded(cycle));
+                }
                 let ratio = ms / generated;
-                // A negative cycle generates tokens and has a lower ratio; anything else
-                // is rounding, where the search stops.
-                if !(generated > 0.0 && ratio < rho) {
+                // A negative cycle with tokens has a lower ratio; anything else is
+                // rounding, where the search stops.
+                if ratio >= rho {
                     return None;
                 }
                 rho = ratio;
+                last = Some(cycle);
             }
         }
     }

@@ -1,0 +1,528 @@
+//! The balanced cycle-ratio bound on makespan with evictions (milp.md, "The balanced
+//! cycle-ratio bound").
+//!
+//! The cycle-ratio bound ([`super::cycle`]) gives every refill pool an endless supply, so
+//! with evictions its best cycle may evict requests late and "refill" others early that
+//! were never evicted. A schedule refills exactly as many requests of each pool as it
+//! evicts into it, so a price `mu_j` per pool `j`, paid by each eviction into it and
+//! refunded by each refill from it, adds nothing to any schedule: every schedule still
+//! costs at least `rho x tokens`, `rho` now the least ratio of a cycle of
+//! `duration + mu x (evictions - refills)` to tokens. The prices are chosen by a linear
+//! program (below) to make that ratio as large as they can.
+//!
+//! The graph splits a batch into its parts, so that its edges stay as few as without
+//! evictions. Per configuration three nodes: the configuration between batches, and
+//! within a batch after its decodes and first prefills, without or with a prompt token.
+//!
+//! - a *batch* edge: a pooled batch without evictions or refills (the Pareto-best of
+//!   duration and tokens per end), to the node within the batch after it; or the empty
+//!   batch (its per-batch cost only) for a batch of refills alone;
+//! - a *refill* edge within a batch, to decode-ready (`k - 1` tokens) or through a token
+//!   (`k`): its tokens, phase and, from a batch without a prompt token, the prefill flag,
+//!   with the refilled request's KV and holder within M and R_max;
+//! - a *close* edge from within a batch to its configuration, at no cost;
+//! - an *eviction* edge between configurations, at no cost but its price.
+//!
+//! Every pooled path maps onto a walk of it with no more cost (a batch's evictions before
+//! it, its refills after its other parts, each refill costing no more than it adds to the
+//! batch, and C, M checked on fewer tokens), from the empty configuration back to it; its
+//! prices cancel, so the bound holds.
+//!
+//! The prices come from the linear program `max rho` over potentials `pi` and prices `mu`
+//! such that every edge `u -> v` has `pi_v - pi_u + rho x tokens - mu x balance <= ms`
+//! (no cycle's weight below 0 at `rho`). Its rows are added as they are violated (per node,
+//! the most violated edge into it), each round warm-started from the last basis. Whatever
+//! prices it ends with, the bound is then proven by Dinkelbach's method on the graph with
+//! the prices' costs (Bellman-Ford, exactly as [`super::cycle`]), so a round cut short by the
+//! clock still gives a valid bound.
+
+use std::time::{Duration, Instant};
+
+use highs::{Col, HighsModelStatus, RowProblem, Sense};
+use infersched_core::Feature;
+
+use super::super::store::Reached;
+use super::cycle::{CycleRatio, Graph, Least, SLACK_MS, generated, least_cycle_ratio, supply};
+use super::{Model, batches};
+
+/// Bytes one edge of the split graph takes (its ends, tokens, duration and balance).
+pub(crate) const EDGE_BYTES: usize = 24;
+
+/// The split graph. Its nodes are configurations between batches and states within a
+/// batch after its decodes and first prefills ([`Inner`]).
+struct Split {
+    graph: Graph,
+    /// Per edge: 0, `j + 1` for an eviction into pool position `j`, `-(j + 1)` for a
+    /// refill from it.
+    balance: Vec<i32>,
+    /// The cheapest refill edge (ms).
+    least_refill_ms: f64,
+}
+
+/// A state within a batch: its configuration after the batch (id), whether the batch has
+/// a prompt token, the KV its finishing requests hold in it, and the prompt tokens it can
+/// still take (within C and P; `u32::MAX`: no limit).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Inner {
+    config: u32,
+    prompt: bool,
+    finishing_kv: u32,
+    room: u32,
+}
+
+/// A node of the split graph.
+#[derive(Clone, Copy)]
+enum Node {
+    Config(u32),
+    Inner(Inner),
+}
+
+/// KV (tokens) and holders of a configuration.
+fn held(model: &Model, key: &[u16]) -> (u64, u64) {
+    let (mut kv, mut holders) = (0, 0);
+    for c in &model.classes {
+        for g in 1..c.output {
+            let n = u64::from(key[c.ready(g)]);
+            kv += n * (c.known(g) - 1);
+            holders += n;
+        }
+        let prompt = u64::from(key[c.prompt_held()]);
+        kv += prompt;
+        holders += u64::from(prompt > 0);
+    }
+    (kv, holders)
+}
+
+/// The prompt tokens a batch of `tokens` tokens (`prefill` of them prompt tokens) can
+/// still take within C and P.
+fn room(model: &Model, tokens: u64, prefill: u64) -> u32 {
+    let l = model.limits;
+    let c = l
+        .token_budget
+        .map_or(u64::MAX, |c| c.saturating_sub(tokens));
+    let p = l
+        .effective_prefill_budget()
+        .map_or(u64::MAX, |p| p.saturating_sub(prefill));
+    u32::try_from(c.min(p)).unwrap_or(u32::MAX)
+}
+
+/// The nodes and configurations found so far.
+struct Nodes {
+    configs: Reached,
+    config_node: Vec<u32>,
+    inner: rustc_hash::FxHashMap<Inner, u32>,
+    nodes: Vec<Node>,
+}
+
+impl Nodes {
+    fn config(&mut self, key: &[u16]) -> u32 {
+        match self.configs.find(key) {
+            Some(i) => i as u32,
+            None => {
+                let i = self.configs.insert(key, 0.0, u32::MAX) as u32;
+                self.config_node.push(self.nodes.len() as u32);
+                self.nodes.push(Node::Config(i));
+                i
+            }
+        }
+    }
+    fn config_node(&mut self, key: &[u16]) -> usize {
+        let i = self.config(key);
+        self.config_node[i as usize] as usize
+    }
+    fn inner(&mut self, state: Inner) -> usize {
+        let next = self.nodes.len() as u32;
+        let id = *self.inner.entry(state).or_insert(next);
+        if id == next {
+            self.nodes.push(Node::Inner(state));
+        }
+        id as usize
+    }
+}
+
+impl Split {
+    fn push(&mut self, from: usize, to: usize, ms: f64, tokens: u32, balance: i32) {
+        let g = &mut self.graph;
+        g.from.push(from as u32);
+        g.to.push(to as u32);
+        g.ms.push(ms);
+        g.tokens.push(tokens);
+        self.balance.push(balance);
+    }
+}
+
+/// Builds the split graph reachable from the empty configuration; None past `deadline`
+/// (or where its pace says it would not end by then) or past `max_edges`.
+fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Split> {
+    let plain = model.without_evictions();
+    let supply = supply(model);
+    let theta = &model.theta;
+    let started = Instant::now();
+    let mut n = Nodes {
+        configs: Reached::new(model.width),
+        config_node: Vec::new(),
+        inner: Default::default(),
+        nodes: Vec::new(),
+    };
+    n.config(&vec![0u16; model.width]);
+    let mut split = Split {
+        graph: Graph {
+            configurations: 0,
+            from: Vec::new(),
+            to: Vec::new(),
+            ms: Vec::new(),
+            tokens: Vec::new(),
+        },
+        balance: Vec::new(),
+        least_refill_ms: f64::INFINITY,
+    };
+    // Per node within a batch reached from the configuration expanded: its Pareto set.
+    let mut pareto: rustc_hash::FxHashMap<Inner, Vec<(u32, f64)>> = Default::default();
+    let mut key = vec![0u16; model.width];
+    let mut counts = vec![0u16; model.width];
+    // Where each class's first prefill is decided in a batch's choices.
+    let mut first_slots = Vec::new();
+    let mut slot = 0;
+    for c in &model.classes {
+        first_slots.push(slot);
+        slot += 1 + 2 * (c.output as usize - 1);
+    }
+    let full_room = room(model, 0, 0);
+    let mut at = 0;
+    while at < n.nodes.len() {
+        let now = Instant::now();
+        if now > deadline || split.graph.from.len() > max_edges {
+            return None;
+        }
+        if at >= 64 {
+            let pace = (now - started).as_secs_f64() / at as f64;
+            let left = Duration::try_from_secs_f64(pace * (n.nodes.len() - at) as f64).ok()?;
+            if now + left > deadline {
+                return None;
+            }
+        }
+        match n.nodes[at] {
+            Node::Config(config) => {
+                counts.copy_from_slice(n.configs.counts(config as usize));
+                for c in &model.classes {
+                    counts[c.pool(0)] = supply[c.pool(0)];
+                }
+                let have: Vec<u64> = model
+                    .classes
+                    .iter()
+                    .map(|c| u64::from(counts[c.prompt_held()]))
+                    .collect();
+                let mut emitted = 0usize;
+                let complete = batches(&plain, &counts, None, &mut |next, ms, choices| {
+                    emitted += 1;
+                    if (emitted.is_multiple_of(4096) && Instant::now() > deadline)
+                        || n.nodes.len() > max_edges / 4
+                    {
+                        return false;
+                    }
+                    key.copy_from_slice(next);
+                    for c in &model.classes {
+                        for count in 0..c.output {
+                            key[c.pool(count)] = 0;
+                        }
+                        key[c.finished()] = 0;
+                    }
+                    let to = n.config(&key);
+                    let (mut tokens, mut prefill, mut finishing_kv) = (0, 0, 0);
+                    for (c, &s) in model.classes.iter().zip(&first_slots) {
+                        prefill += choices[s][0];
+                        tokens += choices[s][0];
+                        for g in 1..c.output {
+                            tokens += choices[s + g as usize][0];
+                        }
+                        if c.output > 1 {
+                            finishing_kv +=
+                                choices[s + c.output as usize - 1][0] * c.known(c.output - 1);
+                        }
+                    }
+                    let state = Inner {
+                        config: to,
+                        prompt: prefill > 0,
+                        finishing_kv: finishing_kv as u32,
+                        room: room(model, tokens, prefill),
+                    };
+                    let generated = generated(&plain, &have, &supply, choices);
+                    let set = pareto.entry(state).or_default();
+                    if !set.iter().any(|&(t, m)| t >= generated && m <= ms) {
+                        set.retain(|&(t, m)| !(generated >= t && ms <= m));
+                        set.push((generated, ms));
+                    }
+                    true
+                });
+                if !complete {
+                    return None;
+                }
+                for (state, set) in pareto.drain() {
+                    let to = n.inner(state);
+                    for (t, m) in set {
+                        split.push(at, to, m, t, 0);
+                    }
+                }
+                // The empty batch (for refills alone).
+                let empty = n.inner(Inner {
+                    config,
+                    prompt: false,
+                    finishing_kv: 0,
+                    room: full_room,
+                });
+                split.push(at, empty, theta[Feature::One as usize], 0, 0);
+                // Evictions.
+                key.copy_from_slice(n.configs.counts(config as usize));
+                for c in &model.classes {
+                    for g in 1..c.output {
+                        if key[c.ready(g)] > 0 {
+                            key[c.ready(g)] -= 1;
+                            let to = n.config_node(&key);
+                            key[c.ready(g)] += 1;
+                            split.push(at, to, 0.0, 0, c.pool(g) as i32 + 1);
+                        }
+                    }
+                }
+            }
+            Node::Inner(state) => {
+                key.copy_from_slice(n.configs.counts(state.config as usize));
+                let close = n.config_node[state.config as usize] as usize;
+                split.push(at, close, 0.0, 0, 0);
+                let (kv, holders) = held(model, &key);
+                let kv = kv + u64::from(state.finishing_kv);
+                let l = model.limits;
+                for c in &model.classes {
+                    for g in 1..c.output {
+                        let j = c.pool(g) as i32 + 1;
+                        let known = c.known(g);
+                        let finishes = g + 1 == c.output;
+                        // To decode-ready (`k - 1` tokens, one in the batch), or through
+                        // a token (`k`, two in it, holding its KV in the batch).
+                        for (q, least, tokens) in [(known - 1, 1u32, 0u32), (known, 2, 1)] {
+                            let holder = u64::from(tokens == 0 || !finishes);
+                            if least > state.room
+                                || l.kv_capacity.is_some_and(|m| kv + q > m)
+                                || l.max_running.is_some_and(|r| holders + holder > r)
+                            {
+                                continue;
+                            }
+                            let lands = if tokens == 0 {
+                                c.ready(g)
+                            } else {
+                                c.after(g + 1)
+                            };
+                            let (config, finishing_kv) = if lands == c.finished() {
+                                (state.config, state.finishing_kv + q as u32)
+                            } else {
+                                key[lands] += 1;
+                                let to = n.config(&key);
+                                key[lands] -= 1;
+                                (to, state.finishing_kv)
+                            };
+                            let to = n.inner(Inner {
+                                config,
+                                prompt: true,
+                                finishing_kv,
+                                room: state.room.saturating_sub(least),
+                            });
+                            let mut ms = q as f64 * model.token_ms() + model.phase_ms(q);
+                            split.least_refill_ms = split.least_refill_ms.min(ms);
+                            if !state.prompt {
+                                ms += theta[Feature::HasPrefill as usize];
+                            }
+                            split.push(at, to, ms, tokens, -j);
+                        }
+                    }
+                }
+            }
+        }
+        at += 1;
+    }
+    split.graph.configurations = n.nodes.len();
+    Some(split)
+}
+
+/// Writes each edge's duration with its price (`mu` per pool position) into `priced`.
+fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
+    for ((p, &ms), &b) in priced
+        .ms
+        .iter_mut()
+        .zip(&split.graph.ms)
+        .zip(&split.balance)
+    {
+        *p = match b {
+            0 => ms,
+            b if b > 0 => ms + mu[b as usize - 1],
+            b => ms - mu[(-b) as usize - 1],
+        };
+    }
+}
+
+/// A cycle as the price search sees it: its duration (without prices), tokens, and
+/// evictions less refills per pool position.
+struct Cut {
+    ms: f64,
+    tokens: f64,
+    balance: Vec<(usize, f64)>,
+}
+
+impl Cut {
+    fn of(split: &Split, cycle: &[usize]) -> Cut {
+        let g = &split.graph;
+        let mut balance: Vec<(usize, f64)> = Vec::new();
+        for &e in cycle {
+            let (j, d) = match split.balance[e] {
+                0 => continue,
+                b if b > 0 => (b as usize - 1, 1.0),
+                b => ((-b) as usize - 1, -1.0),
+            };
+            match balance.iter_mut().find(|(k, _)| *k == j) {
+                Some((_, n)) => *n += d,
+                None => balance.push((j, d)),
+            }
+        }
+        balance.retain(|&(_, n)| n != 0.0);
+        Cut {
+            ms: cycle.iter().map(|&e| g.ms[e]).sum(),
+            tokens: cycle.iter().map(|&e| f64::from(g.tokens[e])).sum(),
+            balance,
+        }
+    }
+}
+
+/// The prices that make the least cycle ratio largest, by a cutting-plane method kept in a
+/// box around its best point (a box-step method): each cycle found bounds the ratio from
+/// above as a linear function of the prices, a small linear program picks the prices the
+/// cycles found allow the most, and Dinkelbach's method at them finds the least ratio and
+/// its cycle. Stops when the ratio reaches `target_rho` (the incumbent's: proven), when
+/// the cycles allow no more than found, or at `deadline`. Returns the least ratio found
+/// (before rounding) and the rounds it took; None where not even the first could be computed.
+fn best_prices(
+    split: &Split,
+    width: usize,
+    target_rho: f64,
+    deadline: Instant,
+) -> Option<(f64, usize)> {
+    let mut priced = Graph {
+        configurations: split.graph.configurations,
+        from: split.graph.from.clone(),
+        to: split.graph.to.clone(),
+        ms: split.graph.ms.clone(),
+        tokens: split.graph.tokens.clone(),
+    };
+    let mut evaluate = |mu: &[f64], start: f64, cuts: &mut Vec<Cut>| -> Option<f64> {
+        price(split, mu, &mut priced);
+        match least_cycle_ratio(&priced, Some(start), deadline)? {
+            Least::Ratio(rho, cycle) => {
+                if let Some(c) = cycle {
+                    cuts.push(Cut::of(split, &c));
+                }
+                Some(rho)
+            }
+            Least::Unbounded(c) => {
+                cuts.push(Cut::of(split, &c));
+                Some(f64::NEG_INFINITY)
+            }
+        }
+    };
+    let mut cuts: Vec<Cut> = Vec::new();
+    let mut center = vec![0.0; width];
+    let mut best = evaluate(&center, target_rho, &mut cuts)?;
+    // Prices beyond this many times the target ratio are not searched (a cycle has at
+    // most a few evictions per token).
+    let most = 100.0 * target_rho.max(1e-3);
+    let mut rounds = 0;
+    while best < target_rho && Instant::now() < deadline {
+        rounds += 1;
+        // What the cycles found allow at most.
+        let mut pb = RowProblem::default();
+        let t = pb.add_column(1.0, ..=target_rho);
+        let mu: Vec<Col> = (0..width)
+            .map(|_| pb.add_column(0.0, -most..=most))
+            .collect();
+        for cut in &cuts {
+            let mut row = vec![(t, cut.tokens)];
+            row.extend(cut.balance.iter().map(|&(j, n)| (mu[j], -n)));
+            pb.add_row(..=cut.ms, row);
+        }
+        let mut lp = pb.optimise(Sense::Maximise);
+        lp.make_quiet();
+        let solved = lp.try_solve().ok()?;
+        if solved.status() != HighsModelStatus::Optimal {
+            break;
+        }
+        let predicted = solved.get_solution().columns()[0];
+        if predicted <= best * (1.0 + 1e-9) {
+            break;
+        }
+        // The prices nearest the best found (in L1) where every cycle found has at least
+        // the level halfway up (a level method: steps stay short, the cuts stay valid).
+        let level = best.max(0.0) + 0.5 * (predicted - best.max(0.0));
+        let mut pb = RowProblem::default();
+        let mu: Vec<Col> = (0..width)
+            .map(|_| pb.add_column(0.0, -most..=most))
+            .collect();
+        for (j, &c) in center.iter().enumerate() {
+            let d = pb.add_column(1.0, 0.0..);
+            pb.add_row(c.., [(mu[j], 1.0), (d, 1.0)]);
+            pb.add_row(..=c, [(mu[j], 1.0), (d, -1.0)]);
+        }
+        for cut in &cuts {
+            let row: Vec<_> = cut.balance.iter().map(|&(j, n)| (mu[j], -n)).collect();
+            pb.add_row(..=cut.ms - level * cut.tokens, row);
+        }
+        let mut lp = pb.optimise(Sense::Minimise);
+        lp.make_quiet();
+        let solved = lp.try_solve().ok()?;
+        if solved.status() != HighsModelStatus::Optimal {
+            break;
+        }
+        let next = solved.get_solution().columns()[..width].to_vec();
+        // Past the deadline (or at a rounding stop) the best so far stands.
+        let Some(found) = evaluate(&next, predicted, &mut cuts) else {
+            break;
+        };
+        if found > best {
+            best = found;
+            center = next;
+        }
+    }
+    Some((best, rounds))
+}
+
+/// The balanced cycle-ratio bound of the model's workload (makespan, ms), starting from
+/// `start_rho` (a known schedule's ms per token); None where the graph passes
+/// `max_edges` or the deadline comes first, where no-mix batches are asked for (the split
+/// graph does not track them), or where batches or refills may cost nothing.
+pub(crate) fn balanced_cycle_ratio(
+    model: &Model,
+    start_rho: Option<f64>,
+    deadline: Instant,
+    max_edges: usize,
+) -> Option<CycleRatio> {
+    let least_batch_ms = model.theta[Feature::One as usize];
+    if least_batch_ms <= 0.0 || model.no_mix || !model.evictions {
+        return None;
+    }
+    let split = split_graph(model, deadline, max_edges)?;
+    if split.least_refill_ms <= 0.0 {
+        return None;
+    }
+    let g = &split.graph;
+    let costliest = (0..g.from.len())
+        .filter(|&e| g.tokens[e] > 0)
+        .map(|e| g.ms[e] / f64::from(g.tokens[e]))
+        .fold(0.0, f64::max);
+    let target_rho = start_rho.map_or(costliest, |r| r.min(costliest));
+    let (rho, rounds) = best_prices(&split, model.width, target_rho, deadline)?;
+    // A walk of duration T has at most T / least_batch_ms batches (each with a close edge)
+    // and T / least_refill_ms refills (each with its eviction).
+    let edges_per_ms = 2.0 / least_batch_ms + 2.0 / split.least_refill_ms;
+    let rho = rho / (1.0 + SLACK_MS * edges_per_ms);
+    Some(CycleRatio {
+        bound_ms: rho * model.tokens_generated(),
+        configurations: g.configurations,
+        edges: g.from.len(),
+        price_rounds: Some(rounds),
+    })
+}
