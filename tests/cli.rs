@@ -1033,6 +1033,49 @@ fn solve_takes_bursts_one_at_a_time_for_mean_latency() {
 }
 
 #[test]
+fn the_memory_limit_refuses_a_milp_before_it_is_built() {
+    // Three requests with arrivals (no counting search): their MILP has 254 columns and
+    // is solved at the default limit; at 0.0001 GiB (104 KiB, 29 arc variables at 3.6 kB
+    // each) it is refused before it is built, and the answer says why.
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    std::fs::write(
+        &w,
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,6,3\n0.001,4,2\n0.002,5,3\n",
+    )
+    .unwrap();
+    let solve = |memory: &str| {
+        let out = dir.path().join(format!("solve-{memory}"));
+        let o = run(&[
+            "solve",
+            "--workload",
+            w.to_str().unwrap(),
+            "--memory-limit",
+            memory,
+            "--time-limit",
+            "10",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap())
+                .unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), report)
+    };
+    let (_, fits) = solve("4");
+    assert_eq!(fits["status"], "optimal", "{fits}");
+    let (stdout, refused) = solve("0.0001");
+    assert_eq!(refused["status"], "not-proven", "{refused}");
+    assert!(
+        stdout.contains("more than 29 arc variables")
+            && stdout.contains("what the memory limit of 104 KiB holds"),
+        "{stdout}"
+    );
+    assert!(refused["best_bound"].as_f64().unwrap() > 0.0, "{refused}");
+}
+
+#[test]
 fn solve_on_real_request_lengths_returns_a_schedule_and_a_positive_bound() {
     // The first 10 Splitwise requests (prompts up to 7,433 tokens) under C = 2,048: the
     // exact model's state graphs would take tens of GiB, so the solver must say so and

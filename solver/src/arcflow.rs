@@ -526,7 +526,7 @@ pub(crate) struct ArcFlowProblem<'a> {
 const MAX_PREDICTED_CLASSES: usize = 16;
 
 /// Whether [`solve_arc_flow`] would refuse `p`'s model for having more than
-/// `max_arc_columns` arc columns, known before anything else runs: the same horizon and
+/// [`SolveOptions::arc_column_cap`] arc columns, known before anything else runs: the same horizon and
 /// count, on one state graph per distinct request (identical requests have identical
 /// graphs). False where that is not known cheaply (more than a few distinct requests, or
 /// the horizon is refused), so a caller giving other methods more time when the MILP will
@@ -554,7 +554,7 @@ pub(crate) fn exceeds_arc_columns(p: &ArcFlowProblem<'_>) -> bool {
             let copies = if aggregated { 1 } else { m.len() };
             (g, r, copies)
         });
-    exceeds_columns(classes, horizon, p.options.max_arc_columns)
+    exceeds_columns(classes, horizon, p.options.arc_column_cap())
 }
 
 /// Whether the model makes identical requests (same I, O, T) one class with integer flows:
@@ -729,10 +729,18 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let members = request_classes(w, aggregates_identical_requests(&p));
     let class_req: Vec<Request> = members.iter().map(|c| reqs[c[0]]).collect();
     let too_many_columns = || {
-        format!(
-            "no exact model: the arc-flow MILP would have more than {} arc variables ({} requests, horizon J = {horizon})",
-            options.max_arc_columns, n
-        )
+        let cap = options.arc_column_cap();
+        if cap < options.max_arc_columns {
+            format!(
+                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon}), what the memory limit of {} holds at about {} bytes each",
+                crate::human_bytes(options.memory_limit_bytes),
+                crate::options::MILP_BYTES_PER_ARC_COLUMN
+            )
+        } else {
+            format!(
+                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon})"
+            )
+        }
     };
     // Before any state graph is built (they may take gigabytes, and seconds, for a model
     // refused after): no time left, or more columns than allowed from the prompts alone.
@@ -743,7 +751,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         .iter()
         .map(|r| StateGraph::min_usable_arc_count(r, limits, p.model_class.no_chunk, horizon))
         .fold(0u128, u128::saturating_add);
-    if least_columns > options.max_arc_columns as u128 {
+    if least_columns > options.arc_column_cap() as u128 {
         return without_milp(too_many_columns());
     }
     let graphs: Vec<StateGraph> = class_req
@@ -751,7 +759,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         .map(|r| class_graph(r, limits, &p.model_class))
         .collect();
     let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
-    if exceeds_columns(classes, horizon, options.max_arc_columns) {
+    if exceeds_columns(classes, horizon, options.arc_column_cap()) {
         let note = too_many_columns();
         return heuristic_with_bound(
             w,

@@ -49,7 +49,7 @@ mod portfolio;
 pub mod progress;
 mod report;
 
-pub use options::{Objective, PolicyConstraints, SolveOptions};
+pub use options::{MILP_BYTES_PER_ARC_COLUMN, Objective, PolicyConstraints, SolveOptions};
 pub use report::{
     BoundMethod, ModelSize, SolveError, SolveMethod, SolveReport, SolveStatus, WarmStart,
     certified_gap,

@@ -73,8 +73,9 @@ pub(crate) struct MilpArgs {
     /// combinatorial bound.
     #[arg(long)]
     pub(crate) milp_only: bool,
-    /// Memory (GiB) the exact models' state graphs may take, estimated before any is built;
-    /// past it the best schedule found without them is returned with a combinatorial bound.
+    /// Memory (GiB) the exact models may take (the state graphs, the searches' stores, the
+    /// MILP at about 3.6 kB per arc variable), estimated before any is built; past it the
+    /// best schedule found without them is returned with a combinatorial bound.
     #[arg(long, default_value_t = 4.0)]
     pub(crate) memory_limit: f64,
     /// Schedules the priority-list search may try (simulated and replayed) to improve the
