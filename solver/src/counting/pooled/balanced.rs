@@ -42,7 +42,9 @@ use highs::{Col, HighsModelStatus, RowProblem, Sense};
 use infersched_core::Feature;
 
 use super::super::store::Reached;
-use super::cycle::{CycleRatio, Graph, Least, SLACK_MS, generated, least_cycle_ratio, supply};
+use super::cycle::{
+    CycleRatio, Graph, Least, SLACK_MS, configuration, generated, least_cycle_ratio, supply,
+};
 use super::{Model, batches};
 
 /// Bytes one edge of the split graph takes (its ends, tokens, duration and balance).
@@ -220,13 +222,7 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                     {
                         return false;
                     }
-                    key.copy_from_slice(next);
-                    for c in &model.classes {
-                        for count in 0..c.output {
-                            key[c.pool(count)] = 0;
-                        }
-                        key[c.finished()] = 0;
-                    }
+                    configuration(model, next, &mut key);
                     let to = n.config(&key);
                     let (mut tokens, mut prefill, mut finishing_kv) = (0, 0, 0);
                     for (c, &s) in model.classes.iter().zip(&first_slots) {

@@ -128,13 +128,7 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
                 {
                     return false;
                 }
-                key.copy_from_slice(next);
-                for c in &model.classes {
-                    for count in 0..c.output {
-                        key[c.pool(count)] = 0;
-                    }
-                    key[c.finished()] = 0;
-                }
+                configuration(model, next, &mut key);
                 let to = match configs.find(&key) {
                     Some(j) => j,
                     None => configs.insert(&key, 0.0, u32::MAX),
@@ -171,6 +165,18 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
     }
     g.configurations = configs.len();
     Some(g)
+}
+
+/// The configuration of pooled vector `next` into `key`: without its pools and its
+/// finished requests.
+pub(super) fn configuration(model: &Model, next: &[u16], key: &mut [u16]) {
+    key.copy_from_slice(next);
+    for c in &model.classes {
+        for count in 0..c.output {
+            key[c.pool(count)] = 0;
+        }
+        key[c.finished()] = 0;
+    }
 }
 
 /// Tokens a pooled batch generates: completed first prefills, decodes and refills
