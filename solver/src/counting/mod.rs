@@ -646,11 +646,13 @@ pub(crate) fn pooled_search(
             options.memory_limit_bytes,
             Instant::now() + share,
         ) {
-            // Within its rounding allowance (each of at most a few edges per batch may
-            // undercut by 1e-9 ms, a few parts per billion of a makespan), the bound meets
-            // the best schedule.
+            // Within the relative gap the MILP stops at (`--mip-gap`), and never finer than
+            // its rounding allowance, the bound meets the best schedule: its prices come
+            // from linear programs solved to about 1e-7, and each of a few edges per batch
+            // may undercut by 1e-9 ms.
+            let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
             if let Some(best) = &warm
-                && best.objective_value(objective) <= bound_s * (1.0 + CYCLE_RATIO_ROUNDING)
+                && best.objective_value(objective) <= bound_s * (1.0 + tolerance)
             {
                 let how = match found.price_rounds {
                     None => format!(
@@ -741,8 +743,9 @@ pub(crate) fn pooled_search(
 /// The cycle-ratio bound's share of the time left to the pooled search.
 const CYCLE_RATIO_SHARE: f64 = 0.5;
 
-/// The relative distance within which the cycle-ratio bound proves the best schedule: its
-/// rounding allowance lowers it by a few parts per billion.
+/// The least relative distance within which the cycle-ratio bound proves the best schedule
+/// (where `--mip-gap` asks for less): its rounding allowance lowers it by a few parts per
+/// billion.
 const CYCLE_RATIO_ROUNDING: f64 = 1e-8;
 
 #[cfg(test)]
