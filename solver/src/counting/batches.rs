@@ -35,6 +35,17 @@ impl Load {
                 .is_some_and(|p| self.prefill > p))
     }
 
+    /// Prompt tokens the batch can still take (C and P).
+    pub(super) fn prompt_room(&self, limits: &Limits) -> u64 {
+        let tokens = limits
+            .token_budget
+            .map_or(u64::MAX, |b| b.saturating_sub(self.tokens));
+        let prefill = limits
+            .effective_prefill_budget()
+            .map_or(u64::MAX, |b| b.saturating_sub(self.prefill));
+        tokens.min(prefill)
+    }
+
     /// Whether a finished batch is one: it processes something, and mixes prefill with
     /// decode only where `no_mix` allows.
     pub(super) fn is_batch(&self, no_mix: bool) -> bool {

@@ -792,18 +792,6 @@ impl<D: Decided> Walk<'_, '_, D> {
         }
     }
 
-    /// Prompt tokens the batch can still take (C and P).
-    fn prompt_room(&self, load: &Load) -> u64 {
-        let l = self.model.limits;
-        let tokens = l
-            .token_budget
-            .map_or(u64::MAX, |b| b.saturating_sub(load.tokens));
-        let prefill = l
-            .effective_prefill_budget()
-            .map_or(u64::MAX, |b| b.saturating_sub(load.prefill));
-        tokens.min(prefill)
-    }
-
     /// Decode-ready requests of `(k, g)`: `d` decode, `v` are evicted (to the refill
     /// pool), the rest hold their KV.
     fn ready(&mut self, i: usize, k: usize, g: u32, load: Load, decided: D) {
@@ -857,7 +845,7 @@ impl<D: Decided> Walk<'_, '_, D> {
             self.go(i + 1, load, decided);
             return;
         }
-        let most = self.prompt_room(&load).min(waiting * c.input - have);
+        let most = load.prompt_room(m.limits).min(waiting * c.input - have);
         let to = c.after(1);
         let finishes = c.output == 1;
         for x in 0..=most {

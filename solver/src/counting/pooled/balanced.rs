@@ -41,9 +41,11 @@ use std::time::{Duration, Instant};
 use highs::{Col, HighsModelStatus, RowProblem, Sense};
 use infersched_core::Feature;
 
+use super::super::batches::Load;
 use super::super::store::Reached;
 use super::cycle::{
-    CycleRatio, Graph, Least, SLACK_MS, configuration, generated, least_cycle_ratio, supply,
+    CycleRatio, Graph, Least, SLACK_MS, configuration, generated, keep_pareto, least_cycle_ratio,
+    supply,
 };
 use super::{Model, batches};
 
@@ -68,7 +70,7 @@ struct Split {
 struct Inner {
     config: u32,
     prompt: bool,
-    finishing_kv: u32,
+    finishing_kv: u64,
     room: u32,
 }
 
@@ -98,14 +100,12 @@ fn held(model: &Model, key: &[u16]) -> (u64, u64) {
 /// The prompt tokens a batch of `tokens` tokens (`prefill` of them prompt tokens) can
 /// still take within C and P.
 fn room(model: &Model, tokens: u64, prefill: u64) -> u32 {
-    let l = model.limits;
-    let c = l
-        .token_budget
-        .map_or(u64::MAX, |c| c.saturating_sub(tokens));
-    let p = l
-        .effective_prefill_budget()
-        .map_or(u64::MAX, |p| p.saturating_sub(prefill));
-    u32::try_from(c.min(p)).unwrap_or(u32::MAX)
+    let load = Load {
+        tokens,
+        prefill,
+        ..Load::default()
+    };
+    u32::try_from(load.prompt_room(model.limits)).unwrap_or(u32::MAX)
 }
 
 /// The nodes and configurations found so far.
@@ -239,15 +239,11 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                     let state = Inner {
                         config: to,
                         prompt: prefill > 0,
-                        finishing_kv: finishing_kv as u32,
+                        finishing_kv,
                         room: room(model, tokens, prefill),
                     };
                     let generated = generated(&plain, &have, &supply, choices);
-                    let set = pareto.entry(state).or_default();
-                    if !set.iter().any(|&(t, m)| t >= generated && m <= ms) {
-                        set.retain(|&(t, m)| !(generated >= t && ms <= m));
-                        set.push((generated, ms));
-                    }
+                    keep_pareto(pareto.entry(state).or_default(), generated, ms);
                     true
                 });
                 if !complete {
@@ -285,7 +281,7 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                 let close = n.config_node[state.config as usize] as usize;
                 split.push(at, close, 0.0, 0, 0);
                 let (kv, holders) = held(model, &key);
-                let kv = kv + u64::from(state.finishing_kv);
+                let kv = kv + state.finishing_kv;
                 let l = model.limits;
                 for c in &model.classes {
                     for g in 1..c.output {
@@ -308,7 +304,7 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                                 c.after(g + 1)
                             };
                             let (config, finishing_kv) = if lands == c.finished() {
-                                (state.config, state.finishing_kv + q as u32)
+                                (state.config, state.finishing_kv + q)
                             } else {
                                 key[lands] += 1;
                                 let to = n.config(&key);
@@ -356,7 +352,7 @@ fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
 
 /// Rounds without a gain of 1e-9 (relative) after which the price search stops: the
 /// rest of its share goes to the pooled search (family (a) with C = 64 is proven in 19 -
-/// 34 rounds in all).
+/// 26 rounds in all).
 const STALLED_ROUNDS: usize = 40;
 
 /// A cycle as the price search sees it: its duration (without prices), tokens, and
@@ -517,11 +513,7 @@ pub(crate) fn balanced_cycle_ratio(
         return None;
     }
     let g = &split.graph;
-    let costliest = (0..g.from.len())
-        .filter(|&e| g.tokens[e] > 0)
-        .map(|e| g.ms[e] / f64::from(g.tokens[e]))
-        .fold(0.0, f64::max);
-    let target_rho = start_rho.map_or(costliest, |r| r.min(costliest));
+    let target_rho = g.start_ratio(start_rho);
     let (rho, rounds) = best_prices(&split, model.width, target_rho, deadline)?;
     // A walk of duration T has at most T / least_batch_ms batches (each with a close edge)
     // and T / least_refill_ms refills (each with its eviction).

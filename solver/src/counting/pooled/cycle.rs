@@ -51,6 +51,27 @@ pub(super) struct Graph {
     pub tokens: Vec<u32>,
 }
 
+impl Graph {
+    /// Where Dinkelbach's method starts: `start_rho` (a known schedule's ratio), at most
+    /// the costliest edge's ratio of duration to tokens (which it is without one).
+    pub(super) fn start_ratio(&self, start_rho: Option<f64>) -> f64 {
+        let costliest = (0..self.from.len())
+            .filter(|&e| self.tokens[e] > 0)
+            .map(|e| self.ms[e] / f64::from(self.tokens[e]))
+            .fold(0.0, f64::max);
+        start_rho.map_or(costliest, |r| r.min(costliest))
+    }
+}
+
+/// Adds an edge of `tokens` and `ms` to the Pareto set of edges between two nodes (more
+/// tokens, less time), unless one there is at least as good.
+pub(super) fn keep_pareto(set: &mut Vec<(u32, f64)>, tokens: u32, ms: f64) {
+    if !set.iter().any(|&(t, m)| t >= tokens && m <= ms) {
+        set.retain(|&(t, m)| !(tokens >= t && ms <= m));
+        set.push((tokens, ms));
+    }
+}
+
 /// How many first prefills or refills of one kind a batch can complete at most: each takes
 /// a token and (all but one partial prompt's) a prompt's KV, within C, M and R_max.
 pub(super) fn supply(model: &Model) -> Vec<u16> {
@@ -141,10 +162,7 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
                 if set.is_empty() {
                     touched.push(to as u32);
                 }
-                if !set.iter().any(|&(t, m)| t >= tokens && m <= ms) {
-                    set.retain(|&(t, m)| !(tokens >= t && ms <= m));
-                    set.push((tokens, ms));
-                }
+                keep_pareto(set, tokens, ms);
                 true
             },
         );
@@ -336,11 +354,7 @@ pub(super) fn least_cycle_ratio(
     start_rho: Option<f64>,
     deadline: Instant,
 ) -> Option<Least> {
-    let costliest = (0..g.from.len())
-        .filter(|&e| g.tokens[e] > 0)
-        .map(|e| g.ms[e] / f64::from(g.tokens[e]))
-        .fold(0.0, f64::max);
-    let mut rho = start_rho.map_or(costliest, |r| r.min(costliest));
+    let mut rho = g.start_ratio(start_rho);
     let mut last = None;
     loop {
         match negative_cycle(g, rho, deadline)? {
