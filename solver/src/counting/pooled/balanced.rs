@@ -49,8 +49,9 @@ use super::cycle::{
 };
 use super::{Model, batches};
 
-/// Bytes one edge of the split graph takes (its ends, tokens, duration and balance).
-pub(crate) const EDGE_BYTES: usize = 24;
+/// Bytes one edge of the split graph takes: its ends, tokens, duration and balance (24),
+/// and its copy with prices the search evaluates (20).
+pub(crate) const EDGE_BYTES: usize = 44;
 
 /// The split graph. Its nodes are configurations between batches and states within a
 /// batch after its decodes and first prefills ([`Inner`]).
