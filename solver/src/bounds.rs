@@ -102,6 +102,11 @@ pub enum BoundArgument {
     /// memory configurations of such classes, times every token the requests generate
     /// (milp.md, "The cycle-ratio bound").
     CycleRatio,
+    /// Mean latency: the shortest path through the memory configurations of a class of
+    /// identical offline requests, copied once per count finished, each batch weighted by
+    /// the requests unfinished (evictions priced against refills; milp.md, "The layered
+    /// bound on mean latency").
+    Layered,
 }
 
 impl BoundArgument {
@@ -120,6 +125,7 @@ impl BoundArgument {
             Self::IndependentGroups => "independent-groups",
             Self::PooledSearch => "pooled-search",
             Self::CycleRatio => "cycle-ratio",
+            Self::Layered => "layered",
         }
     }
 }
@@ -556,6 +562,7 @@ pub fn pooled_search_bound(
         u64::MAX,
         None,
         deadline,
+        None,
     )? {
         crate::counting::pooled::Pooled::Bound { bound_s, .. } if bound_s.is_finite() => {
             Some(CombinatorialBound {

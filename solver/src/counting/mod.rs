@@ -669,6 +669,45 @@ pub(crate) fn pooled_search(
             cycle_s = Some(bound_s);
         }
     }
+    // Mean latency of identical requests: first the layered bound, in part of the time,
+    // which may prove the best schedule; its costs to go then guide the pooled search.
+    let (mut layered_s, mut layered_estimate) = (None, None);
+    if objective == Objective::MeanLatency
+        && let Some(incumbent_s) = incumbent_s
+    {
+        let share = deadline
+            .saturating_duration_since(Instant::now())
+            .mul_f64(LAYERED_SHARE);
+        if let Some((bound_s, found)) = pooled::layered_bound(
+            w,
+            limits,
+            cost,
+            &class,
+            incumbent_s,
+            options.memory_limit_bytes,
+            (Instant::now() + share, deadline),
+        ) {
+            let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
+            if let Some(best) = &warm
+                && best.objective_value(objective) <= bound_s * (1.0 + tolerance)
+            {
+                let b = found.bound;
+                let how = match b.price_rounds {
+                    None => format!(
+                        "the layered bound ({} states per count finished, {} edges) shows",
+                        b.nodes, b.edges
+                    ),
+                    Some(rounds) => format!(
+                        "the layered bound (evictions priced against refills in {rounds} rounds; {} states per count finished, {} edges) shows",
+                        b.nodes, b.edges
+                    ),
+                };
+                return Ok(proven(best, b.nodes, &how));
+            }
+            layered_s = Some(bound_s);
+            layered_estimate = found.estimate;
+        }
+    }
     let (bound_s, expanded, schedule) = match pooled::pooled_bound(
         w,
         limits,
@@ -679,16 +718,18 @@ pub(crate) fn pooled_search(
         options.memory_limit_bytes,
         incumbent_s,
         deadline,
+        layered_estimate.as_ref(),
     ) {
         Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
             let Some(best) = &warm else {
                 return Ok(PooledSearch::Bounded { bound: None, warm });
             };
-            return Ok(proven(
-                best,
-                expanded,
-                "the pooled search over chunked schedules showed",
-            ));
+            let how = if layered_estimate.is_some() {
+                "the pooled search over chunked schedules, guided by the layered bound's costs to go, showed"
+            } else {
+                "the pooled search over chunked schedules showed"
+            };
+            return Ok(proven(best, expanded, how));
         }
         Some(pooled::Pooled::Bound {
             bound_s,
@@ -730,18 +771,27 @@ pub(crate) fn pooled_search(
         }
         _ => warm,
     };
-    // The better of the two bounds, with its argument.
-    let bound = match (bound_s, cycle_s) {
-        (Some(p), Some(c)) if c > p => Some((c, BoundArgument::CycleRatio)),
-        (None, Some(c)) => Some((c, BoundArgument::CycleRatio)),
-        (Some(p), _) => Some((p, BoundArgument::PooledSearch)),
-        (None, None) => None,
-    };
+    // The best of the bounds, with its argument.
+    let bound = [
+        bound_s.map(|b| (b, BoundArgument::PooledSearch)),
+        cycle_s.map(|b| (b, BoundArgument::CycleRatio)),
+        layered_s.map(|b| (b, BoundArgument::Layered)),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(None, |best: Option<(f64, BoundArgument)>, b| match best {
+        Some(a) if a.0 >= b.0 => Some(a),
+        _ => Some(b),
+    });
     Ok(PooledSearch::Bounded { bound, warm })
 }
 
 /// The cycle-ratio bound's share of the time left to the pooled search.
 const CYCLE_RATIO_SHARE: f64 = 0.5;
+
+/// The layered bound's share of the time left to the pooled search (mean latency): its
+/// price search and the costs to go that guide the search after it.
+const LAYERED_SHARE: f64 = 0.5;
 
 /// The least relative distance within which the cycle-ratio bound proves the best schedule
 /// (where `--mip-gap` asks for less): its rounding allowance lowers it by a few parts per

@@ -38,7 +38,6 @@
 
 use std::time::{Duration, Instant};
 
-use highs::{Col, HighsModelStatus, RowProblem, Sense};
 use infersched_core::Feature;
 
 use super::super::batches::Load;
@@ -47,21 +46,31 @@ use super::cycle::{
     CycleRatio, Graph, Least, SLACK_MS, configuration, generated, keep_pareto, least_cycle_ratio,
     supply,
 };
+use super::prices::{self, Cut, Stall, add_coef};
 use super::{Model, batches};
 
-/// Bytes one edge of the split graph takes: its ends, tokens, duration and balance (24),
-/// and its copy with prices the search evaluates (20).
-pub(crate) const EDGE_BYTES: usize = 44;
+/// Bytes one edge of the split graph takes: its ends, tokens, duration, balance and
+/// finishes (26), and its copy with prices the search evaluates (20).
+pub(crate) const EDGE_BYTES: usize = 46;
 
 /// The split graph. Its nodes are configurations between batches and states within a
 /// batch after its decodes and first prefills ([`Inner`]).
-struct Split {
-    graph: Graph,
+pub(super) struct Split {
+    pub graph: Graph,
     /// Per edge: 0, `j + 1` for an eviction into pool position `j`, `-(j + 1)` for a
     /// refill from it.
-    balance: Vec<i32>,
+    pub balance: Vec<i32>,
+    /// Per edge: the requests it finishes (a close edge: those finishing in its batch).
+    pub finishes: Vec<u16>,
+    /// Per node: the requests it holds (a state within a batch: after the batch, and
+    /// those finishing in it).
+    pub holding: Vec<u16>,
     /// The cheapest refill edge (ms).
-    least_refill_ms: f64,
+    pub least_refill_ms: f64,
+    /// The configurations (ids), the node of each, and per node its configuration.
+    pub configs: Reached,
+    pub config_node: Vec<u32>,
+    pub config_of: Vec<u32>,
 }
 
 /// A state within a batch: its configuration after the batch (id), whether the batch has
@@ -71,6 +80,7 @@ struct Split {
 struct Inner {
     config: u32,
     prompt: bool,
+    finishing: u32,
     finishing_kv: u64,
     room: u32,
 }
@@ -151,12 +161,13 @@ impl Split {
         g.ms.push(ms);
         g.tokens.push(tokens);
         self.balance.push(balance);
+        self.finishes.push(0);
     }
 }
 
 /// Builds the split graph reachable from the empty configuration; None past `deadline`
 /// (or where its pace says it would not end by then) or past `max_edges`.
-fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Split> {
+pub(super) fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Split> {
     let plain = model.without_evictions();
     let supply = supply(model);
     let theta = &model.theta;
@@ -177,7 +188,12 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
             tokens: Vec::new(),
         },
         balance: Vec::new(),
+        finishes: Vec::new(),
+        holding: Vec::new(),
         least_refill_ms: f64::INFINITY,
+        configs: Reached::new(0),
+        config_node: Vec::new(),
+        config_of: Vec::new(),
     };
     // Per node within a batch reached from the configuration expanded: its Pareto set.
     let mut pareto: rustc_hash::FxHashMap<Inner, Vec<(u32, f64)>> = Default::default();
@@ -225,7 +241,7 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                     }
                     configuration(model, next, &mut key);
                     let to = n.config(&key);
-                    let (mut tokens, mut prefill, mut finishing_kv) = (0, 0, 0);
+                    let (mut tokens, mut prefill, mut finishing, mut finishing_kv) = (0, 0, 0, 0);
                     for (c, &s) in model.classes.iter().zip(&first_slots) {
                         prefill += choices[s][0];
                         tokens += choices[s][0];
@@ -233,13 +249,15 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                             tokens += choices[s + g as usize][0];
                         }
                         if c.output > 1 {
-                            finishing_kv +=
-                                choices[s + c.output as usize - 1][0] * c.known(c.output - 1);
+                            let last = choices[s + c.output as usize - 1][0];
+                            finishing += last;
+                            finishing_kv += last * c.known(c.output - 1);
                         }
                     }
                     let state = Inner {
                         config: to,
                         prompt: prefill > 0,
+                        finishing: u32::try_from(finishing).unwrap_or(u32::MAX),
                         finishing_kv,
                         room: room(model, tokens, prefill),
                     };
@@ -260,11 +278,16 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                 let empty = n.inner(Inner {
                     config,
                     prompt: false,
+                    finishing: 0,
                     finishing_kv: 0,
                     room: full_room,
                 });
                 split.push(at, empty, theta[Feature::One as usize], 0, 0);
                 // Evictions.
+                if !model.evictions {
+                    at += 1;
+                    continue;
+                }
                 key.copy_from_slice(n.configs.counts(config as usize));
                 for c in &model.classes {
                     for g in 1..c.output {
@@ -281,6 +304,12 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                 key.copy_from_slice(n.configs.counts(state.config as usize));
                 let close = n.config_node[state.config as usize] as usize;
                 split.push(at, close, 0.0, 0, 0);
+                *split.finishes.last_mut().expect("the close edge") =
+                    u16::try_from(state.finishing).unwrap_or(u16::MAX);
+                if !model.evictions {
+                    at += 1;
+                    continue;
+                }
                 let (kv, holders) = held(model, &key);
                 let kv = kv + state.finishing_kv;
                 let l = model.limits;
@@ -304,17 +333,18 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
                             } else {
                                 c.after(g + 1)
                             };
-                            let (config, finishing_kv) = if lands == c.finished() {
-                                (state.config, state.finishing_kv + q)
+                            let (config, finishing, finishing_kv) = if lands == c.finished() {
+                                (state.config, state.finishing + 1, state.finishing_kv + q)
                             } else {
                                 key[lands] += 1;
                                 let to = n.config(&key);
                                 key[lands] -= 1;
-                                (to, state.finishing_kv)
+                                (to, state.finishing, state.finishing_kv)
                             };
                             let to = n.inner(Inner {
                                 config,
                                 prompt: true,
+                                finishing,
                                 finishing_kv,
                                 room: state.room.saturating_sub(least),
                             });
@@ -331,12 +361,34 @@ fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Spl
         }
         at += 1;
     }
+    split.holding = n
+        .nodes
+        .iter()
+        .map(|node| {
+            let (config, finishing) = match *node {
+                Node::Config(c) => (c, 0),
+                Node::Inner(i) => (i.config, u64::from(i.finishing)),
+            };
+            let (_, holders) = held(model, n.configs.counts(config as usize));
+            u16::try_from(holders + finishing).unwrap_or(u16::MAX)
+        })
+        .collect();
     split.graph.configurations = n.nodes.len();
+    split.config_of = n
+        .nodes
+        .iter()
+        .map(|node| match *node {
+            Node::Config(c) => c,
+            Node::Inner(i) => i.config,
+        })
+        .collect();
+    split.configs = n.configs;
+    split.config_node = n.config_node;
     Some(split)
 }
 
 /// Writes each edge's duration with its price (`mu` per pool position) into `priced`.
-fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
+pub(super) fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
     for ((p, &ms), &b) in priced
         .ms
         .iter_mut()
@@ -351,56 +403,37 @@ fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
     }
 }
 
-/// Rounds without a gain of 1e-9 (relative) after which the price search stops: the
-/// rest of its share goes to the pooled search (family (a) with C = 64 is proven in 19 -
-/// 26 rounds in all).
-const STALLED_ROUNDS: usize = 40;
-
-/// A cycle as the price search sees it: its duration (without prices), tokens, and
-/// evictions less refills per pool position.
-struct Cut {
-    ms: f64,
-    tokens: f64,
-    balance: Vec<(usize, f64)>,
-}
-
-impl Cut {
-    fn of(split: &Split, cycle: &[usize]) -> Cut {
-        let g = &split.graph;
-        let mut balance: Vec<(usize, f64)> = Vec::new();
-        for &e in cycle {
-            let (j, d) = match split.balance[e] {
-                0 => continue,
-                b if b > 0 => (b as usize - 1, 1.0),
-                b => ((-b) as usize - 1, -1.0),
-            };
-            match balance.iter_mut().find(|(k, _)| *k == j) {
-                Some((_, n)) => *n += d,
-                None => balance.push((j, d)),
-            }
+/// A cycle as the price search sees it: `tokens x rho - (evictions - refills) . mu <=
+/// ms` (its duration without prices).
+fn cut(split: &Split, cycle: &[usize]) -> Cut {
+    let g = &split.graph;
+    let mut coefs = Vec::new();
+    for &e in cycle {
+        match split.balance[e] {
+            0 => {}
+            b if b > 0 => add_coef(&mut coefs, b as usize - 1, -1.0),
+            b => add_coef(&mut coefs, (-b) as usize - 1, 1.0),
         }
-        balance.retain(|&(_, n)| n != 0.0);
-        Cut {
-            ms: cycle.iter().map(|&e| g.ms[e]).sum(),
-            tokens: cycle.iter().map(|&e| f64::from(g.tokens[e])).sum(),
-            balance,
-        }
+    }
+    coefs.retain(|&(_, n)| n != 0.0);
+    Cut {
+        rhs: cycle.iter().map(|&e| g.ms[e]).sum(),
+        t_coef: cycle.iter().map(|&e| f64::from(g.tokens[e])).sum(),
+        coefs,
     }
 }
 
-/// The prices that make the least cycle ratio largest, by a cutting-plane method kept in a
-/// box around its best point (a box-step method): each cycle found bounds the ratio from
-/// above as a linear function of the prices, a small linear program picks the prices the
-/// cycles found allow the most, and Dinkelbach's method at them finds the least ratio and
-/// its cycle. Stops when the ratio is within 4e-9 of `target_rho` (the incumbent's: proven), when
-/// the cycles allow no more than found, or at `deadline`. Returns the least ratio found
-/// (before rounding) and the rounds it took; None where not even the first could be computed.
-fn best_prices(
+/// The prices that make the least cycle ratio largest ([`prices::best_prices`]; each
+/// evaluation is Dinkelbach's method at the prices, its cut the cycle of the least
+/// ratio). Stops within 4e-9 of `target_rho` (the incumbent's: proven). Returns the least
+/// ratio found (before rounding), the rounds it took and its prices; None where not even
+/// the first could be computed.
+pub(super) fn best_ratio_prices(
     split: &Split,
     width: usize,
     target_rho: f64,
     deadline: Instant,
-) -> Option<(f64, usize)> {
+) -> Option<(f64, usize, Vec<f64>)> {
     let mut priced = Graph {
         configurations: split.graph.configurations,
         from: split.graph.from.clone(),
@@ -413,86 +446,35 @@ fn best_prices(
         match least_cycle_ratio(&priced, Some(start), deadline)? {
             Least::Ratio(rho, cycle) => {
                 if let Some(c) = cycle {
-                    cuts.push(Cut::of(split, &c));
+                    cuts.push(cut(split, &c));
                 }
                 Some(rho)
             }
             Least::Unbounded(c) => {
-                cuts.push(Cut::of(split, &c));
+                cuts.push(cut(split, &c));
                 Some(f64::NEG_INFINITY)
             }
         }
     };
-    let mut cuts: Vec<Cut> = Vec::new();
-    let mut center = vec![0.0; width];
-    let mut best = evaluate(&center, target_rho, &mut cuts)?;
     // Prices beyond this many times the target ratio are not searched (a cycle has at
     // most a few evictions per token).
     let most = 100.0 * target_rho.max(1e-3);
-    let (mut rounds, mut since_gain) = (0, 0);
     // Within a few parts per billion of the target is enough for the proof (its rounding
     // allowance is of that order too), and the method's tail crawls there.
     let enough = target_rho * (1.0 - 4e-9);
-    while best < enough && Instant::now() < deadline && since_gain < STALLED_ROUNDS {
-        rounds += 1;
-        since_gain += 1;
-        // What the cycles found allow at most.
-        let mut pb = RowProblem::default();
-        let t = pb.add_column(1.0, ..=target_rho);
-        let mu: Vec<Col> = (0..width)
-            .map(|_| pb.add_column(0.0, -most..=most))
-            .collect();
-        for cut in &cuts {
-            let mut row = vec![(t, cut.tokens)];
-            row.extend(cut.balance.iter().map(|&(j, n)| (mu[j], -n)));
-            pb.add_row(..=cut.ms, row);
-        }
-        let mut lp = pb.optimise(Sense::Maximise);
-        lp.make_quiet();
-        let solved = lp.try_solve().ok()?;
-        if solved.status() != HighsModelStatus::Optimal {
-            break;
-        }
-        let predicted = solved.get_solution().columns()[0];
-        if predicted <= best * (1.0 + 1e-9) {
-            break;
-        }
-        // The prices nearest the best found (in L1) where every cycle found has at least
-        // the level halfway up (a level method: steps stay short, the cuts stay valid).
-        let level = best.max(0.0) + 0.5 * (predicted - best.max(0.0));
-        let mut pb = RowProblem::default();
-        let mu: Vec<Col> = (0..width)
-            .map(|_| pb.add_column(0.0, -most..=most))
-            .collect();
-        for (j, &c) in center.iter().enumerate() {
-            let d = pb.add_column(1.0, 0.0..);
-            pb.add_row(c.., [(mu[j], 1.0), (d, 1.0)]);
-            pb.add_row(..=c, [(mu[j], 1.0), (d, -1.0)]);
-        }
-        for cut in &cuts {
-            let row: Vec<_> = cut.balance.iter().map(|&(j, n)| (mu[j], -n)).collect();
-            pb.add_row(..=cut.ms - level * cut.tokens, row);
-        }
-        let mut lp = pb.optimise(Sense::Minimise);
-        lp.make_quiet();
-        let solved = lp.try_solve().ok()?;
-        if solved.status() != HighsModelStatus::Optimal {
-            break;
-        }
-        let next = solved.get_solution().columns()[..width].to_vec();
-        // Past the deadline (or at a rounding stop) the best so far stands.
-        let Some(found) = evaluate(&next, predicted, &mut cuts) else {
-            break;
-        };
-        if found > best {
-            if found > best + 1e-9 * best.abs() {
-                since_gain = 0;
-            }
-            best = found;
-            center = next;
-        }
-    }
-    Some((best, rounds))
+    prices::best_prices(
+        &vec![0.0; width],
+        -most..=most,
+        target_rho,
+        enough,
+        // Family (a) with C = 64 proves its makespan in 19 - 26 rounds in all.
+        Stall {
+            rounds: 40,
+            gain: 1e-9,
+        },
+        deadline,
+        &mut evaluate,
+    )
 }
 
 /// The balanced cycle-ratio bound of the model's workload (makespan, ms), starting from
@@ -515,7 +497,7 @@ pub(crate) fn balanced_cycle_ratio(
     }
     let g = &split.graph;
     let target_rho = g.start_ratio(start_rho);
-    let (rho, rounds) = best_prices(&split, model.width, target_rho, deadline)?;
+    let (rho, rounds, _) = best_ratio_prices(&split, model.width, target_rho, deadline)?;
     // A walk of duration T has at most T / least_batch_ms batches (each with a close edge)
     // and T / least_refill_ms refills (each with its eviction).
     let edges_per_ms = 2.0 / least_batch_ms + 2.0 / split.least_refill_ms;

@@ -262,7 +262,7 @@ pub(super) fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<C
 pub(super) const SLACK_MS: f64 = 1e-9;
 
 /// A cycle among the parent edges (then a negative one), if any.
-fn parent_cycle(g: &Graph, parent: &[u32]) -> Option<Vec<usize>> {
+pub(super) fn parent_cycle(g: &Graph, parent: &[u32]) -> Option<Vec<usize>> {
     let n = parent.len();
     let mut mark = vec![0u32; n];
     for s in 0..n {
