@@ -1528,3 +1528,63 @@ fn identical_requests_at_any_scale_are_proven_by_the_cycle_ratio_bound() {
         pair.replayed_objective
     );
 }
+
+#[test]
+fn identical_requests_mean_latency_is_proven_by_the_layered_bound() {
+    // 60 identical requests (prompts of 4 tokens, 3 outputs; C = 8, M = 12): the best
+    // schedule serves them two by two (two prompts in a batch, then two decodes of the
+    // two), so the k-th pair finishes at k times the proven makespan of 2 requests and the
+    // mean latency is 15.5 times it. The layered bound (configurations copied per count
+    // finished) proves it without evictions, where it is exact, and with them, where it
+    // prices evictions against refills.
+    let cost = cost_model();
+    let requests = |n| {
+        Workload::new(vec![
+            Request {
+                input_tokens: 4,
+                output_tokens: 3,
+                arrival_s: 0.0,
+            };
+            n
+        ])
+        .unwrap()
+    };
+    let limits = Limits {
+        token_budget: Some(8),
+        kv_capacity: Some(12),
+        ..Limits::unlimited()
+    };
+    let pair = solve(
+        &requests(2),
+        &limits,
+        &cost,
+        Objective::Makespan,
+        &exact_options(PolicyConstraints::default()),
+    )
+    .unwrap();
+    assert_eq!(pair.status, SolveStatus::Optimal, "{:?}", pair.note);
+    for no_evict in [true, false] {
+        let options = exact_options(PolicyConstraints {
+            no_evict,
+            ..PolicyConstraints::default()
+        });
+        let report = solve(
+            &requests(60),
+            &limits,
+            &cost,
+            Objective::MeanLatency,
+            &options,
+        )
+        .unwrap();
+        assert_eq!(report.status, SolveStatus::Optimal, "{:?}", report.note);
+        let note = report.note.as_deref().unwrap_or("");
+        assert!(note.contains("layered bound"), "{note}");
+        assert_eq!(note.contains("evictions priced"), !no_evict, "{note}");
+        assert!(
+            (report.replayed_objective - 15.5 * pair.replayed_objective).abs() < 1e-9,
+            "{} against 15.5 x {}",
+            report.replayed_objective,
+            pair.replayed_objective
+        );
+    }
+}

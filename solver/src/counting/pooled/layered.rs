@@ -444,6 +444,8 @@ pub(crate) fn layered_mean_latency(
     };
     let memory = max_edges.saturating_mul(super::balanced::EDGE_BYTES);
     let mut prices = vec![0.0; model.width];
+    // The longest an evaluation took per request (s).
+    let per_request_s = std::cell::Cell::new(0.0f64);
     let (total, rounds) = if model.evictions {
         if split.least_refill_ms <= 0.0 {
             return None;
@@ -451,16 +453,20 @@ pub(crate) fn layered_mean_latency(
         edges_per_ms += 2.0 / split.least_refill_ms;
         // Parents of every layer's nodes take 4 bytes each.
         let max_parents = memory / 4;
-        // The longest an evaluation took per request (s).
-        let per_request_s = std::cell::Cell::new(0.0f64);
+        // A later deadline for the next evaluation alone.
+        let stretch = std::cell::Cell::new(None::<Instant>);
+        let mut evaluate_at = |a: &[f64], n: usize, until: Instant| -> Option<Layers> {
+            let until = stretch.take().map_or(until, |later| later.max(until));
+            price(&split, a, &mut priced);
+            let began = Instant::now();
+            let found = shortest_layered_path(&split, &priced, n, until, max_parents);
+            let s = began.elapsed().as_secs_f64() / n as f64;
+            per_request_s.set(per_request_s.get().max(s));
+            found
+        };
         let mut search = |n: usize, start: &[f64], target: f64, stall: Stall, until: Instant| {
             let mut evaluate = |a: &[f64], _: f64, cuts: &mut Vec<Cut>| -> Option<f64> {
-                price(&split, a, &mut priced);
-                let began = Instant::now();
-                let found = shortest_layered_path(&split, &priced, n, until, max_parents);
-                let s = began.elapsed().as_secs_f64() / n as f64;
-                per_request_s.set(per_request_s.get().max(s));
-                match found? {
+                match evaluate_at(a, n, until)? {
                     Layers::Path(total, path) => {
                         if let Some(path) = path {
                             cuts.push(path_cut(&split, n, &path));
@@ -514,13 +520,16 @@ pub(crate) fn layered_mean_latency(
                 prices = found;
                 rounds += r;
             }
-            // An evaluation on all would not end in time: its time goes to the pooled search.
-            let pace = Duration::try_from_secs_f64(per_request_s.get() * requests as f64).ok()?;
-            if Instant::now() + pace > deadline {
-                return None;
-            }
         }
-        // Then on all.
+        // Then on all: the first evaluation (the bound) by the pooled search's deadline if
+        // need be (unless it would not end by then at the pace of those on a few), more
+        // within this share.
+        let latest = estimate_until.map_or(deadline, |until| until.max(deadline));
+        let pace = Duration::try_from_secs_f64(per_request_s.get() * requests as f64).ok()?;
+        if Instant::now() + pace > latest {
+            return None;
+        }
+        stretch.set(Some(latest));
         let (total, r, found) = search(requests, &prices.clone(), target_ms, ALL_STALL, deadline)?;
         prices = found;
         (total, Some(rounds + r))
@@ -546,7 +555,12 @@ pub(crate) fn layered_mean_latency(
     let configs = split.config_node.len();
     let fits = (requests + 1).saturating_mul(configs).saturating_mul(8) <= memory;
     let estimate = match estimate_until {
-        Some(until) if fits => {
+        // Where it would end in time at the pace of the evaluations.
+        Some(until)
+            if fits
+                && Duration::try_from_secs_f64(per_request_s.get() * requests as f64)
+                    .is_ok_and(|pace| Instant::now() + pace <= until) =>
+        {
             price(&split, &prices, &mut priced);
             costs_to_go(&split, &priced, requests, until).map(|to_go| LayeredEstimate {
                 class: class.clone(),
