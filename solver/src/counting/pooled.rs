@@ -423,7 +423,7 @@ pub(crate) fn layered_bound(
 ) -> Option<(f64, layered::LayeredFound)> {
     let (model, _) = Model::new(w, limits, cost, Objective::Makespan, class, true)?;
     let max_edges =
-        usize::try_from(memory_bytes / 4 / balanced::EDGE_BYTES as u64).unwrap_or(usize::MAX);
+        usize::try_from(memory_bytes / 4 / layered::EDGE_BYTES as u64).unwrap_or(usize::MAX);
     let target_ms = incumbent_s * 1e3 * model.requests;
     let estimate_until = model.evictions.then_some(estimate_until);
     let found =

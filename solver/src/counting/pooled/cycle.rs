@@ -230,6 +230,22 @@ pub(super) enum Cycles {
 /// Bellman-Ford from every configuration at once (all distances 0) on `ms - rho x tokens`;
 /// None past the deadline.
 pub(super) fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<Cycles> {
+    Some(match bellman_ford(g, rho, SLACK_MS, deadline)? {
+        Ok(_) => Cycles::None,
+        Err(cycle) => Cycles::Negative(cycle),
+    })
+}
+
+/// Bellman-Ford from every node at once (all distances 0) on `ms - rho x tokens`, an edge
+/// relaxing only where it improves by more than `tolerance`: the distances (potentials
+/// under which no edge's reduced cost is below `-tolerance`), or a cycle costing less than
+/// 0 (among the parent edges). None past the deadline, or where neither is found.
+pub(super) fn bellman_ford(
+    g: &Graph,
+    rho: f64,
+    tolerance: f64,
+    deadline: Instant,
+) -> Option<Result<Vec<f64>, Vec<usize>>> {
     let n = g.configurations;
     let mut dist = vec![0.0f64; n];
     let mut parent = vec![u32::MAX; n];
@@ -241,20 +257,20 @@ pub(super) fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<C
         for e in 0..g.from.len() {
             let (u, v) = (g.from[e] as usize, g.to[e] as usize);
             let d = dist[u] + g.ms[e] - rho * f64::from(g.tokens[e]);
-            if d < dist[v] - SLACK_MS {
+            if d < dist[v] - tolerance {
                 dist[v] = d;
                 parent[v] = e as u32;
                 changed = true;
             }
         }
         if !changed {
-            return Some(Cycles::None);
+            return Some(Ok(dist));
         }
         if let Some(cycle) = parent_cycle(g, &parent) {
-            return Some(Cycles::Negative(cycle));
+            return Some(Err(cycle));
         }
     }
-    parent_cycle(g, &parent).map(Cycles::Negative)
+    parent_cycle(g, &parent).map(Err)
 }
 
 /// How much an edge may undercut its ends' distances and still count as relaxed (ms): a
@@ -262,7 +278,7 @@ pub(super) fn negative_cycle(g: &Graph, rho: f64, deadline: Instant) -> Option<C
 pub(super) const SLACK_MS: f64 = 1e-9;
 
 /// A cycle among the parent edges (then a negative one), if any.
-pub(super) fn parent_cycle(g: &Graph, parent: &[u32]) -> Option<Vec<usize>> {
+fn parent_cycle(g: &Graph, parent: &[u32]) -> Option<Vec<usize>> {
     let n = parent.len();
     let mut mark = vec![0u32; n];
     for s in 0..n {

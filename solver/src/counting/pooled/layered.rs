@@ -31,10 +31,16 @@ use std::time::{Duration, Instant};
 
 use infersched_core::Feature;
 
+use super::super::store::Reached;
 use super::balanced::{Split, price, split_graph};
-use super::cycle::{Graph, configuration, parent_cycle};
+use super::cycle::{Graph, bellman_ford, configuration};
 use super::prices::{self, Cut, Stall, add_coef};
 use super::{Class, Model};
+
+/// Bytes one edge takes here: the split graph's (its ends, tokens, duration, balance and
+/// finishes: 26), the priced copy's and the copy without evictions' (20 each), and its
+/// place in the adjacency by tail or by head (4).
+pub(crate) const EDGE_BYTES: usize = 70;
 
 /// What the bound found: the sum of latencies is at least `bound_ms`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,38 +77,11 @@ impl Ord for Entry {
 /// allowance of a path is far above its rounding and far below the gaps a proof needs.
 const ROUNDING_MS: f64 = 1e-12;
 
-/// Shortest distances from every node at once (all 0) on `g.ms`: potentials under which
-/// no edge's reduced cost is below `-ROUNDING_MS`; or a cycle costing less than 0. None
-/// past the deadline.
+/// Potentials of `g.ms` (Bellman-Ford from every node at once) under which no edge's
+/// reduced cost is below `-ROUNDING_MS`, or a cycle costing less than 0; None past the
+/// deadline.
 fn potentials(g: &Graph, deadline: Instant) -> Option<Result<Vec<f64>, Vec<usize>>> {
-    let n = g.configurations;
-    let mut dist = vec![0.0f64; n];
-    let mut parent = vec![u32::MAX; n];
-    for pass in 0..=n {
-        if Instant::now() > deadline {
-            return None;
-        }
-        let mut changed = false;
-        for e in 0..g.from.len() {
-            let (u, v) = (g.from[e] as usize, g.to[e] as usize);
-            let d = dist[u] + g.ms[e];
-            if d < dist[v] - ROUNDING_MS {
-                dist[v] = d;
-                parent[v] = e as u32;
-                changed = true;
-            }
-        }
-        if !changed {
-            return Some(Ok(dist));
-        }
-        // Parent edges close a cycle only when some cycle costs less than 0.
-        if pass % 8 == 7
-            && let Some(cycle) = parent_cycle(g, &parent)
-        {
-            return Some(Err(cycle));
-        }
-    }
-    parent_cycle(g, &parent).map(Err)
+    bellman_ford(g, 0.0, ROUNDING_MS, deadline)
 }
 
 /// The edges of a graph by tail (`first[v] .. first[v + 1]` into `edge`), or by head.
@@ -350,7 +329,8 @@ fn costs_to_go(split: &Split, g: &Graph, requests: usize, deadline: Instant) -> 
 pub(crate) struct LayeredEstimate {
     class: Class,
     requests: usize,
-    split: Split,
+    /// The graph's configurations (ids).
+    configs: Reached,
     /// Per count finished and configuration: its cost to go (ms, after rounding).
     to_go: Vec<f64>,
     /// Per vector position: minus its price per request unfinished (0 but for pools).
@@ -364,11 +344,11 @@ impl LayeredEstimate {
     pub(super) fn of(&self, model: &Model, counts: &[u16]) -> f64 {
         let mut key = self.key.borrow_mut();
         configuration(model, counts, &mut key);
-        let Some(id) = self.split.configs.find(&key) else {
+        let Some(id) = self.configs.find(&key) else {
             return 0.0;
         };
         let f = usize::from(counts[self.class.finished()]);
-        let configs = self.split.config_node.len();
+        let configs = self.configs.len();
         let to_go = self.to_go[f.min(self.requests) * configs + id];
         let unfinished = self.requests.saturating_sub(f) as f64;
         let refunds: f64 = (1..self.class.output)
@@ -415,8 +395,9 @@ fn few_requests(split: &Split, requests: usize) -> usize {
 /// schedule's sum of latencies, where the price search stops (with evictions). With
 /// `estimate_until`, also the pooled search's estimate from the same graph by then, where
 /// its table (8 bytes per configuration and count) fits `max_edges` edges' memory. None
-/// where it does not apply, where the graph passes `max_edges`, or past the deadline (or
-/// where an evaluation on all requests would end after it, at the pace of those on a few).
+/// where it does not apply, where the graph passes `max_edges`, or past the deadline (the
+/// first evaluation on all requests may run to `estimate_until`, unless at the pace of those
+/// on a few it would not end by then).
 pub(crate) fn layered_mean_latency(
     model: &Model,
     target_ms: f64,
@@ -442,7 +423,7 @@ pub(crate) fn layered_mean_latency(
         ms: split.graph.ms.clone(),
         tokens: split.graph.tokens.clone(),
     };
-    let memory = max_edges.saturating_mul(super::balanced::EDGE_BYTES);
+    let memory = max_edges.saturating_mul(EDGE_BYTES);
     let mut prices = vec![0.0; model.width];
     // The longest an evaluation took per request (s).
     let per_request_s = std::cell::Cell::new(0.0f64);
@@ -503,7 +484,7 @@ pub(crate) fn layered_mean_latency(
                 from: split.graph.from.clone(),
                 to: split.graph.to.clone(),
                 ms: split.graph.ms.clone(),
-                tokens: Vec::new(),
+                tokens: split.graph.tokens.clone(),
             };
             for (ms, &b) in plain.ms.iter_mut().zip(&split.balance) {
                 if b != 0 {
@@ -568,7 +549,7 @@ pub(crate) fn layered_mean_latency(
                 to_go: to_go.into_iter().map(|c| c / rounding).collect(),
                 refund: prices.iter().map(|&a| -a).collect(),
                 key: std::cell::RefCell::new(vec![0; model.width]),
-                split,
+                configs: split.configs,
             })
         }
         _ => None,
