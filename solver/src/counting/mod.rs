@@ -630,6 +630,15 @@ pub(crate) fn pooled_search(
             best, objective, class, states, note, started,
         ))
     };
+    // The best schedule where a bound (seconds) meets it: within the relative gap the MILP
+    // stops at (`--mip-gap`), and never finer than the bounds' rounding allowance (the
+    // price searches' LPs are solved to about 1e-7, and each of a few edges per batch may
+    // undercut by 1e-9 ms).
+    let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
+    let meets = |bound_s: f64| {
+        warm.as_ref()
+            .filter(|best| best.objective_value(objective) <= bound_s * (1.0 + tolerance))
+    };
     // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
     // where its graph would not be built in time), which may prove the best schedule.
     let mut cycle_s = None;
@@ -646,14 +655,7 @@ pub(crate) fn pooled_search(
             options.memory_limit_bytes,
             Instant::now() + share,
         ) {
-            // Within the relative gap the MILP stops at (`--mip-gap`), and never finer than
-            // its rounding allowance, the bound meets the best schedule: its prices come
-            // from linear programs solved to about 1e-7, and each of a few edges per batch
-            // may undercut by 1e-9 ms.
-            let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
-            if let Some(best) = &warm
-                && best.objective_value(objective) <= bound_s * (1.0 + tolerance)
-            {
+            if let Some(best) = meets(bound_s) {
                 let how = match found.price_rounds {
                     None => format!(
                         "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows",
@@ -687,10 +689,7 @@ pub(crate) fn pooled_search(
             options.memory_limit_bytes,
             (Instant::now() + share, deadline),
         ) {
-            let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
-            if let Some(best) = &warm
-                && best.objective_value(objective) <= bound_s * (1.0 + tolerance)
-            {
+            if let Some(best) = meets(bound_s) {
                 let b = found.bound;
                 let how = match b.price_rounds {
                     None => format!(

@@ -407,20 +407,29 @@ pub(super) fn price(split: &Split, mu: &[f64], priced: &mut Graph) {
 /// ms` (its duration without prices).
 fn cut(split: &Split, cycle: &[usize]) -> Cut {
     let g = &split.graph;
-    let mut coefs = Vec::new();
-    for &e in cycle {
-        match split.balance[e] {
-            0 => {}
-            b if b > 0 => add_coef(&mut coefs, b as usize - 1, -1.0),
-            b => add_coef(&mut coefs, (-b) as usize - 1, 1.0),
-        }
-    }
-    coefs.retain(|&(_, n)| n != 0.0);
     Cut {
         rhs: cycle.iter().map(|&e| g.ms[e]).sum(),
         t_coef: cycle.iter().map(|&e| f64::from(g.tokens[e])).sum(),
-        coefs,
+        coefs: minus_balance(split, cycle.iter().map(|&e| (e, 1.0))),
     }
+}
+
+/// Minus the evictions less refills per pool position of `edges`, each counted `weight`
+/// times (the coefficients of the prices in a cut's row).
+pub(super) fn minus_balance(
+    split: &Split,
+    edges: impl Iterator<Item = (usize, f64)>,
+) -> Vec<(usize, f64)> {
+    let mut coefs = Vec::new();
+    for (e, weight) in edges {
+        match split.balance[e] {
+            0 => {}
+            b if b > 0 => add_coef(&mut coefs, b as usize - 1, -weight),
+            b => add_coef(&mut coefs, (-b) as usize - 1, weight),
+        }
+    }
+    coefs.retain(|&(_, n)| n != 0.0);
+    coefs
 }
 
 /// The prices that make the least cycle ratio largest ([`prices::best_prices`]; each
@@ -434,13 +443,7 @@ pub(super) fn best_ratio_prices(
     target_rho: f64,
     deadline: Instant,
 ) -> Option<(f64, usize, Vec<f64>)> {
-    let mut priced = Graph {
-        configurations: split.graph.configurations,
-        from: split.graph.from.clone(),
-        to: split.graph.to.clone(),
-        ms: split.graph.ms.clone(),
-        tokens: split.graph.tokens.clone(),
-    };
+    let mut priced = split.graph.clone();
     let mut evaluate = |mu: &[f64], start: f64, cuts: &mut Vec<Cut>| -> Option<f64> {
         price(split, mu, &mut priced);
         match least_cycle_ratio(&priced, Some(start), deadline)? {

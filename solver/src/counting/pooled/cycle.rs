@@ -42,6 +42,7 @@ pub(crate) const EDGE_BYTES: usize = 20;
 
 /// The configuration graph: per edge its ends, duration (ms) and tokens generated; only
 /// the Pareto-best (more tokens, less time) edges between two configurations.
+#[derive(Clone)]
 pub(super) struct Graph {
     /// Nodes (configurations; in [`super::balanced`], states within a batch too).
     pub configurations: usize,

@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 use infersched_core::Feature;
 
 use super::super::store::Reached;
-use super::balanced::{Split, price, split_graph};
+use super::balanced::{Split, minus_balance, price, split_graph};
 use super::cycle::{Graph, bellman_ford, configuration};
-use super::prices::{self, Cut, Stall, add_coef};
+use super::prices::{self, Cut, Stall};
 use super::{Class, Model};
 
 /// Bytes one edge takes here: the split graph's (its ends, tokens, duration, balance and
@@ -416,13 +416,7 @@ pub(crate) fn layered_mean_latency(
     let started = Instant::now();
     let split = split_graph(model, deadline, max_edges)?;
     let mut edges_per_ms = 2.0 / least_batch_ms;
-    let mut priced = Graph {
-        configurations: split.graph.configurations,
-        from: split.graph.from.clone(),
-        to: split.graph.to.clone(),
-        ms: split.graph.ms.clone(),
-        tokens: split.graph.tokens.clone(),
-    };
+    let mut priced = split.graph.clone();
     let memory = max_edges.saturating_mul(EDGE_BYTES);
     let mut prices = vec![0.0; model.width];
     // The longest an evaluation took per request (s).
@@ -479,13 +473,7 @@ pub(crate) fn layered_mean_latency(
             let half = started + deadline.saturating_duration_since(started) / 2;
             // Their target: their optimum without evictions (the graph without its eviction
             // and refill edges), at least their optimum with them.
-            let mut plain = Graph {
-                configurations: split.graph.configurations,
-                from: split.graph.from.clone(),
-                to: split.graph.to.clone(),
-                ms: split.graph.ms.clone(),
-                tokens: split.graph.tokens.clone(),
-            };
+            let mut plain = split.graph.clone();
             for (ms, &b) in plain.ms.iter_mut().zip(&split.balance) {
                 if b != 0 {
                     *ms = f64::INFINITY;
@@ -560,40 +548,20 @@ pub(crate) fn layered_mean_latency(
 /// A path as the price search sees it: `t - weighted balance . a <= weight`, each edge's
 /// duration and balance weighted by the requests unfinished in its layer.
 fn path_cut(split: &Split, requests: usize, path: &[(usize, usize)]) -> Cut {
-    let (mut rhs, mut coefs) = (0.0, Vec::new());
-    for &(e, f) in path {
-        let m = (requests - f) as f64;
-        rhs += m * split.graph.ms[e];
-        match split.balance[e] {
-            0 => {}
-            b if b > 0 => add_coef(&mut coefs, b as usize - 1, -m),
-            b => add_coef(&mut coefs, (-b) as usize - 1, m),
-        }
-    }
-    coefs.retain(|&(_, n)| n != 0.0);
+    let weighted = || path.iter().map(|&(e, f)| (e, (requests - f) as f64));
     Cut {
-        rhs,
+        rhs: weighted().map(|(e, m)| m * split.graph.ms[e]).sum(),
         t_coef: 1.0,
-        coefs,
+        coefs: minus_balance(split, weighted()),
     }
 }
 
 /// A cycle costing less than 0 at some prices: every price allowed keeps it at least 0,
 /// `- balance . a <= ms`.
 fn cycle_cut(split: &Split, cycle: &[usize]) -> Cut {
-    let (mut rhs, mut coefs) = (0.0, Vec::new());
-    for &e in cycle {
-        rhs += split.graph.ms[e];
-        match split.balance[e] {
-            0 => {}
-            b if b > 0 => add_coef(&mut coefs, b as usize - 1, -1.0),
-            b => add_coef(&mut coefs, (-b) as usize - 1, 1.0),
-        }
-    }
-    coefs.retain(|&(_, n)| n != 0.0);
     Cut {
-        rhs,
+        rhs: cycle.iter().map(|&e| split.graph.ms[e]).sum(),
         t_coef: 0.0,
-        coefs,
+        coefs: minus_balance(split, cycle.iter().map(|&e| (e, 1.0))),
     }
 }
