@@ -384,10 +384,12 @@ const ALL_STALL: Stall = Stall {
 
 /// The requests the price search first runs on (then on all): twice as many as a batch
 /// may finish, and at least 8 (family (a) with C = 64: the prices found on 8 requests bound
-/// 32 within 0.26%, as many rounds on 32 took 24 evaluations).
+/// 32 within 0.26%, as many rounds on 32 took 24 evaluations); all where that is not under
+/// half of them (an evaluation on all costs at most twice as much).
 fn few_requests(split: &Split, requests: usize) -> usize {
     let most_finishing = split.finishes.iter().copied().max().unwrap_or(0) as usize;
-    requests.min((2 * most_finishing).max(8))
+    let few = (2 * most_finishing).max(8);
+    if 2 * few > requests { requests } else { few }
 }
 
 /// The layered bound on the sum of latencies (ms) of the model's workload: one class of
