@@ -662,8 +662,10 @@ pub(crate) fn pooled_search(
                         found.configurations, found.edges
                     ),
                     Some(rounds) => format!(
-                        "the balanced cycle-ratio bound (evictions priced against refills in {rounds} rounds; {} states, {} edges) shows",
-                        found.configurations, found.edges
+                        "the balanced cycle-ratio bound ({}; {} states, {} edges) shows",
+                        priced_in(rounds),
+                        found.configurations,
+                        found.edges
                     ),
                 };
                 return Ok(proven(best, found.configurations, &how));
@@ -691,16 +693,13 @@ pub(crate) fn pooled_search(
         ) {
             if let Some(best) = meets(bound_s) {
                 let b = found.bound;
-                let how = match b.price_rounds {
-                    None => format!(
-                        "the layered bound ({} states per count finished, {} edges) shows",
-                        b.nodes, b.edges
-                    ),
-                    Some(rounds) => format!(
-                        "the layered bound (evictions priced against refills in {rounds} rounds; {} states per count finished, {} edges) shows",
-                        b.nodes, b.edges
-                    ),
-                };
+                let priced = b.price_rounds.map(|r| format!("{}; ", priced_in(r)));
+                let how = format!(
+                    "the layered bound ({}{} states per count finished, {} edges) shows",
+                    priced.unwrap_or_default(),
+                    b.nodes,
+                    b.edges
+                );
                 return Ok(proven(best, b.nodes, &how));
             }
             layered_s = Some(bound_s);
@@ -783,6 +782,11 @@ pub(crate) fn pooled_search(
         _ => Some(b),
     });
     Ok(PooledSearch::Bounded { bound, warm })
+}
+
+/// How a bound's note names its price search.
+fn priced_in(rounds: usize) -> String {
+    format!("evictions priced against refills in {rounds} rounds")
 }
 
 /// The cycle-ratio bound's share of the time left to the pooled search.

@@ -63,10 +63,10 @@ mod balanced;
 mod cycle;
 mod layered;
 mod prices;
-
-pub(crate) use layered::LayeredEstimate;
 mod prune;
 mod schedule;
+
+pub(crate) use layered::LayeredEstimate;
 
 use std::collections::BinaryHeap;
 use std::time::Instant;

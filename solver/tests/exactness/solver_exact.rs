@@ -1475,6 +1475,29 @@ fn the_pooled_search_bounds_identical_requests_whose_state_graphs_do_not_fit() {
     assert!(report.best_bound <= 0.061_023, "{}", report.best_bound);
 }
 
+/// `n` identical requests whose best schedules serve them two by two under
+/// [`pairs_limits`]: prompts of 4 tokens, 3 outputs.
+fn pairs_requests(n: usize) -> Workload {
+    Workload::new(vec![
+        Request {
+            input_tokens: 4,
+            output_tokens: 3,
+            arrival_s: 0.0,
+        };
+        n
+    ])
+    .unwrap()
+}
+
+/// C = 8, M = 12: two prompts fit a batch, two requests the memory.
+fn pairs_limits() -> Limits {
+    Limits {
+        token_budget: Some(8),
+        kv_capacity: Some(12),
+        ..Limits::unlimited()
+    }
+}
+
 #[test]
 fn identical_requests_at_any_scale_are_proven_by_the_cycle_ratio_bound() {
     // 400 identical requests (prompts of 4 tokens, 3 outputs; C = 8, M = 12) without
@@ -1482,22 +1505,7 @@ fn identical_requests_at_any_scale_are_proven_by_the_cycle_ratio_bound() {
     // then two decodes of the two, and the best schedule repeats it 200 times, so the bound
     // proves it: its makespan is 200 times the proven optimum of 2 requests.
     let cost = cost_model();
-    let requests = |n| {
-        Workload::new(vec![
-            Request {
-                input_tokens: 4,
-                output_tokens: 3,
-                arrival_s: 0.0,
-            };
-            n
-        ])
-        .unwrap()
-    };
-    let limits = Limits {
-        token_budget: Some(8),
-        kv_capacity: Some(12),
-        ..Limits::unlimited()
-    };
+    let (requests, limits) = (pairs_requests, pairs_limits());
     let options = exact_options(PolicyConstraints {
         no_evict: true,
         ..PolicyConstraints::default()
@@ -1540,22 +1548,7 @@ fn identical_requests_mean_latency_is_proven_by_the_layered_bound() {
     // finished) proves it without evictions, where it is exact, and with them, where it
     // prices evictions against refills.
     let cost = cost_model();
-    let requests = |n| {
-        Workload::new(vec![
-            Request {
-                input_tokens: 4,
-                output_tokens: 3,
-                arrival_s: 0.0,
-            };
-            n
-        ])
-        .unwrap()
-    };
-    let limits = Limits {
-        token_budget: Some(8),
-        kv_capacity: Some(12),
-        ..Limits::unlimited()
-    };
+    let (requests, limits) = (pairs_requests, pairs_limits());
     let pair = solve(
         &requests(2),
         &limits,

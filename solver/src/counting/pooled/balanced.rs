@@ -44,7 +44,7 @@ use super::super::batches::Load;
 use super::super::store::Reached;
 use super::cycle::{
     CycleRatio, Graph, Least, SLACK_MS, configuration, generated, keep_pareto, least_cycle_ratio,
-    supply,
+    prompts_held, supply,
 };
 use super::prices::{self, Cut, Stall, add_coef};
 use super::{Model, batches};
@@ -226,11 +226,7 @@ pub(super) fn split_graph(model: &Model, deadline: Instant, max_edges: usize) ->
                 for c in &model.classes {
                     counts[c.pool(0)] = supply[c.pool(0)];
                 }
-                let have: Vec<u64> = model
-                    .classes
-                    .iter()
-                    .map(|c| u64::from(counts[c.prompt_held()]))
-                    .collect();
+                let have = prompts_held(model, &counts);
                 let mut emitted = 0usize;
                 let complete = batches(&plain, &counts, None, &mut |next, ms, choices| {
                     emitted += 1;

@@ -131,11 +131,7 @@ fn graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Graph> {
         for ((c, s), k) in counts.iter_mut().zip(&supply).zip(configs.counts(at)) {
             *c = s + k;
         }
-        let have: Vec<u64> = model
-            .classes
-            .iter()
-            .map(|c| u64::from(counts[c.prompt_held()]))
-            .collect();
+        let have = prompts_held(model, &counts);
         let mut emitted = 0usize;
         let complete = batches(
             model,
@@ -196,6 +192,16 @@ pub(super) fn configuration(model: &Model, next: &[u16], key: &mut [u16]) {
         }
         key[c.finished()] = 0;
     }
+}
+
+/// Per class, the prompt tokens its partial first prefill holds in `counts` (what
+/// [`generated`] counts completed prefills from).
+pub(super) fn prompts_held(model: &Model, counts: &[u16]) -> Vec<u64> {
+    model
+        .classes
+        .iter()
+        .map(|c| u64::from(counts[c.prompt_held()]))
+        .collect()
 }
 
 /// Tokens a pooled batch generates: completed first prefills, decodes and refills

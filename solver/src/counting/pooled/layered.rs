@@ -251,43 +251,40 @@ fn costs_to_go(split: &Split, g: &Graph, requests: usize, deadline: Instant) -> 
     let nodes = g.configurations;
     let configs = split.config_node.len();
     let into = Adjacency::new(nodes, &g.to);
-    let mut ring = Ring::new(split);
+    // The close edges of batches that finish requests: the only ones between layers.
+    let closes: Vec<usize> = (0..g.from.len())
+        .filter(|&e| split.finishes[e] != 0)
+        .collect();
+    // One layer's labels: the layers after it are kept in `to_go`.
+    let mut label = vec![f64::INFINITY; nodes];
     let mut to_go = vec![f64::INFINITY; (requests + 1) * configs];
     to_go[requests * configs] = 0.0;
     let mut heap = BinaryHeap::new();
     for f in (0..requests).rev() {
         let m = (requests - f) as f64;
         let tolerance = m * ROUNDING_MS;
-        // Close edges into the layers after: from every node within a batch finishing
-        // `k` requests, the cost to go of its configuration `k` layers on.
-        for v in 0..nodes {
-            for &e in into.of(v) {
-                let e = e as usize;
-                let k = usize::from(split.finishes[e]);
-                if k == 0 || f + k > requests {
-                    continue;
-                }
-                let from = g.from[e] as usize;
-                if usize::from(split.holding[from]) + f > requests {
-                    continue;
-                }
-                let config = split.config_of[v] as usize;
-                let later = to_go[(f + k) * configs + config];
-                let at = ring.at(f, from);
-                ring.label[at] = ring.label[at].min(later);
+        label.fill(f64::INFINITY);
+        // From every node within a batch finishing `k` requests, the cost to go of its
+        // configuration `k` layers on.
+        for &e in &closes {
+            let k = usize::from(split.finishes[e]);
+            let from = g.from[e] as usize;
+            if f + k > requests || usize::from(split.holding[from]) + f > requests {
+                continue;
             }
+            let config = split.config_of[g.to[e] as usize] as usize;
+            label[from] = label[from].min(to_go[(f + k) * configs + config]);
         }
         // Keys `label + m x pi`: reduced costs (about) non-negative, backwards.
         for (v, &p) in pi.iter().enumerate() {
-            let d = ring.label[ring.at(f, v)];
-            if d.is_finite() {
-                heap.push(Reverse(Entry(d + m * p, v as u32)));
+            if label[v].is_finite() {
+                heap.push(Reverse(Entry(label[v] + m * p, v as u32)));
             }
         }
         let mut popped = 0usize;
         while let Some(Reverse(Entry(key, v))) = heap.pop() {
             let v = v as usize;
-            let d = ring.label[ring.at(f, v)];
+            let d = label[v];
             if key > d + m * pi[v] {
                 continue;
             }
@@ -305,19 +302,17 @@ fn costs_to_go(split: &Split, g: &Graph, requests: usize, deadline: Instant) -> 
                     continue;
                 }
                 let nd = d + m * g.ms[e];
-                let at = ring.at(f, from);
-                if nd < ring.label[at] - tolerance {
-                    ring.label[at] = nd;
+                if nd < label[from] - tolerance {
+                    label[from] = nd;
                     heap.push(Reverse(Entry(nd + m * pi[from], from as u32)));
                 }
             }
         }
         for (id, &node) in split.config_node.iter().enumerate() {
             if usize::from(split.holding[node as usize]) + f <= requests {
-                to_go[f * configs + id] = ring.label[ring.at(f, node as usize)];
+                to_go[f * configs + id] = label[node as usize];
             }
         }
-        ring.clear(f);
     }
     Some(to_go)
 }
