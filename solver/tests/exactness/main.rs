@@ -3,5 +3,6 @@
 //! heuristics and the replay.
 
 mod chunk_merging;
+mod golden_dispatch;
 mod optimum_vs_heuristics;
 mod solver_exact;
