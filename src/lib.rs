@@ -15,8 +15,10 @@
 //! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
 //!
 //! Features (all on by default): `png` (PNG copies of plots, resvg), `sweep` (the sweep
-//! module: toml, indicatif), `cli` (both, plus Ctrl-C handling; the binary needs it). With
-//! `default-features = false` the library is the solver, replay, compare and SVG reports.
+//! module: toml, indicatif), `calibrate` (the GPU calibration: the kernels crate and the
+//! [`calibration`] module), `cli` (all three, plus Ctrl-C handling; the binary needs it).
+//! With `default-features = false` the library is the solver, replay, compare and SVG
+//! reports.
 //!
 //! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
 //!   `summary.json`).
@@ -37,11 +39,13 @@
 
 pub use infersched_core as core;
 pub use infersched_cost_model as cost_model;
+#[cfg(feature = "calibrate")]
 pub use infersched_kernels_calibration as kernels_calibration;
 pub use infersched_schedulers as schedulers;
 pub use infersched_solver as solver;
 pub use infersched_workload as workload;
 
+#[cfg(feature = "calibrate")]
 pub mod calibration;
 pub mod compare;
 #[cfg(feature = "cli")]

@@ -8,11 +8,12 @@
 //! ([`ArcFlow::objective_expression`]). Time is in milliseconds for numerics. HiGHS solves
 //! it from the best heuristic schedule; its schedule is replayed independently.
 
+use crate::backend;
 use crate::bounds::CombinatorialBound;
 use crate::classes::{class_graph, entry_cost_ms, request_classes};
 use crate::graph::{ArcKind, StateGraph};
-use crate::portfolio::{BestHeuristic, heuristic_with_bound};
-use crate::report::certified_gap;
+use crate::report::{self, certified_gap};
+use crate::store::Incumbent;
 use crate::{
     BoundMethod, ModelSize, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions,
     SolveReport, SolveStatus, WarmStart, bounds, progress,
@@ -515,7 +516,7 @@ pub(crate) struct ArcFlowProblem<'a> {
     pub objective: Objective,
     pub options: &'a SolveOptions,
     pub model_class: PolicyConstraints,
-    pub warm: Option<BestHeuristic>,
+    pub warm: Option<Incumbent>,
     pub combinatorial: CombinatorialBound,
     /// When the solve began (what came before comes off the time limit).
     pub started: Instant,
@@ -644,42 +645,42 @@ fn horizon(p: &ArcFlowProblem<'_>, min_prefill_batches: u64) -> Result<(usize, b
     }
 }
 
-/// Applies the HiGHS settings of `options` (time limit, threads, gaps, seed, logging);
-/// returns the progress watcher when one runs.
+/// Configures HiGHS for the arc-flow MILP from `options` (threads, gap, logging: to a
+/// file a progress watcher reads where an observer listens); returns the watcher.
 fn configure_highs(
     hmodel: &mut highs::Model,
     options: &SolveOptions,
     time_limit_s: f64,
+    presolve: bool,
 ) -> Option<progress::ProgressWatcher> {
-    hmodel.make_quiet();
-    let mut watcher = None;
-    if options.log {
-        hmodel.set_option("output_flag", true);
-        hmodel.set_option("log_to_console", true);
-    } else if let Some(observer) = &options.observer {
-        static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "infersched-highs-{}-{}.log",
-            std::process::id(),
-            RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        if let Some(p) = path.to_str() {
-            hmodel.set_option("output_flag", true);
-            hmodel.set_option("log_to_console", false);
-            hmodel.set_option("log_file", p.as_bytes());
-            watcher = Some(progress::ProgressWatcher::start(&path, observer.clone()));
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let log_file = std::env::temp_dir().join(format!(
+        "infersched-highs-{}-{}.log",
+        std::process::id(),
+        RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let (log, watcher) = match &options.observer {
+        _ if options.log => (backend::Log::Console, None),
+        Some(observer) if log_file.to_str().is_some() => {
+            (backend::Log::File(&log_file), Some(observer.clone()))
         }
-    }
-    hmodel.set_option("time_limit", time_limit_s);
-    hmodel.set_option("threads", options.threads.max(1) as i32);
-    hmodel.set_option("mip_rel_gap", options.mip_rel_gap);
-    hmodel.set_option("mip_abs_gap", 1e-9);
-    hmodel.set_option("random_seed", 0);
-    // Feasibility jump (a primal heuristic) does not check the clock: on family (a) with
-    // C (267,719 columns) it ran 16 s into a 5 s limit. The warm start gives the first
-    // incumbent anyway.
-    hmodel.set_option("mip_heuristic_run_feasibility_jump", false);
-    watcher
+        _ => (backend::Log::Quiet, None),
+    };
+    backend::configure(
+        hmodel,
+        &backend::Settings {
+            time_limit_s,
+            threads: options.threads,
+            mip_rel_gap: options.mip_rel_gap,
+            mip_abs_gap: Some(1e-9),
+            // The warm start gives the first incumbent anyway.
+            feasibility_jump: false,
+            pscost_min_reliable: None,
+            presolve,
+            log,
+        },
+    );
+    watcher.map(|observer| progress::ProgressWatcher::start(&log_file, observer))
 }
 
 /// Builds the arc-flow MILP, solves it with HiGHS from the warm start, replays its
@@ -702,7 +703,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     // off the time limit: past it the best heuristic is returned with the bound.
     // The best schedule found before the MILP, with the combinatorial bound and `note`.
     let without_milp = |note: String| -> Result<SolveReport, SolveError> {
-        heuristic_with_bound(
+        report::best_found(
             w,
             limits,
             cost,
@@ -761,7 +762,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
     if exceeds_columns(classes, horizon, options.arc_column_cap()) {
         let note = too_many_columns();
-        return heuristic_with_bound(
+        return report::best_found(
             w,
             limits,
             cost,
@@ -828,13 +829,15 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         return answer;
     }
     let time_limit_s = options.time_limit_s - p.started.elapsed().as_secs_f64();
-    let watcher = configure_highs(&mut hmodel, options, time_limit_s);
-    if model_size.columns > PRESOLVE_MAX_COLUMNS {
-        // HiGHS's presolve checks the clock rarely: on family (b) n = 32 (1.46M columns)
-        // it ran 88.5 s into a 60 s limit (probing), and 77 s without probing, for a 1%
-        // reduction. Past this size the MILP goes without presolve.
-        hmodel.set_option("presolve", "off");
-    }
+    // HiGHS's presolve checks the clock rarely: on family (b) n = 32 (1.46M columns) it ran
+    // 88.5 s into a 60 s limit (probing), and 77 s without probing, for a 1% reduction.
+    // Past this size the MILP goes without presolve.
+    let watcher = configure_highs(
+        &mut hmodel,
+        options,
+        time_limit_s,
+        model_size.columns <= PRESOLVE_MAX_COLUMNS,
+    );
 
     // Warm start: the heuristic schedule as arc choices.
     let arcs = ArcModel {
@@ -873,11 +876,11 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
     let build_s = t_build.elapsed().as_secs_f64();
 
     let t_solve = Instant::now();
-    let Some(solved) = solve_within(hmodel, time_limit_s + highs_grace_s(time_limit_s)) else {
+    let Some(solved) = backend::run(hmodel, time_limit_s) else {
         drop(watcher);
         return without_milp(format!(
             "HiGHS did not stop within {:.0} s of its {time_limit_s:.0} s limit (some of its root-node heuristics do not check the clock), so its run was abandoned",
-            highs_grace_s(time_limit_s)
+            backend::grace_s(time_limit_s)
         ));
     };
     let solved = solved.map_err(|e| SolveError::Highs(format!("{e:?}")))?;
@@ -896,12 +899,8 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         _ if has_solution => SolveStatus::TimeLimit,
         _ => SolveStatus::NoSolution,
     };
-    let bound_ms = solved
-        .double_info_value(c"mip_dual_bound")
-        .ok()
-        .filter(|b| b.is_finite())
-        .unwrap_or(0.0);
-    let nodes = mip_node_count(&solved);
+    let bound_ms = backend::dual_bound(&solved).unwrap_or(0.0);
+    let nodes = backend::mip_node_count(&solved);
     let (schedule, milp_objective) = if has_solution {
         let sol = solved.get_solution();
         let cols = sol.columns();
@@ -964,69 +963,6 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         warm_start: warm_report,
         schedule,
     })
-}
-
-/// How long past its time limit HiGHS may run before its run is abandoned: 10% of the
-/// limit, at least 5 s. HiGHS checks its clock between phases, but some root-node
-/// heuristics run without looking: on family (a) with C = 64 (267,719 columns), the
-/// central rounding's line search (a domain propagation per step) ran more than 8 minutes
-/// past a 200 s limit.
-pub(crate) fn highs_grace_s(time_limit_s: f64) -> f64 {
-    (0.1 * time_limit_s).max(5.0)
-}
-
-/// A HiGHS model moved to the thread that solves it.
-struct OnSolverThread<T>(T);
-
-// SAFETY: a HiGHS instance has no thread affinity. The model (and the solved model it
-// becomes) is moved whole to one thread and back, never shared or used by two threads.
-#[allow(unsafe_code)]
-unsafe impl<T> Send for OnSolverThread<T> {}
-
-/// Solves `model` on its own thread, waiting at most `wait_s` seconds: HiGHS's answer, or
-/// None when it is still running then (its thread is left to finish on its own; the
-/// process exits without waiting for it). The model's only links to this thread are
-/// owned: no callback refers to anything here.
-pub(crate) fn solve_within(
-    model: highs::Model,
-    wait_s: f64,
-) -> Option<Result<highs::SolvedModel, highs::HighsStatus>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let job = OnSolverThread(model);
-    let spawned = std::thread::Builder::new()
-        .name("highs".into())
-        .spawn(move || {
-            let job = job;
-            let solved = job.0.try_solve().map(OnSolverThread);
-            let _ = tx.send(solved);
-        });
-    if spawned.is_err() {
-        return Some(Err(highs::HighsStatus::Error));
-    }
-    let wait =
-        std::time::Duration::try_from_secs_f64(wait_s.max(0.0)).unwrap_or(std::time::Duration::MAX);
-    match rx.recv_timeout(wait) {
-        Ok(solved) => Some(solved.map(|s| s.0)),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-        // The thread ended without an answer (it panicked): HiGHS failed.
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            Some(Err(highs::HighsStatus::Error))
-        }
-    }
-}
-
-/// HiGHS's branch-and-bound node count. It is an `int64` info item, which the `highs`
-/// crate's `int_info_value` (HighsInt only) cannot read: asking it that way fails and
-/// prints an error on stderr, so read it through the C API's int64 getter.
-#[allow(unsafe_code)]
-fn mip_node_count(solved: &highs::SolvedModel) -> Option<i64> {
-    let mut value: i64 = -1;
-    // SAFETY: `solved` owns a live Highs instance for the duration of the call; the name
-    // is a NUL-terminated string and `value` a valid i64 the call writes into.
-    let status = unsafe {
-        highs_sys::Highs_getInt64InfoValue(solved.as_ptr(), c"mip_node_count".as_ptr(), &mut value)
-    };
-    (status == highs_sys::kHighsStatusOk && value >= 0).then_some(value)
 }
 
 /// The batches chosen by a solution: each class's flows are split among its members,
@@ -1176,45 +1112,6 @@ fn warm_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use good_lp::{ProblemVariables, SolverModel, constraint, highs, variable};
-
-    /// A small knapsack: maximise sum v_i x_i with sum w_i x_i <= cap, as a HiGHS model.
-    fn knapsack(items: usize) -> highs::Model {
-        let mut vars = ProblemVariables::new();
-        let x: Vec<_> = (0..items).map(|_| vars.add(variable().binary())).collect();
-        let value = |i: usize| ((i * 37) % 23 + 1) as f64;
-        let weight = |i: usize| ((i * 53) % 19 + 2) as f64;
-        let objective: good_lp::Expression = x.iter().enumerate().map(|(i, &v)| value(i) * v).sum();
-        let load: good_lp::Expression = x.iter().enumerate().map(|(i, &v)| weight(i) * v).sum();
-        let mut problem = vars.maximise(objective).using(highs);
-        problem.add_constraint(constraint!(load <= (items as f64) * 2.5));
-        let mut model = problem.into_inner();
-        model.make_quiet();
-        model.set_option("threads", 1);
-        model
-    }
-
-    #[test]
-    fn a_solve_within_its_wait_returns_highs_answer() {
-        let solved = solve_within(knapsack(3), 60.0).unwrap().unwrap();
-        // Capacity 7.5: items of weight 2 (value 1), 17 (15), 13 (6): only the first fits.
-        assert_eq!(solved.status(), highs::HighsModelStatus::Optimal);
-        assert!((solved.objective_value() - 1.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_solve_past_its_wait_is_abandoned() {
-        // No time at all to answer: the caller gets None at once, whatever HiGHS does.
-        let t = Instant::now();
-        assert!(solve_within(knapsack(400), 0.0).is_none());
-        assert!(t.elapsed().as_secs_f64() < 5.0);
-    }
-
-    #[test]
-    fn the_grace_is_a_tenth_of_the_limit_and_at_least_five_seconds() {
-        assert_eq!(highs_grace_s(10.0), 5.0);
-        assert_eq!(highs_grace_s(200.0), 20.0);
-    }
 
     #[test]
     fn a_model_too_big_for_its_arc_columns_is_known_before_it_is_built() {
@@ -1248,7 +1145,7 @@ mod tests {
                 objective: Objective::MeanLatency,
                 options: &options,
                 model_class: PolicyConstraints::default(),
-                warm: Some(BestHeuristic {
+                warm: Some(Incumbent {
                     name: "sarathi".into(),
                     schedule: sim.schedule,
                     replay,

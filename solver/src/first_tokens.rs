@@ -30,7 +30,7 @@ use std::time::Instant;
 use infersched_cost_model::LinearCostModel;
 
 use crate::bounds::{PhasePlan, first_tokens_only};
-use crate::portfolio::BestHeuristic;
+use crate::store::Incumbent;
 use crate::{Objective, PolicyConstraints, SolveOptions};
 
 /// The first-tokens-first schedule of `w` under `limits` (times estimated with `cost` to
@@ -231,10 +231,10 @@ pub(crate) fn planned(
     cost: &LinearCostModel,
     class: &PolicyConstraints,
     plan: &PhasePlan,
-    warm: &Option<BestHeuristic>,
+    warm: &Option<Incumbent>,
     options: &SolveOptions,
     deadline: Instant,
-) -> Option<BestHeuristic> {
+) -> Option<Incumbent> {
     let cut = Workload::new(first_tokens_only(w)).ok()?;
     let (prompts, _, tried) = crate::plan_schedule::search_plans(
         &cut,
@@ -251,7 +251,7 @@ pub(crate) fn planned(
     if !class.admits(w, limits, &schedule) {
         return None;
     }
-    let planned = BestHeuristic {
+    let planned = Incumbent {
         name: format!("phase-relaxation plan of the first tokens (plans tried: {tried})"),
         schedule,
         replay,
@@ -271,10 +271,10 @@ pub(crate) fn searched(
     limits: &Limits,
     cost: &LinearCostModel,
     class: &PolicyConstraints,
-    warm: &Option<BestHeuristic>,
+    warm: &Option<Incumbent>,
     options: &SolveOptions,
     deadline: Instant,
-) -> Option<BestHeuristic> {
+) -> Option<Incumbent> {
     if class.no_evict || class.reserve {
         return None;
     }
@@ -306,7 +306,7 @@ pub(crate) fn searched(
     if !class.admits(w, limits, &schedule) {
         return None;
     }
-    let searched = BestHeuristic {
+    let searched = Incumbent {
         name: format!("{} on the first tokens", prompts.name),
         schedule,
         replay,
@@ -515,7 +515,7 @@ mod tests {
         };
         let class = PolicyConstraints::default();
         let ftf = first_tokens_first(&w, &limits, &cost(), &class).unwrap();
-        let start = BestHeuristic {
+        let start = Incumbent {
             name: "first-tokens-first".into(),
             replay: infersched_core::replay(&w, &limits, &cost(), &ftf).unwrap(),
             schedule: ftf,

@@ -24,8 +24,8 @@
 //! bound already sees the bursts, and one group's makespan says nothing of another's.
 
 use crate::bounds::{self, BoundArgument, CombinatorialBound};
-use crate::portfolio::BestHeuristic;
 use crate::report::certified_gap;
+use crate::store::Incumbent;
 use crate::{
     BoundMethod, Objective, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
     WarmStart,
@@ -89,7 +89,7 @@ pub(crate) fn solve_by_groups(
     objective: Objective,
     options: &SolveOptions,
     groups: &[Vec<u32>],
-    whole: &BestHeuristic,
+    whole: &Incumbent,
     bound: CombinatorialBound,
     time_s: f64,
     started: Instant,

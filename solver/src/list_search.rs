@@ -21,7 +21,7 @@
 //! nothing beats it). The budget is a count of tries, so the result is deterministic; the
 //! deadline only stops a search that would overrun the solve's time limit.
 
-use crate::portfolio::BestHeuristic;
+use crate::store::Incumbent;
 use crate::{Objective, PolicyConstraints, bounds};
 use infersched_core::{Feature, Limits, Workload, replay};
 use infersched_cost_model::LinearCostModel;
@@ -298,7 +298,7 @@ pub(crate) struct SearchBudget {
 fn starting_orders(
     w: &Workload,
     cost: &LinearCostModel,
-    start: &BestHeuristic,
+    start: &Incumbent,
     class: &PolicyConstraints,
 ) -> Vec<(&'static str, Vec<u32>)> {
     let fcfs = w.fcfs_order();
@@ -396,7 +396,7 @@ struct Search<'a> {
     class: &'a PolicyConstraints,
     budget: SearchBudget,
     evaluations: usize,
-    best: Option<(f64, Candidate, BestHeuristic)>,
+    best: Option<(f64, Candidate, Incumbent)>,
     /// The best candidate with a static order (the one single moves change).
     best_static: Option<(f64, Candidate)>,
 }
@@ -443,7 +443,7 @@ impl Search<'_> {
             self.best = Some((
                 v,
                 cand.clone(),
-                BestHeuristic {
+                Incumbent {
                     name: String::new(),
                     schedule: sim.schedule,
                     replay: r,
@@ -542,9 +542,9 @@ pub(crate) fn improve(
     cost: &LinearCostModel,
     objective: Objective,
     class: &PolicyConstraints,
-    start: BestHeuristic,
+    start: Incumbent,
     budget: SearchBudget,
-) -> (BestHeuristic, usize) {
+) -> (Incumbent, usize) {
     if class.no_mix || w.is_empty() {
         return (start, 0);
     }
@@ -753,7 +753,7 @@ mod tests {
         );
     }
 
-    fn heuristic(w: &Workload, l: &Limits, objective: Objective) -> BestHeuristic {
+    fn heuristic(w: &Workload, l: &Limits, objective: Objective) -> Incumbent {
         crate::portfolio::best_heuristic(
             w,
             l,

@@ -1,35 +1,12 @@
 //! The heuristic portfolio: the best schedule the heuristics reach in the policy class
-//! (the MILP's warm start and first upper bound), and the answer returned with a
-//! combinatorial bound when no exact model fits the limits.
+//! (the MILP's warm start and first upper bound).
 
-use crate::bounds::CombinatorialBound;
-use crate::report::certified_gap;
-use crate::{
-    BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveReport, SolveStatus,
-    WarmStart, dominance,
-};
+use crate::store::Incumbent;
+use crate::{Objective, PolicyConstraints, dominance};
 use infersched_core::{Limits, Replay, Schedule, Workload, replay};
 use infersched_cost_model::LinearCostModel;
 use infersched_schedulers::{Knobs, McsfOrder, SchedulerKind};
 use std::time::Instant;
-
-/// A heuristic schedule of the portfolio, with its replay.
-#[derive(Debug, Clone)]
-pub(crate) struct BestHeuristic {
-    /// The heuristic and its variant, e.g. `mcsf+order=tokens+max-running=24`.
-    pub name: String,
-    /// Its schedule (prefill chunks merged where the model has no chunk arcs).
-    pub schedule: Schedule,
-    /// The schedule's replay under the problem's limits.
-    pub replay: Replay,
-}
-
-impl BestHeuristic {
-    /// Its replayed objective (seconds).
-    pub fn objective_value(&self, objective: Objective) -> f64 {
-        objective.of_replay(&self.replay)
-    }
-}
 
 /// The best heuristic schedule in the class, with its replay. Past `deadline` no further
 /// variant is tried once one schedule is in hand (each simulates the whole workload, and
@@ -42,7 +19,7 @@ pub(crate) fn best_heuristic(
     class: &PolicyConstraints,
     from: &[SchedulerKind],
     deadline: Instant,
-) -> Option<BestHeuristic> {
+) -> Option<Incumbent> {
     let knobs = Knobs {
         watermark: Some(0.0),
         ..Knobs::matching(limits)
@@ -159,86 +136,10 @@ pub(crate) fn best_heuristic(
             best = Some((name, sim.schedule, r, v, place));
         }
     }
-    // For mean TTFT, first tokens first (module `first_tokens`), judged the same way.
-    if objective == Objective::MeanTtft
-        && let Some(schedule) = crate::first_tokens::first_tokens_first(w, limits, cost, class)
-        && let Ok(r) = replay(w, limits, cost, &schedule)
-        && class.admits(w, limits, &schedule)
-    {
-        let v = objective.of_replay(&r);
-        if best.as_ref().is_none_or(|b| v < b.3) {
-            best = Some(("first-tokens-first".to_string(), schedule, r, v, usize::MAX));
-        }
-    }
-    best.map(|(name, schedule, replay, _, _)| BestHeuristic {
+    best.map(|(name, schedule, replay, _, _)| Incumbent {
         name,
         schedule,
         replay,
-    })
-}
-
-/// The answer when no exact model can be solved: the best heuristic schedule of the
-/// portfolio (in the policy class), replayed, with the combinatorial bound; `note` says why.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn heuristic_with_bound(
-    w: &Workload,
-    limits: &Limits,
-    cost: &LinearCostModel,
-    objective: Objective,
-    class: PolicyConstraints,
-    warm: Option<BestHeuristic>,
-    bound: CombinatorialBound,
-    note: String,
-    started: Instant,
-) -> Result<SolveReport, SolveError> {
-    let Some(BestHeuristic { name, schedule, .. }) = warm else {
-        return Err(SolveError::Infeasible(format!(
-            "{note}, and no heuristic schedule exists in this policy class"
-        )));
-    };
-    let r = replay(w, limits, cost, &schedule)?;
-    let replayed = objective.of_replay(&r);
-    let best_bound = bound.value_s.min(replayed).max(0.0);
-    // Where the bound meets the schedule, the schedule is optimal: said so.
-    let proven = replayed <= bound.value_s * (1.0 + 1e-9);
-    let answer = if proven {
-        format!(
-            "the best schedule found ({name}) meets the {} bound, so it is optimal",
-            bound.argument.name()
-        )
-    } else {
-        format!(
-            "the best schedule found without it ({name}) is returned with the {} bound",
-            bound.argument.name()
-        )
-    };
-    Ok(SolveReport {
-        status: if proven {
-            SolveStatus::Optimal
-        } else {
-            SolveStatus::NotProven
-        },
-        method: SolveMethod::BestHeuristic,
-        objective,
-        constraints: class,
-        milp_objective: None,
-        replayed_objective: replayed,
-        best_bound,
-        certified_gap: certified_gap(replayed, best_bound),
-        bound_method: BoundMethod::Combinatorial(bound.argument),
-        note: Some(format!("{note}; {answer}")),
-        horizon: schedule.batches.len(),
-        horizon_proven_sufficient: false,
-        model: None,
-        build_s: started.elapsed().as_secs_f64(),
-        solve_s: 0.0,
-        nodes: None,
-        states_expanded: None,
-        warm_start: Some(WarmStart {
-            heuristic: name,
-            objective: replayed,
-        }),
-        schedule,
     })
 }
 

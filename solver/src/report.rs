@@ -1,9 +1,14 @@
 //! What a solve answers: the schedule, its replayed objective, a proven lower bound and
 //! the certified gap, which method produced each, and the errors.
 
+use crate::bounds::CombinatorialBound;
+use crate::store::Incumbent;
 use crate::{Objective, PolicyConstraints, bounds};
 use infersched_core::Schedule;
+use infersched_core::{Limits, Workload, replay};
+use infersched_cost_model::LinearCostModel;
 use serde::Serialize;
+use std::time::Instant;
 use thiserror::Error;
 
 /// How the solve ended.
@@ -174,4 +179,69 @@ pub fn certified_gap(replayed: f64, bound: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The answer when no exact model can be solved: the best heuristic schedule of the
+/// portfolio (in the policy class), replayed, with the combinatorial bound; `note` says why.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn best_found(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    class: PolicyConstraints,
+    warm: Option<Incumbent>,
+    bound: CombinatorialBound,
+    note: String,
+    started: Instant,
+) -> Result<SolveReport, SolveError> {
+    let Some(Incumbent { name, schedule, .. }) = warm else {
+        return Err(SolveError::Infeasible(format!(
+            "{note}, and no heuristic schedule exists in this policy class"
+        )));
+    };
+    let r = replay(w, limits, cost, &schedule)?;
+    let replayed = objective.of_replay(&r);
+    let best_bound = bound.value_s.min(replayed).max(0.0);
+    // Where the bound meets the schedule, the schedule is optimal: said so.
+    let proven = replayed <= bound.value_s * (1.0 + 1e-9);
+    let answer = if proven {
+        format!(
+            "the best schedule found ({name}) meets the {} bound, so it is optimal",
+            bound.argument.name()
+        )
+    } else {
+        format!(
+            "the best schedule found without it ({name}) is returned with the {} bound",
+            bound.argument.name()
+        )
+    };
+    Ok(SolveReport {
+        status: if proven {
+            SolveStatus::Optimal
+        } else {
+            SolveStatus::NotProven
+        },
+        method: SolveMethod::BestHeuristic,
+        objective,
+        constraints: class,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: certified_gap(replayed, best_bound),
+        bound_method: BoundMethod::Combinatorial(bound.argument),
+        note: Some(format!("{note}; {answer}")),
+        horizon: schedule.batches.len(),
+        horizon_proven_sufficient: false,
+        model: None,
+        build_s: started.elapsed().as_secs_f64(),
+        solve_s: 0.0,
+        nodes: None,
+        states_expanded: None,
+        warm_start: Some(WarmStart {
+            heuristic: name,
+            objective: replayed,
+        }),
+        schedule,
+    })
 }

@@ -377,27 +377,27 @@ fn solve_relaxation(
         problem.add_constraint(r);
     }
     let mut model = problem.into_inner();
-    model.make_quiet();
-    model.set_option("time_limit", time_limit_s);
-    model.set_option("threads", threads.max(1) as i32);
-    model.set_option("mip_rel_gap", 1e-6);
-    model.set_option("random_seed", 0);
-    // Branch on pseudo-costs from the first node instead of strong branching until they
-    // are reliable: strong branching spends the time share at the root here (measured on
-    // the 12-request burst of README family (b) n = 32: bound 508.5 -> 509.6 ms at 12 s,
-    // 508.5 -> 513.6 ms at 25 s; elsewhere within 0.02%).
-    model.set_option("mip_pscost_minreliable", 0);
+    crate::backend::configure(
+        &mut model,
+        &crate::backend::Settings {
+            time_limit_s,
+            threads,
+            mip_rel_gap: 1e-6,
+            mip_abs_gap: None,
+            feasibility_jump: true,
+            // Branch on pseudo-costs from the first node instead of strong branching until
+            // they are reliable: strong branching spends the time share at the root here
+            // (measured on the 12-request burst of README family (b) n = 32: bound 508.5 ->
+            // 509.6 ms at 12 s, 508.5 -> 513.6 ms at 25 s; elsewhere within 0.02%).
+            pscost_min_reliable: Some(0),
+            presolve: true,
+            log: crate::backend::Log::Quiet,
+        },
+    );
     // HiGHS may overrun its limit in heuristics that do not check the clock: past the
     // grace the relaxation gives no bound.
-    let solved = crate::arcflow::solve_within(
-        model,
-        time_limit_s + crate::arcflow::highs_grace_s(time_limit_s),
-    )?
-    .ok()?;
-    let bound_ms = solved
-        .double_info_value(c"mip_dual_bound")
-        .ok()
-        .filter(|b| b.is_finite())?;
+    let solved = crate::backend::run(model, time_limit_s)?.ok()?;
+    let bound_ms = crate::backend::dual_bound(&solved)?;
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
     // HiGHS's tolerances: keep a margin below its bound. Stopped before its root is solved,
     // HiGHS's dual bound can be below the cuts it was given, which are bounds themselves.

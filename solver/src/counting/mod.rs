@@ -30,7 +30,7 @@ use infersched_cost_model::LinearCostModel;
 use crate::bounds::BoundArgument;
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
-use crate::portfolio::BestHeuristic;
+use crate::store::Incumbent;
 use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport,
     SolveStatus, WarmStart,
@@ -484,7 +484,7 @@ pub(crate) fn unchunked_optimum(
 /// The report of a search that proved `best` (the schedule it was given as its incumbent)
 /// optimal, expanding `expanded` count vectors.
 pub(crate) fn incumbent_report(
-    best: &BestHeuristic,
+    best: &Incumbent,
     objective: Objective,
     class: PolicyConstraints,
     expanded: usize,
@@ -529,7 +529,7 @@ pub(crate) fn solve_by_counting(
     cost: &LinearCostModel,
     objective: Objective,
     options: &SolveOptions,
-    incumbent: Option<&BestHeuristic>,
+    incumbent: Option<&Incumbent>,
     started: Instant,
 ) -> Result<Option<SolveReport>, SolveError> {
     let class = options.constraints;
@@ -598,7 +598,7 @@ pub(crate) enum PooledSearch {
     /// so far (the followed path where it is better).
     Bounded {
         bound: Option<(f64, BoundArgument)>,
-        warm: Option<BestHeuristic>,
+        warm: Option<Incumbent>,
     },
 }
 
@@ -614,14 +614,14 @@ pub(crate) fn pooled_search(
     cost: &LinearCostModel,
     objective: Objective,
     options: &SolveOptions,
-    warm: Option<BestHeuristic>,
+    warm: Option<Incumbent>,
     deadline: Instant,
     started: Instant,
 ) -> Result<PooledSearch, SolveError> {
     let class = options.constraints;
     let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
     // `best` proven optimal by an argument that `how` names, over `states` states.
-    let proven = |best: &BestHeuristic, states: usize, how: &str| {
+    let proven = |best: &Incumbent, states: usize, how: &str| {
         let note = format!(
             "{how} that no schedule beats {}'s, so it is optimal",
             best.name
@@ -741,7 +741,7 @@ pub(crate) fn pooled_search(
     // it is optimal), or at least beat the best schedule so far.
     let followed = schedule.and_then(|schedule| {
         let replay = replay(w, limits, cost, &schedule).ok()?;
-        class.admits(w, limits, &schedule).then(|| BestHeuristic {
+        class.admits(w, limits, &schedule).then(|| Incumbent {
             name: format!("the pooled search's optimal path (states: {expanded})"),
             schedule,
             replay,
