@@ -13,9 +13,9 @@ use crate::core::io::write_bytes_atomic;
 use crate::core::{Limits, Workload};
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
 pub use crate::produce::{Contender, Outcome};
-use crate::produce::{ProduceWith, produce};
+use crate::produce::{OPTIMAL, ProduceWith, RunStatus, produce};
 use crate::schedulers::Knobs;
-use crate::solver::{Objective, SolveOptions, SolveStatus};
+use crate::solver::{Objective, SolveOptions};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -122,8 +122,9 @@ impl From<&crate::core::Distribution> for Quantiles {
 pub struct ComparisonRow {
     /// Scheduler name.
     pub scheduler: String,
-    /// `heuristic`, or the MILP's status (`optimal`, `time-limit`, `no-solution`).
-    pub status: String,
+    /// `heuristic`, or the solver's status (`optimal`, `time-limit`, `no-solution`,
+    /// `not-proven`).
+    pub status: RunStatus,
     /// The objective's value in the replay (s).
     pub objective_s: f64,
     /// objective / the optimal scheduler's objective (when it ran): a ratio to the
@@ -171,7 +172,7 @@ pub struct ComparisonRow {
 /// only the ratios to the bound are proven.
 pub fn optimum_proven(rows: &[ComparisonRow]) -> bool {
     rows.iter()
-        .any(|r| r.scheduler == "optimal" && r.status == SolveStatus::Optimal.name())
+        .any(|r| r.scheduler == OPTIMAL && r.status.proven_optimal())
 }
 
 /// What the ratios divide by, for headers and titles.
@@ -189,15 +190,11 @@ pub enum Reference {
 pub fn reference(rows: &[ComparisonRow]) -> Reference {
     if optimum_proven(rows) {
         Reference::Optimum
-    } else if rows.iter().any(|r| r.scheduler == "optimal") {
+    } else if rows.iter().any(|r| r.scheduler == OPTIMAL) {
         Reference::BestFound
     } else {
         Reference::NoSolver
     }
-}
-
-fn status_name(s: SolveStatus) -> &'static str {
-    s.name()
 }
 
 impl Comparison {
@@ -238,11 +235,7 @@ impl Comparison {
                 let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0).map(|d| v / d);
                 ComparisonRow {
                     scheduler: name.to_string(),
-                    status: o
-                        .solve
-                        .as_ref()
-                        .map_or("heuristic", |r| status_name(r.status))
-                        .to_string(),
+                    status: RunStatus::of(o),
                     objective_s: v,
                     ratio_to_optimum: ratio(opt_value),
                     ratio_to_bound: ratio(bound),

@@ -7,7 +7,7 @@ use crate::core::{Limits, Replay, ReplayError, Schedule, Summary, Workload, repl
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
 use crate::schedulers::{Knobs, SchedulerKind, SimError};
 use crate::solver::{
-    Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, WarmStart,
+    Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, SolveStatus, WarmStart,
 };
 use std::fmt;
 use thiserror::Error;
@@ -24,6 +24,78 @@ pub enum Contender {
 
 /// The name the solver's rows carry in tables, plots and files.
 pub const OPTIMAL: &str = "optimal";
+
+/// How a row's schedule came to be, as tables, reports and `results.csv` name it: a
+/// heuristic's (`heuristic`), the solver's with its status (`optimal`, `time-limit`,
+/// `no-solution`, `not-proven`), or a run that failed (`error`, sweeps only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    /// A heuristic policy's schedule.
+    Heuristic,
+    /// The solver's schedule, with how its solve ended.
+    Solver(SolveStatus),
+    /// The run failed (its row says why).
+    Error,
+}
+
+impl RunStatus {
+    /// The name in tables and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Heuristic => "heuristic",
+            RunStatus::Solver(s) => s.name(),
+            RunStatus::Error => "error",
+        }
+    }
+
+    /// The status of a produced schedule: the solver's where it solved, else a heuristic's.
+    pub fn of(outcome: &Outcome) -> Self {
+        outcome
+            .solve
+            .as_ref()
+            .map_or(RunStatus::Heuristic, |r| RunStatus::Solver(r.status))
+    }
+
+    /// Whether the schedule is proven optimal (the solver's, status `optimal`).
+    pub fn proven_optimal(self) -> bool {
+        self == RunStatus::Solver(SolveStatus::Optimal)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "heuristic" => Ok(RunStatus::Heuristic),
+            "error" => Ok(RunStatus::Error),
+            _ => s.parse::<SolveStatus>().map(RunStatus::Solver).map_err(|_| {
+                format!(
+                    "unknown status \"{}\": expected heuristic, error, optimal, time-limit, no-solution or not-proven",
+                    s.chars().take(80).collect::<String>()
+                )
+            }),
+        }
+    }
+}
+
+impl serde::Serialize for RunStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RunStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// The policy constraints as spelled after `optimal+`, in this order.
 const CONSTRAINT_NAMES: [&str; 5] = ["no-evict", "no-chunk", "no-mix", "fcfs", "reserve"];
@@ -377,6 +449,29 @@ fn outcome(
 mod tests {
     use super::*;
     use crate::core::Request;
+
+    #[test]
+    fn run_statuses_round_trip_through_their_names_and_refuse_others() {
+        let all = [
+            RunStatus::Heuristic,
+            RunStatus::Error,
+            RunStatus::Solver(SolveStatus::Optimal),
+            RunStatus::Solver(SolveStatus::TimeLimit),
+            RunStatus::Solver(SolveStatus::NoSolution),
+            RunStatus::Solver(SolveStatus::NotProven),
+        ];
+        for s in all {
+            assert_eq!(s.name().parse::<RunStatus>(), Ok(s));
+            assert_eq!(s.to_string(), s.name());
+            assert_eq!(
+                s.proven_optimal(),
+                s == RunStatus::Solver(SolveStatus::Optimal)
+            );
+        }
+        assert_eq!(RunStatus::Solver(SolveStatus::Optimal).name(), "optimal");
+        let e = "optimum".parse::<RunStatus>().unwrap_err();
+        assert!(e.contains("unknown status \"optimum\""), "{e}");
+    }
 
     #[test]
     fn contender_names_round_trip_through_display_and_parse() {

@@ -3,9 +3,10 @@
 
 use infersched::compare::{self, CSV_COLUMNS, CompareSpec, Contender, Setting};
 use infersched::core::{Limits, Summary, Workload, replay};
+use infersched::produce::RunStatus;
 use infersched::report;
 use infersched::schedulers::SchedulerKind;
-use infersched::solver::{Objective, SolveOptions};
+use infersched::solver::{Objective, SolveOptions, SolveStatus};
 use infersched::sweep::{self, RESULT_COLUMNS, Sweep};
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
@@ -459,7 +460,7 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
     let recs = sweep::read_results(&d.path().join("results.csv")).unwrap();
     for pair in recs.chunks(3) {
         let v = |i: usize| pair[i].objective_s.unwrap();
-        assert_eq!(pair[0].status, "optimal");
+        assert_eq!(pair[0].status, RunStatus::Solver(SolveStatus::Optimal));
         assert!(v(0) <= v(1) + 1e-12, "constraints cannot help");
         assert!(v(0) <= v(2) + 1e-12, "the optimum beats vllm");
     }
@@ -485,11 +486,11 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
         .map(|r| {
             let mut v = r.clone();
             if v.m == Some(5) && v.scheduler == "optimal" {
-                v.status = "time-limit".into();
+                v.status = RunStatus::Solver(SolveStatus::TimeLimit);
                 v.best_bound_s = Some(0.8 * v.objective_s.unwrap());
             }
             if v.m == Some(8) && v.scheduler == "vllm" {
-                v.status = "error".into();
+                v.status = RunStatus::Error;
                 (v.objective_s, v.makespan_s, v.mean_e2e_s) = (None, None, None);
             }
             v

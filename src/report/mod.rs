@@ -168,7 +168,7 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
         .map(|(r, ratio)| {
             let mut row = vec![
                 Cell::Text(r.scheduler.clone()),
-                Cell::Text(r.status.clone()),
+                Cell::Text(r.status.name().to_string()),
             ];
             row.extend(ratio);
             row.extend([
@@ -267,7 +267,7 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
         .map(|(r, ratio)| {
             let mut row = vec![
                 Cell::Text(r.scheduler.clone()),
-                Cell::Text(r.status.clone()),
+                Cell::Text(r.status.name().to_string()),
                 Cell::Time(Some(r.objective_s)),
             ];
             row.extend(ratio);
@@ -406,7 +406,7 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
             let _ = writeln!(
                 h,
                 "<p>What each scheduler spends more than the solver's schedule ({}), term by term (negative: less):</p>",
-                html_escape(&base.status)
+                html_escape(base.status.name())
             );
             table(&mut h, &diffs);
         }
@@ -446,9 +446,9 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
     // Headline.
     let best_heuristic = rows
         .iter()
-        .filter(|r| r.scheduler != "optimal")
+        .filter(|r| r.scheduler != crate::produce::OPTIMAL)
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
-    let optimal_row = rows.iter().find(|r| r.scheduler == "optimal");
+    let optimal_row = rows.iter().find(|r| r.scheduler == crate::produce::OPTIMAL);
     let proven = crate::compare::optimum_proven(&rows);
     if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
         && let Some(ratio) = best_h.ratio_to_optimum
@@ -475,7 +475,7 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
             objective_label(c.objective),
             fmt_s(best_h.objective_s),
             fmt_s(opt.best_bound_s.unwrap_or(f64::NAN)),
-            html_escape(&opt.status),
+            html_escape(opt.status.name()),
             fmt_s(opt.objective_s),
             (1.0 - 1.0 / ratio) * 100.0,
             opt.certified_gap.unwrap_or(f64::NAN) * 100.0,

@@ -393,7 +393,7 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
 pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
     let reference = rows
         .iter()
-        .find(|r| r.scheduler == "optimal")
+        .find(|r| r.scheduler == crate::produce::OPTIMAL)
         .map(|r| r.objective_s)
         .or_else(|| rows.iter().map(|r| r.objective_s).reduce(f64::min))
         .unwrap_or(1.0);

@@ -52,7 +52,7 @@ pub struct Style {
 /// identical values stay distinguishable by dash and marker.
 const SCHEDULER_STYLES: [(&str, Style); 8] = [
     (
-        "optimal",
+        crate::produce::OPTIMAL,
         Style {
             color: "#000000",
             dash: "",

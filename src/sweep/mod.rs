@@ -1,0 +1,292 @@
+//! `sweep`: a grid of settings from a TOML spec, run in parallel, one row per finished run
+//! appended to `results.csv` at once (a killed sweep loses nothing finished; `--resume`
+//! skips what is there), then plots of each metric against each swept parameter.
+//!
+//! A spec (paths are relative to the spec file):
+//! ```toml
+//! name = "evictions-vs-m"
+//! cost_model = "llama2-7b-a100"   # preset or coefficient file
+//! time_limit = 20                 # solver seconds per run
+//! threads = 1                     # HiGHS threads per run
+//! milp_only = false               # true: never the exact counting search, always the MILP
+//! block_size = 1
+//!
+//! [workload]                      # synthetic: n, I, O (a length distribution or an integer)
+//! n = 4
+//! I = 8
+//! O = "uniform:2:6"
+//! arrival = "static"              # or poisson:QPS, gamma:QPS:CV
+//! seed = 0
+//! # trace = "../traces/arxiv_summarization.csv"   # instead: n random requests of a trace
+//! # prefill_scale = 0.05, decode_scale = 0.2, max_total_tokens = 128
+//!
+//! [limits]                        # base values (unset: unlimited; M: from the cost model)
+//! C = 64
+//!
+//! [grid]                          # lists; the run set is their cartesian product
+//! M = [16, 24, 32]
+//! schedulers = ["optimal", "optimal+no-evict", "vllm", "sarathi"]
+//! objectives = ["makespan"]
+//! ```
+//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `schedulers`,
+//! `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
+//! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`, `optimal+fcfs`,
+//! `optimal+reserve`.
+
+mod lock;
+mod merge;
+mod plots;
+mod results;
+mod run;
+mod spec;
+
+pub use merge::*;
+pub use plots::*;
+pub use results::*;
+pub use run::*;
+pub use spec::*;
+
+#[cfg(test)]
+mod tests {
+    use super::lock::lock_output_dir;
+    use super::plots::axis_value;
+    use super::results::{parse_results, write_results};
+    use super::*;
+    use crate::produce::RunStatus;
+    use std::collections::HashSet;
+    use std::path::Path;
+
+    const SPEC: &str = r#"
+name = "t"
+[workload]
+n = 2
+I = 4
+O = "uniform:1:3"
+[grid]
+M = [8, 12]
+seed = [0, 1, 2]
+schedulers = ["optimal", "vllm", "optimal+no-evict"]
+"#;
+
+    #[test]
+    fn the_grid_is_the_cartesian_product_in_order() {
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        assert_eq!(s.points.len(), 2 * 3 * 3);
+        assert_eq!(s.swept, vec!["M", "seed"]);
+        assert_eq!(s.points[0].scheduler, "optimal");
+        assert_eq!(s.points[1].scheduler, "vllm");
+        assert_eq!(s.points[3].seed, 1);
+        assert_eq!(s.points[9].m, Some(12));
+        let keys: HashSet<String> = s.points.iter().map(Point::key).collect();
+        assert_eq!(keys.len(), s.points.len(), "keys are unique");
+        assert_eq!(s.points[0].input, "fixed:4");
+    }
+
+    #[test]
+    fn shards_are_disjoint_and_cover_the_grid() {
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        for n in 1..=7 {
+            let mut seen = Vec::new();
+            for k in 1..=n {
+                seen.extend(shard(&s.points, k, n).into_iter().map(|p| p.index));
+            }
+            seen.sort();
+            assert_eq!(seen, (0..s.points.len()).collect::<Vec<_>>(), "n = {n}");
+        }
+        assert!(parse_shard("0/3").is_err());
+        assert!(parse_shard("4/3").is_err());
+        assert!(parse_shard("x").is_err());
+        assert_eq!(parse_shard("2/3").unwrap(), (2, 3));
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", Sweep::parse(text, Path::new(".")).unwrap_err())
+    }
+
+    #[test]
+    fn bad_specs_name_the_key() {
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nMM = [1]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("MM"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vlm\"]\n");
+        assert!(e.contains("grid.schedulers[0]"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nI = [4, \"zipf:x\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.I[1]"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\n[grid]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("workload.O"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = []\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("grid.M"), "{e}");
+        let e = err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm+no-evict\"]\n");
+        assert!(e.contains("optimal only"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nobjectives = [\"speed\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.objectives[0]"), "{e}");
+        let e = err("[workload]\nn = \"two\"\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn repeated_grid_values_and_oversized_grids_are_errors() {
+        let e =
+            err("[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [10, 10]\nschedulers = [\"vllm\"]\n");
+        assert!(e.contains("grid.M[1]") && e.contains("repeats"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nI = [4, \"fixed:4\"]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("grid.I[1]") && e.contains("repeats"), "{e}");
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\", \"orca\", \"vllm\"]\n",
+        );
+        assert!(e.contains("grid.schedulers[2]"), "{e}");
+        // 4,000 x 4,000 runs: refused by counting, before anything is allocated.
+        let list = (1..=4000)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let e = err(&format!(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [{list}]\nseed = [{list}]\nschedulers = [\"vllm\"]\n"
+        ));
+        assert!(e.contains("more than 10000000 runs"), "{e}");
+    }
+
+    #[test]
+    fn one_sweep_per_output_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_output_dir(dir.path()).unwrap();
+        let e = format!("{:#}", lock_output_dir(dir.path()).unwrap_err());
+        assert!(
+            e.contains("another sweep") && e.contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        // A run into the held directory fails and writes nothing.
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        assert!(run(&s, dir.path(), false, None, Some(1), false).is_err());
+        assert!(!dir.path().join("results.csv").exists());
+        drop(held);
+        assert!(lock_output_dir(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn resume_drops_duplicate_and_foreign_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        let first = run(&s, dir.path(), false, None, Some(1), false).unwrap();
+        assert_eq!(first.ran, s.points.len());
+        let path = dir.path().join("results.csv");
+        // What two unlocked writers could leave: a row twice and a row of another grid.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let row = text.lines().nth(1).unwrap().to_string();
+        let foreign = row.replacen("M=8;", "M=99;", 1);
+        std::fs::write(&path, format!("{text}{row}\n{foreign}\n")).unwrap();
+        let again = run(&s, dir.path(), true, None, Some(1), false).unwrap();
+        assert_eq!(again.ran, 0);
+        let recs = read_results(&path).unwrap();
+        assert_eq!(recs.len(), s.points.len());
+        let keys: HashSet<&str> = recs.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys.len(), s.points.len());
+    }
+
+    #[test]
+    fn a_header_without_its_newline_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, RESULT_COLUMNS.join(",")).unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        let o = run(&s, dir.path(), true, None, Some(1), false).unwrap();
+        assert_eq!(o.ran, s.points.len());
+        assert_eq!(read_results(&path).unwrap().len(), s.points.len());
+        // Something else without a newline is refused and left alone.
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(run(&s, dir.path(), true, None, Some(1), false).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "garbage");
+    }
+
+    #[test]
+    fn axis_values_of_length_distributions() {
+        assert_eq!(axis_value("12"), 12.0);
+        assert_eq!(axis_value("fixed:8"), 8.0);
+        assert_eq!(axis_value("uniform:4:16"), 10.0);
+    }
+
+    #[test]
+    fn committed_results_files_read_and_write_back_byte_for_byte() {
+        // Every sweep's results.csv in the repository: the typed rows write the same bytes
+        // (floats as Rust prints them, empty fields as empty).
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("notebooks-data/experiments/results");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path().join("results.csv");
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if !bytes.starts_with(RESULT_COLUMNS.join(",").as_bytes()) {
+                continue; // a results table of another tool (the solver benchmark script)
+            }
+            let rows = parse_results(&path, &bytes).unwrap();
+            assert!(!rows.is_empty(), "{}", path.display());
+            let out = tempfile::tempdir().unwrap();
+            let copy = out.path().join("results.csv");
+            write_results(&copy, &rows).unwrap();
+            assert_eq!(
+                String::from_utf8(std::fs::read(&copy).unwrap()).unwrap(),
+                String::from_utf8(bytes).unwrap(),
+                "{}",
+                path.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 5, "only {checked} results files checked");
+    }
+
+    #[test]
+    fn rows_name_their_columns_in_header_order() {
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        let row = s.run_point(&s.points[1]);
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(&row).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next().unwrap(), RESULT_COLUMNS.join(","));
+        assert_eq!(
+            (row.scheduler.as_str(), row.status),
+            ("vllm", RunStatus::Heuristic)
+        );
+        assert_eq!(row.metric("objective_s"), row.makespan_s);
+        assert!(row.metric("makespan_s").unwrap() > 0.0);
+        assert_eq!(row.param("M"), "8");
+        assert_eq!(row.param("I"), "fixed:4");
+        assert!(row.error.is_none() && !row.failed());
+        // A point that cannot run (M below a request's need) is an error row, metrics empty.
+        let mut bad = s.points[1].clone();
+        bad.m = Some(2);
+        let row = s.run_point(&bad);
+        assert!(row.failed() && row.makespan_s.is_none(), "{row:?}");
+        assert!(row.error.as_deref().unwrap().contains("KV"), "{row:?}");
+    }
+
+    #[test]
+    fn grid_points_are_the_mixed_radix_digits_of_their_index() {
+        let s = Sweep::parse(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [8, 9]\nC = [4, 5, 6]\nseed = [0, 1]\nschedulers = [\"vllm\", \"orca\"]\n",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(s.points.len(), 2 * 3 * 2 * 2);
+        let mut i = 0;
+        for m in [8, 9] {
+            for c in [4, 5, 6] {
+                for seed in [0, 1] {
+                    for sched in ["vllm", "orca"] {
+                        let p = &s.points[i];
+                        assert_eq!(
+                            (p.index, p.m, p.c, p.seed, p.scheduler.as_str()),
+                            (i, Some(m), Some(c), seed, sched)
+                        );
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+}

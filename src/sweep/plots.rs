@@ -1,0 +1,205 @@
+//! Plots of each metric against each swept parameter.
+
+use super::results::ResultRow;
+use super::spec::Sweep;
+use crate::report::{Plot, svg};
+use std::collections::{BTreeMap, HashSet};
+
+/// The metrics plotted against each swept parameter.
+pub const PLOTTED_METRICS: &[(&str, &str)] = &[
+    (
+        "ratio_to_optimal",
+        "objective / optimal scheduler's objective",
+    ),
+    ("objective_s", "objective (s)"),
+    ("makespan_s", "makespan (s)"),
+    ("mean_e2e_s", "mean E2E latency (s)"),
+    ("mean_ttft_s", "mean TTFT (s)"),
+    ("evictions", "evictions"),
+];
+
+/// A plotted point: (x, y), whether it is unproven, its bar (from y to the bound), and
+/// the least and greatest of the runs averaged into it.
+type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>, (f64, f64));
+
+/// Plots of each metric against each swept parameter: one line per scheduler (and
+/// objective, when several), averaged over the other parameters (seeds included), with a
+/// band from the least to the greatest run; doubling grids on a log axis. A point whose optimum is
+/// not proven has a hollow marker and a bar to the proven bound; failed runs are crosses
+/// on the x axis.
+pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
+    let ok: Vec<&ResultRow> = recs.iter().filter(|r| !r.failed()).collect();
+    // The optimal scheduler's objective per setting, its proven bound, and whether it is
+    // proven optimal (else the ratios are to the best schedule found).
+    let mut optimum: BTreeMap<&str, (f64, Option<f64>, bool)> = BTreeMap::new();
+    for r in &ok {
+        if r.scheduler == crate::produce::OPTIMAL
+            && let Some(v) = r.objective_s
+        {
+            optimum.insert(
+                r.setting_key(),
+                (v, r.best_bound_s, r.status.proven_optimal()),
+            );
+        }
+    }
+    let objectives: HashSet<&str> = recs.iter().map(|r| r.objective.as_str()).collect();
+    let several_objectives = objectives.len() > 1;
+    let series_name = |r: &ResultRow| {
+        if several_objectives {
+            format!("{} ({})", r.scheduler, r.objective)
+        } else {
+            r.scheduler.clone()
+        }
+    };
+    let mut plots = Vec::new();
+    let title = sweep.spec.name.clone().unwrap_or("sweep".into());
+    // Seeds are replicates: averaged over, not plotted against.
+    for &param in sweep.swept.iter().filter(|p| **p != "seed") {
+        for &(metric, label) in PLOTTED_METRICS {
+            if metric == "ratio_to_optimal" && optimum.is_empty() {
+                continue;
+            }
+            // series name -> x -> (value, the other end of its bar, proven) per run
+            type Runs = Vec<(f64, Option<f64>, bool)>;
+            let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
+            let mut order: Vec<String> = Vec::new();
+            for r in &ok {
+                let is_optimal = r.scheduler == crate::produce::OPTIMAL;
+                let point = if metric == "ratio_to_optimal" {
+                    // Without a proof the true ratio lies between v / best and v / bound.
+                    match (optimum.get(r.setting_key()), r.objective_s) {
+                        (Some(&(o, bound, proven)), Some(v)) if o > 0.0 => (
+                            v / o,
+                            bound.filter(|b| !proven && *b > 0.0).map(|b| v / b),
+                            proven,
+                        ),
+                        _ => continue,
+                    }
+                } else {
+                    let Some(v) = r.metric(metric) else {
+                        continue;
+                    };
+                    let proven = !is_optimal || r.status.proven_optimal();
+                    // The optimal row's objective reaches down to its proven bound.
+                    let bound = (metric == "objective_s" && !proven)
+                        .then_some(r.best_bound_s)
+                        .flatten();
+                    (v, bound, proven)
+                };
+                let name = series_name(r);
+                if !order.contains(&name) {
+                    order.push(name.clone());
+                }
+                data.entry(name)
+                    .or_default()
+                    .entry(r.param(param))
+                    .or_default()
+                    .push(point);
+            }
+            // Failed runs, by series.
+            let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for r in recs.iter().filter(|r| r.failed()) {
+                let name = series_name(r);
+                if !order.contains(&name) {
+                    order.push(name.clone());
+                }
+                let x = axis_value(&r.param(param));
+                let xs = failed.entry(name).or_default();
+                if !xs.contains(&x) {
+                    xs.push(x);
+                }
+            }
+            let mean = |v: &mut dyn Iterator<Item = f64>| {
+                let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+                sum / n as f64
+            };
+            let series: Vec<svg::Series> = order
+                .iter()
+                .map(|name| {
+                    let mut pts: Vec<PlotPoint> =
+                        data.get(name)
+                            .into_iter()
+                            .flatten()
+                            .map(|(x, runs)| {
+                                let y = mean(&mut runs.iter().map(|r| r.0));
+                                let unproven = runs.iter().any(|r| !r.2);
+                                // The bar: the mean of each run's other end (its own value
+                                // where it has none).
+                                let bar = runs.iter().any(|r| r.1.is_some()).then(|| {
+                                    (y, mean(&mut runs.iter().map(|r| r.1.unwrap_or(r.0))))
+                                });
+                                let spread = runs
+                                    .iter()
+                                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                                        (lo.min(r.0), hi.max(r.0))
+                                    });
+                                ((axis_value(x), y), unproven, bar, spread)
+                            })
+                            .collect();
+                    pts.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
+                    let mut xs = failed.get(name).cloned().unwrap_or_default();
+                    xs.sort_by(f64::total_cmp);
+                    svg::Series {
+                        name: name.clone(),
+                        points: pts.iter().map(|p| p.0).collect(),
+                        step: false,
+                        markers: true,
+                        unproven: pts.iter().map(|p| p.1).collect(),
+                        bars: pts.iter().map(|p| p.2).collect(),
+                        failed: xs,
+                        spread: pts.iter().map(|p| Some(p.3)).collect(),
+                    }
+                })
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let mut s = svg::Svg::new(960, 420);
+            svg::line_chart(
+                &mut s,
+                (0.0, 0.0, 960.0, 420.0),
+                &format!("{title}: {label} vs {param}"),
+                &axis_label(param),
+                label,
+                &series,
+                &[],
+                metric != "ratio_to_optimal",
+            );
+            plots.push(Plot {
+                stem: format!("{metric}-vs-{param}"),
+                caption: format!("{label} against {param}, mean over the other parameters"),
+                svg: s,
+            });
+        }
+    }
+    plots
+}
+
+/// A numeric x for a parameter value: the number itself, or a length distribution's
+/// fixed value / mean-ish first parameter.
+pub(super) fn axis_value(x: &str) -> f64 {
+    if let Ok(v) = x.parse::<f64>() {
+        return v;
+    }
+    // "fixed:8" -> 8; "uniform:4:16" -> (4 + 16) / 2; others: the first number.
+    let nums: Vec<f64> = x.split(':').filter_map(|p| p.parse().ok()).collect();
+    match (x.split(':').next(), nums.as_slice()) {
+        (Some("uniform"), [lo, hi]) => (lo + hi) / 2.0,
+        (_, [first, ..]) => *first,
+        _ => f64::NAN,
+    }
+}
+
+fn axis_label(param: &str) -> String {
+    match param {
+        "M" => "M (KV capacity, tokens)".into(),
+        "C" => "C (token budget)".into(),
+        "P" => "P (prefill budget)".into(),
+        "R_max" => "R_max (running requests)".into(),
+        "I" => "I (prompt tokens)".into(),
+        "O" => "O (output tokens)".into(),
+        "n" => "n (requests)".into(),
+        "qps" => "arrival rate (requests/s)".into(),
+        other => other.into(),
+    }
+}

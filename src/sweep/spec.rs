@@ -1,0 +1,583 @@
+//! The sweep's spec: its TOML sections, the grid and its points, and each point's
+//! workload and limits.
+
+use crate::core::{Limits, Workload};
+use crate::cost_model::{self, LinearCostModel};
+use crate::produce::Contender;
+use crate::solver::Objective;
+use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A parsed sweep specification.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Name (used in plot titles).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the sweep shows.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Cost-model preset or coefficient file.
+    #[serde(default)]
+    pub cost_model: Option<String>,
+    /// Solver time limit per run (s) [default: the solver's own, 60, as `solve`'s].
+    #[serde(default)]
+    pub time_limit: Option<f64>,
+    /// HiGHS threads per run [default 1].
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Relative MIP gap [default 1e-6].
+    #[serde(default)]
+    pub mip_gap: Option<f64>,
+    /// Always solve the MILP, even where the exact counting search applies [default false].
+    #[serde(default)]
+    pub milp_only: Option<bool>,
+    /// KV block size [default 1].
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// The workload.
+    pub workload: WorkloadSection,
+    /// Base limits.
+    #[serde(default)]
+    pub limits: LimitSection,
+    /// The swept values.
+    pub grid: GridSection,
+}
+
+/// `[workload]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSection {
+    /// A trace to sample from (instead of synthetic lengths).
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// Requests.
+    #[serde(default)]
+    pub n: Option<usize>,
+    /// Prompt lengths: an integer or a length distribution.
+    #[serde(default, rename = "I")]
+    pub input: Option<toml::Value>,
+    /// Output lengths: an integer or a length distribution.
+    #[serde(default, rename = "O")]
+    pub output: Option<toml::Value>,
+    /// Arrival process [default static; a `qps` grid makes it poisson].
+    #[serde(default)]
+    pub arrival: Option<String>,
+    /// Seed [default 0].
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Trace: prompt scale factor.
+    #[serde(default)]
+    pub prefill_scale: Option<f64>,
+    /// Trace: output scale factor.
+    #[serde(default)]
+    pub decode_scale: Option<f64>,
+    /// Trace: cap on I + O.
+    #[serde(default)]
+    pub max_total_tokens: Option<u32>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSection {
+    /// M.
+    #[serde(default, rename = "M")]
+    pub m: Option<u64>,
+    /// C.
+    #[serde(default, rename = "C")]
+    pub c: Option<u64>,
+    /// P.
+    #[serde(default, rename = "P")]
+    pub p: Option<u64>,
+    /// R_max.
+    #[serde(default, rename = "R_max")]
+    pub r_max: Option<u64>,
+}
+
+/// `[grid]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridSection {
+    /// M values.
+    #[serde(default, rename = "M")]
+    pub m: Option<Vec<u64>>,
+    /// C values.
+    #[serde(default, rename = "C")]
+    pub c: Option<Vec<u64>>,
+    /// P values.
+    #[serde(default, rename = "P")]
+    pub p: Option<Vec<u64>>,
+    /// R_max values.
+    #[serde(default, rename = "R_max")]
+    pub r_max: Option<Vec<u64>>,
+    /// Prompt lengths.
+    #[serde(default, rename = "I")]
+    pub input: Option<Vec<toml::Value>>,
+    /// Output lengths.
+    #[serde(default, rename = "O")]
+    pub output: Option<Vec<toml::Value>>,
+    /// Request counts.
+    #[serde(default)]
+    pub n: Option<Vec<usize>>,
+    /// Poisson arrival rates.
+    #[serde(default)]
+    pub qps: Option<Vec<f64>>,
+    /// Seeds.
+    #[serde(default)]
+    pub seed: Option<Vec<u64>>,
+    /// Schedulers.
+    pub schedulers: Vec<String>,
+    /// Objectives [default makespan].
+    #[serde(default)]
+    pub objectives: Option<Vec<String>>,
+}
+
+/// One run of the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Position in the grid (the order of the cartesian product).
+    pub index: usize,
+    /// M (None: from the cost model).
+    pub m: Option<u64>,
+    /// C.
+    pub c: Option<u64>,
+    /// P.
+    pub p: Option<u64>,
+    /// R_max.
+    pub r_max: Option<u64>,
+    /// Prompt lengths (a length distribution; `-` for a trace).
+    pub input: String,
+    /// Output lengths.
+    pub output: String,
+    /// Requests.
+    pub n: usize,
+    /// Poisson rate, if swept.
+    pub qps: Option<f64>,
+    /// Seed.
+    pub seed: u64,
+    /// Objective name.
+    pub objective: String,
+    /// Scheduler name as written in the spec.
+    pub scheduler: String,
+}
+
+pub(super) fn o2s<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or(String::new(), ToString::to_string)
+}
+
+impl Point {
+    /// The identity of the run, the same for the same setting in every sweep.
+    pub fn key(&self) -> String {
+        format!(
+            "M={};C={};P={};R_max={};I={};O={};n={};qps={};seed={};objective={};scheduler={}",
+            o2s(&self.m),
+            o2s(&self.c),
+            o2s(&self.p),
+            o2s(&self.r_max),
+            self.input,
+            self.output,
+            self.n,
+            o2s(&self.qps),
+            self.seed,
+            self.objective,
+            self.scheduler
+        )
+    }
+
+    /// The key without the scheduler: runs that share it share a setting.
+    pub fn setting_key(&self) -> String {
+        let k = self.key();
+        k[..k.rfind(";scheduler=").unwrap_or(k.len())].to_string()
+    }
+}
+
+/// The parameters a grid can sweep, as they appear in `results.csv`.
+pub const GRID_PARAMS: &[&str] = &["M", "C", "P", "R_max", "I", "O", "n", "qps", "seed"];
+
+fn length_value(v: &toml::Value, key: &str) -> Result<String> {
+    let s = match v {
+        toml::Value::Integer(i) if *i >= 1 => format!("fixed:{i}"),
+        toml::Value::String(s) => s.clone(),
+        other => bail!(
+            "{key}: expected a positive integer or a length distribution such as \"uniform:4:16\", got {other}"
+        ),
+    };
+    s.parse::<LengthDist>()
+        .map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+    Ok(s)
+}
+
+/// A loaded spec: the grid's points and what every run needs.
+#[derive(Debug)]
+pub struct Sweep {
+    /// The spec.
+    pub spec: SweepSpec,
+    /// The spec file's directory (relative paths resolve against it).
+    pub base_dir: PathBuf,
+    /// All points of the grid, in order.
+    pub points: Vec<Point>,
+    /// Parameters with more than one value.
+    pub swept: Vec<&'static str>,
+    pub(super) cost: LinearCostModel,
+    pub(super) trace: Option<Workload>,
+}
+
+/// The lists a grid multiplies, in the order of its cartesian product (objectives vary
+/// slowest, schedulers fastest).
+struct Grid {
+    objectives: Vec<String>,
+    ms: Vec<Option<u64>>,
+    cs: Vec<Option<u64>>,
+    ps: Vec<Option<u64>>,
+    rs: Vec<Option<u64>>,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    ns: Vec<usize>,
+    qpss: Vec<Option<f64>>,
+    seeds: Vec<u64>,
+    schedulers: Vec<String>,
+}
+
+impl Grid {
+    /// The list lengths, slowest first.
+    fn radices(&self) -> [usize; 11] {
+        [
+            self.objectives.len(),
+            self.ms.len(),
+            self.cs.len(),
+            self.ps.len(),
+            self.rs.len(),
+            self.inputs.len(),
+            self.outputs.len(),
+            self.ns.len(),
+            self.qpss.len(),
+            self.seeds.len(),
+            self.schedulers.len(),
+        ]
+    }
+
+    /// Points in the grid, or None when the count overflows.
+    fn len(&self) -> Option<usize> {
+        self.radices()
+            .iter()
+            .try_fold(1usize, |acc, &k| acc.checked_mul(k))
+    }
+
+    /// Point `index` of the product: its digits in the mixed radix of the list lengths.
+    fn point(&self, index: usize) -> Point {
+        let radices = self.radices();
+        let mut digit = [0usize; 11];
+        let mut rest = index;
+        for (d, &r) in digit.iter_mut().zip(&radices).rev() {
+            *d = rest % r;
+            rest /= r;
+        }
+        let [o, m, c, p, r, i, out, n, q, seed, sched] = digit;
+        Point {
+            index,
+            m: self.ms[m],
+            c: self.cs[c],
+            p: self.ps[p],
+            r_max: self.rs[r],
+            input: self.inputs[i].clone(),
+            output: self.outputs[out].clone(),
+            n: self.ns[n],
+            qps: self.qpss[q],
+            seed: self.seeds[seed],
+            objective: self.objectives[o].clone(),
+            scheduler: self.schedulers[sched].clone(),
+        }
+    }
+}
+
+impl Sweep {
+    /// Parses and checks a spec; errors name the file and the key.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let base_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Self::parse(&text, &base_dir).with_context(|| format!("sweep spec {}", path.display()))
+    }
+
+    /// Parses a spec from text; relative paths resolve against `base_dir`.
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Self> {
+        let spec: SweepSpec = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
+        let cost = {
+            let as_path = base_dir.join(&cost_name);
+            let name = if as_path.exists() {
+                as_path.display().to_string()
+            } else {
+                cost_name.clone()
+            };
+            cost_model::resolve(&name).with_context(|| format!("cost_model = \"{cost_name}\""))?
+        };
+        if let Some(t) = spec.time_limit
+            && !(t.is_finite() && t > 0.0)
+        {
+            bail!("time_limit: expected seconds > 0, got {t}");
+        }
+        if let Some(t) = spec.threads
+            && !(1..=256).contains(&t)
+        {
+            bail!("threads: expected 1 to 256 HiGHS threads per run, got {t}");
+        }
+        if let Some(g) = spec.mip_gap
+            && !(0.0..1.0).contains(&g)
+        {
+            bail!("mip_gap: expected a value in [0, 1), got {g}");
+        }
+        if spec.block_size == Some(0) {
+            bail!("block_size: expected >= 1");
+        }
+        let w = &spec.workload;
+        let trace = match &w.trace {
+            Some(t) => {
+                if w.input.is_some() || w.output.is_some() {
+                    bail!(
+                        "workload: I and O are for synthetic workloads; a trace gives its own lengths"
+                    );
+                }
+                if spec.grid.input.is_some() || spec.grid.output.is_some() {
+                    bail!(
+                        "grid.I / grid.O: a trace workload gives its own lengths (scale them with prefill_scale / decode_scale)"
+                    );
+                }
+                let p = base_dir.join(t);
+                Some(
+                    crate::workload::read_trace(&p)
+                        .with_context(|| format!("workload.trace = \"{t}\""))?,
+                )
+            }
+            None => None,
+        };
+        if let Some(a) = &w.arrival {
+            a.parse::<ArrivalProcess>()
+                .map_err(|e| anyhow::anyhow!("workload.arrival: {e}"))?;
+        }
+        let base_len = |v: &Option<toml::Value>, key: &str| -> Result<Vec<String>> {
+            match v {
+                Some(v) => Ok(vec![length_value(v, key)?]),
+                None if trace.is_some() => Ok(vec!["-".into()]),
+                None => Ok(vec![]),
+            }
+        };
+        let g = &spec.grid;
+        let lengths = |grid: &Option<Vec<toml::Value>>,
+                       base: Vec<String>,
+                       key: &str|
+         -> Result<Vec<String>> {
+            match grid {
+                Some(vs) => {
+                    if vs.is_empty() {
+                        bail!("{key}: empty list");
+                    }
+                    let vals: Vec<String> = vs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| length_value(v, &format!("{key}[{i}]")))
+                        .collect::<Result<_>>()?;
+                    if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
+                        bail!(
+                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct"
+                        );
+                    }
+                    Ok(vals)
+                }
+                None if base.is_empty() => bail!(
+                    "workload.{}: required for a synthetic workload (or give {key})",
+                    &key[5..]
+                ),
+                None => Ok(base),
+            }
+        };
+        let inputs = lengths(&g.input, base_len(&w.input, "workload.I")?, "grid.I")?;
+        let outputs = lengths(&g.output, base_len(&w.output, "workload.O")?, "grid.O")?;
+        fn list<T: Clone + PartialEq>(
+            grid: &Option<Vec<T>>,
+            base: Option<T>,
+            key: &str,
+        ) -> Result<Vec<Option<T>>> {
+            match grid {
+                Some(v) if v.is_empty() => bail!("{key}: empty list"),
+                Some(v) => {
+                    if let Some(j) = (1..v.len()).find(|&j| v[..j].contains(&v[j])) {
+                        bail!(
+                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct (a repeated run would write the same key twice)"
+                        );
+                    }
+                    Ok(v.iter().cloned().map(Some).collect())
+                }
+                None => Ok(vec![base]),
+            }
+        }
+        let ms = list(&g.m, spec.limits.m, "grid.M")?;
+        let cs = list(&g.c, spec.limits.c, "grid.C")?;
+        let ps = list(&g.p, spec.limits.p, "grid.P")?;
+        let rs = list(&g.r_max, spec.limits.r_max, "grid.R_max")?;
+        for (key, vals) in [("M", &ms), ("C", &cs), ("P", &ps), ("R_max", &rs)] {
+            if vals.contains(&Some(0)) {
+                bail!("{key}: expected values >= 1");
+            }
+        }
+        let ns = list(&g.n, w.n, "grid.n")?;
+        if ns.iter().any(|n| n.is_none()) {
+            bail!("workload.n: required (or give grid.n)");
+        }
+        if ns.contains(&Some(0)) {
+            bail!("n: expected >= 1 requests");
+        }
+        let qpss = list(&g.qps, None, "grid.qps")?;
+        if qpss.iter().flatten().any(|q| !(q.is_finite() && *q > 0.0)) {
+            bail!("grid.qps: expected rates > 0");
+        }
+        let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
+        if g.schedulers.is_empty() {
+            bail!("grid.schedulers: empty list");
+        }
+        for (i, s) in g.schedulers.iter().enumerate() {
+            s.parse::<Contender>()
+                .map_err(|e| anyhow::anyhow!("grid.schedulers[{i}]: {e}"))?;
+        }
+        let objectives = g.objectives.clone().unwrap_or(vec!["makespan".into()]);
+        if objectives.is_empty() {
+            bail!("grid.objectives: empty list");
+        }
+        for (key, vals) in [
+            ("grid.schedulers", &g.schedulers),
+            ("grid.objectives", &objectives),
+        ] {
+            if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
+                bail!(
+                    "{key}[{j}]: \"{}\" repeats an earlier value; each grid value must be distinct",
+                    vals[j]
+                );
+            }
+        }
+        for (i, o) in objectives.iter().enumerate() {
+            o.parse::<Objective>()
+                .map_err(|e| anyhow::anyhow!("grid.objectives[{i}]: {e}"))?;
+        }
+        let mut swept = Vec::new();
+        for (name, count) in [
+            ("M", ms.len()),
+            ("C", cs.len()),
+            ("P", ps.len()),
+            ("R_max", rs.len()),
+            ("I", inputs.len()),
+            ("O", outputs.len()),
+            ("n", ns.len()),
+            ("qps", qpss.len()),
+            ("seed", seeds.len()),
+        ] {
+            if count > 1 {
+                swept.push(name);
+            }
+        }
+        let grid = Grid {
+            objectives,
+            ms,
+            cs,
+            ps,
+            rs,
+            inputs,
+            outputs,
+            ns: ns.into_iter().map(|n| n.expect("checked")).collect(),
+            qpss,
+            seeds: seeds
+                .into_iter()
+                .map(|s| s.expect("has a default"))
+                .collect(),
+            schedulers: g.schedulers.clone(),
+        };
+        // The grid's size before anything is allocated for it.
+        let Some(runs) = grid.len().filter(|&r| r <= MAX_GRID_RUNS) else {
+            bail!(
+                "grid: more than {MAX_GRID_RUNS} runs (the product of the lists' lengths); split it into several specs"
+            );
+        };
+        let points: Vec<Point> = (0..runs).map(|i| grid.point(i)).collect();
+        Ok(Self {
+            spec,
+            base_dir: base_dir.to_path_buf(),
+            points,
+            swept,
+            cost,
+            trace,
+        })
+    }
+
+    /// The workload of a point.
+    pub fn workload(&self, p: &Point) -> Result<Workload> {
+        let w = &self.spec.workload;
+        let arrival = match (p.qps, &w.arrival) {
+            (Some(q), _) => Some(ArrivalProcess::Poisson(q)),
+            (None, Some(a)) => Some(a.parse::<ArrivalProcess>().map_err(anyhow::Error::msg)?),
+            (None, None) => None,
+        };
+        match &self.trace {
+            Some(trace) => Ok(crate::workload::sample(
+                trace,
+                &SampleSpec {
+                    selection: Selection::Random(p.n, p.seed),
+                    prefill_scale: w.prefill_scale.unwrap_or(1.0),
+                    decode_scale: w.decode_scale.unwrap_or(1.0),
+                    max_total_tokens: w.max_total_tokens,
+                    arrival,
+                    arrival_seed: p.seed,
+                    rebase_time: true,
+                    ..SampleSpec::default()
+                },
+            )?),
+            None => Ok(crate::workload::generate(&SynthSpec {
+                requests: p.n,
+                input: p.input.parse().map_err(anyhow::Error::msg)?,
+                output: p.output.parse().map_err(anyhow::Error::msg)?,
+                arrival: arrival.unwrap_or(ArrivalProcess::Static),
+                seed: p.seed,
+            })?),
+        }
+    }
+
+    /// The limits of a point.
+    pub fn limits(&self, p: &Point) -> Result<Limits> {
+        let m = match p.m {
+            Some(m) => m,
+            None => {
+                let f = &self.cost.file;
+                match (&f.model, &f.gpu) {
+                    (Some(model), Some(gpu)) => cost_model::kv_capacity_tokens(
+                        model,
+                        gpu,
+                        f.tensor_parallel,
+                        cost_model::DEFAULT_GPU_MEMORY_UTILIZATION,
+                    )?,
+                    _ => bail!(
+                        "M: required, cost model {} has no model and GPU spec",
+                        self.cost.name
+                    ),
+                }
+            }
+        };
+        let l = Limits {
+            token_budget: p.c,
+            prefill_budget: p.p,
+            kv_capacity: Some(m),
+            max_running: p.r_max,
+            block_size: self.spec.block_size.unwrap_or(1),
+            watermark: 0.0,
+        };
+        l.validate()?;
+        Ok(l)
+    }
+}
+
+/// The most runs a grid may have (each is held in memory while the sweep runs).
+pub const MAX_GRID_RUNS: usize = 10_000_000;
+
+/// Grids with more runs than this need `--yes`.
+pub const CONFIRM_GRID_RUNS: usize = 100_000;
