@@ -29,7 +29,9 @@
 //! mean latency, M = 16,384, 20.1 s before the repair, 10.1 s after.
 
 use crate::report::certified_gap;
-use crate::{Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, SolveStatus};
+use crate::{
+    Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
+};
 use infersched_core::{
     Action, Batch, Entry, EntryKind, Limits, Replay, Schedule, Workload, classify_entries, replay,
 };
@@ -91,43 +93,91 @@ pub(crate) fn solve_with_class_repair(
     };
     let mut best = repaired(w, limits, cost, objective, &class, &without.schedule);
     let mut set_aside = None;
-    // Kept admission tokens hold KV the schedule found without FCFS may not have left
-    // free: where no repair is better then, that solve runs again (with the time left, at
-    // least a tenth of the limit) with M less the most those tokens hold at once. Only its
-    // schedule is used: its bound is of smaller limits.
-    let block = u64::from(limits.block_size.max(1));
     if class.fcfs
         && best
             .as_ref()
             .is_none_or(|(value, _)| *value >= report.replayed_objective)
-        && let Some(m) = limits.kv_capacity
-        && let Some(held) = most_admission_tokens_held(w, &without.schedule)
-            .map(|most| most.saturating_mul(block))
-            .filter(|&held| held > 0 && held < m)
+        && let Some((found, aside)) = with_admission_tokens_set_aside(
+            w,
+            limits,
+            cost,
+            objective,
+            options,
+            &without.schedule,
+            started,
+            &solve_in_class,
+        )
+        && best.as_ref().is_none_or(|(value, _)| found.0 < *value)
     {
-        let left = options.time_limit_s - started.elapsed().as_secs_f64();
-        let tighter = Limits {
-            kv_capacity: Some(m - held),
-            ..*limits
-        };
-        if left >= options.time_limit_s * 0.1
-            && tighter.check_feasible(w).is_ok()
-            && let Ok(again) = solve_in_class(
-                &tighter,
-                &SolveOptions {
-                    time_limit_s: left,
-                    constraints: free,
-                    observer: None,
-                    ..options.clone()
-                },
-            )
-            && let Some(found) = repaired(w, limits, cost, objective, &class, &again.schedule)
-            && best.as_ref().is_none_or(|(value, _)| found.0 < *value)
-        {
-            best = Some(found);
-            set_aside = Some((m - held, again.method, again.replayed_objective));
-        }
+        best = Some(found);
+        set_aside = Some(aside);
     }
+    adopt(&mut report, &without, best, set_aside, options);
+    Ok(report)
+}
+
+/// A schedule found without the class's rules under M less what its admission tokens
+/// hold, repaired into the class, with (that M, its method, its own objective).
+type SetAside = ((f64, Schedule), (u64, SolveMethod, f64));
+
+/// Kept admission tokens hold KV the schedule found without FCFS may not have left free:
+/// the solve without the rules again (with the time left, at least a tenth of the limit)
+/// with M less the most those tokens hold at once, its schedule repaired. Only its schedule
+/// is used: its bound is of smaller limits.
+#[allow(clippy::too_many_arguments)]
+fn with_admission_tokens_set_aside(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    without: &Schedule,
+    started: Instant,
+    solve_in_class: &impl Fn(&Limits, &SolveOptions) -> Result<SolveReport, SolveError>,
+) -> Option<SetAside> {
+    let class = options.constraints;
+    let block = u64::from(limits.block_size.max(1));
+    let m = limits.kv_capacity?;
+    let held = most_admission_tokens_held(w, without)
+        .map(|most| most.saturating_mul(block))
+        .filter(|&held| held > 0 && held < m)?;
+    let left = options.time_limit_s - started.elapsed().as_secs_f64();
+    let tighter = Limits {
+        kv_capacity: Some(m - held),
+        ..*limits
+    };
+    if left < options.time_limit_s * 0.1 || tighter.check_feasible(w).is_err() {
+        return None;
+    }
+    let free = PolicyConstraints {
+        fcfs: false,
+        no_mix: false,
+        ..class
+    };
+    let again = solve_in_class(
+        &tighter,
+        &SolveOptions {
+            time_limit_s: left,
+            constraints: free,
+            observer: None,
+            ..options.clone()
+        },
+    )
+    .ok()?;
+    let found = repaired(w, limits, cost, objective, &class, &again.schedule)?;
+    Some((found, (m - held, again.method, again.replayed_objective)))
+}
+
+/// `report` (the class's own solve) with the higher bound of the solve `without` the rules
+/// and, where better, the repaired schedule `best`; the notes say which came from where.
+fn adopt(
+    report: &mut SolveReport,
+    without: &SolveReport,
+    best: Option<(f64, Schedule)>,
+    set_aside: Option<(u64, SolveMethod, f64)>,
+    options: &SolveOptions,
+) {
+    let class = options.constraints;
     let own_note = report.note.take();
     let mut notes: Vec<String> = Vec::new();
     if without.best_bound > report.best_bound {
@@ -184,7 +234,6 @@ pub(crate) fn solve_with_class_repair(
     }
     report.certified_gap = certified_gap(report.replayed_objective, report.best_bound);
     report.note = (!notes.is_empty()).then(|| notes.join("; "));
-    Ok(report)
 }
 
 /// The rules repaired, as the flags say them.

@@ -94,16 +94,99 @@ pub(crate) fn solve_by_groups(
     time_s: f64,
     started: Instant,
 ) -> Result<Option<SolveReport>, SolveError> {
-    let begun = Instant::now();
     debug_assert!(groups.len() >= 2 && objective != Objective::Makespan);
+    let Some(solved) = solve_each(w, limits, cost, objective, options, groups, time_s)? else {
+        return Ok(None);
+    };
+    let group_bound: f64 = solved
+        .iter()
+        .map(|g| g.report.best_bound * g.requests.len() as f64)
+        .sum::<f64>()
+        / w.len() as f64;
+    let concatenated = concatenate(&solved);
+    let joined = replay(w, limits, cost, &concatenated)
+        .ok()
+        .filter(|_| options.constraints.admits(w, limits, &concatenated))
+        .map(|r| objective.of_replay(&r));
+    let whole_value = whole.objective_value(objective);
+    let (schedule, replayed, warm_start) = match joined {
+        Some(v) if v < whole_value => (
+            concatenated,
+            v,
+            WarmStart {
+                heuristic: joined_name(&solved),
+                objective: v,
+            },
+        ),
+        _ => (
+            whole.schedule.clone(),
+            whole_value,
+            WarmStart {
+                heuristic: whole.name.clone(),
+                objective: whole_value,
+            },
+        ),
+    };
+    let (value, bound_method) = if group_bound > bound.value_s {
+        (
+            group_bound,
+            BoundMethod::Combinatorial(BoundArgument::IndependentGroups),
+        )
+    } else {
+        (bound.value_s, BoundMethod::Combinatorial(bound.argument))
+    };
+    let best_bound = value.min(replayed).max(0.0);
+    let proven = solved
+        .iter()
+        .all(|g| g.report.status == SolveStatus::Optimal)
+        && replayed <= best_bound * (1.0 + 1e-9);
+    let note = note(&solved, warm_start.heuristic == whole.name);
+    Ok(Some(SolveReport {
+        status: if proven {
+            SolveStatus::Optimal
+        } else {
+            SolveStatus::NotProven
+        },
+        method: SolveMethod::IndependentGroups,
+        objective,
+        constraints: options.constraints,
+        milp_objective: None,
+        replayed_objective: replayed,
+        best_bound,
+        certified_gap: certified_gap(replayed, best_bound),
+        bound_method,
+        note: Some(note),
+        horizon: schedule.batches.len(),
+        horizon_proven_sufficient: false,
+        model: None,
+        build_s: started.elapsed().as_secs_f64(),
+        solve_s: solved.iter().map(|g| g.report.solve_s).sum(),
+        nodes: None,
+        states_expanded: None,
+        warm_start: Some(warm_start),
+        schedule,
+    }))
+}
+
+/// Each group solved on its own, in `groups`' order; None when one fails.
+///
+/// Time goes to the groups in turn, each its share of what is left by its size. Groups
+/// beyond the phase relaxation's reach need only the heuristics and the searches, so they
+/// go first (what they leave goes to the others). Not by the square of the size (the
+/// relaxation's model grows so): on README family (b) n = 32, the 20-request burst's
+/// relaxation ends its root cuts within its share either way and barely moves after, while
+/// the 12-request burst's bound keeps rising with time (bound 807.2 -> 807.6 ms).
+fn solve_each(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    options: &SolveOptions,
+    groups: &[Vec<u32>],
+    time_s: f64,
+) -> Result<Option<Vec<GroupResult>>, SolveError> {
+    let begun = Instant::now();
     let reqs = w.requests();
-    // Time goes to the groups in turn, each its share of what is left by its size. Groups
-    // beyond the phase relaxation's reach need only the heuristics and the searches, so
-    // they go first (what they leave goes to the others). Not by the square of the size
-    // (the relaxation's model grows so): on README family (b) n = 32, the 20-request
-    // burst's relaxation ends its root cuts within its share either way and barely moves
-    // after, while the 12-request burst's bound keeps rising with time (bound 807.2 ->
-    // 807.6 ms).
     let relaxed = |g: &[u32]| {
         objective == Objective::MeanLatency
             && options.phase_relaxation
@@ -135,14 +218,12 @@ pub(crate) fn solve_by_groups(
             Err(_) => return Ok(None),
         }
     }
-    let solved: Vec<GroupResult> = solved.into_iter().flatten().collect();
-    let n = w.len() as f64;
-    let group_bound: f64 = solved
-        .iter()
-        .map(|g| g.report.best_bound * g.requests.len() as f64)
-        .sum::<f64>()
-        / n;
-    // The concatenation, in arrival order, with the ids of the whole workload.
+    Ok(Some(solved.into_iter().flatten().collect()))
+}
+
+/// The groups' schedules one after another, in arrival order, with the ids of the whole
+/// workload.
+fn concatenate(solved: &[GroupResult]) -> Schedule {
     let batches: Vec<Batch> = solved
         .iter()
         .flat_map(|g| {
@@ -159,75 +240,46 @@ pub(crate) fn solve_by_groups(
             })
         })
         .collect();
-    let concatenated = Schedule::new(batches);
-    let joined = replay(w, limits, cost, &concatenated)
-        .ok()
-        .filter(|_| options.constraints.admits(w, limits, &concatenated))
-        .map(|r| objective.of_replay(&r));
-    let whole_value = whole.objective_value(objective);
-    let listed = solved.len() <= MAX_LISTED_GROUPS;
-    let (schedule, replayed, warm_start) = match joined {
-        Some(v) if v < whole_value => {
-            let name = if listed {
-                let names: Vec<String> = solved
-                    .iter()
-                    .map(|g| {
-                        g.report
-                            .warm_start
-                            .as_ref()
-                            .map_or(g.report.method.name().to_string(), |s| {
-                                format!("{} ({})", s.heuristic, g.report.method.name())
-                            })
+    Schedule::new(batches)
+}
+
+/// The name of the concatenated schedule: each group's source (listed where there are
+/// few), or the count of each method.
+fn joined_name(solved: &[GroupResult]) -> String {
+    if solved.len() <= MAX_LISTED_GROUPS {
+        let names: Vec<String> = solved
+            .iter()
+            .map(|g| {
+                g.report
+                    .warm_start
+                    .as_ref()
+                    .map_or(g.report.method.name().to_string(), |s| {
+                        format!("{} ({})", s.heuristic, g.report.method.name())
                     })
-                    .collect();
-                format!("independent-groups[{}]", names.join("; "))
-            } else {
-                let methods: Vec<String> = solved
-                    .iter()
-                    .map(|g| g.report.method.name().to_string())
-                    .collect();
-                format!(
-                    "independent-groups[{} groups; their schedules by method: {}]",
-                    solved.len(),
-                    counted(&methods)
-                )
-            };
-            (
-                concatenated,
-                v,
-                WarmStart {
-                    heuristic: name,
-                    objective: v,
-                },
-            )
-        }
-        _ => (
-            whole.schedule.clone(),
-            whole_value,
-            WarmStart {
-                heuristic: whole.name.clone(),
-                objective: whole_value,
-            },
-        ),
-    };
-    let (value, bound_method) = if group_bound > bound.value_s {
-        (
-            group_bound,
-            BoundMethod::Combinatorial(BoundArgument::IndependentGroups),
-        )
+            })
+            .collect();
+        format!("independent-groups[{}]", names.join("; "))
     } else {
-        (bound.value_s, BoundMethod::Combinatorial(bound.argument))
-    };
-    let best_bound = value.min(replayed).max(0.0);
-    let proven = solved
-        .iter()
-        .all(|g| g.report.status == SolveStatus::Optimal)
-        && replayed <= best_bound * (1.0 + 1e-9);
+        let methods: Vec<String> = solved
+            .iter()
+            .map(|g| g.report.method.name().to_string())
+            .collect();
+        format!(
+            "independent-groups[{} groups; their schedules by method: {}]",
+            solved.len(),
+            counted(&methods)
+        )
+    }
+}
+
+/// The report's note: the groups' sizes and bounds (listed where there are few), and
+/// whether the whole workload's schedule beat their concatenation.
+fn note(solved: &[GroupResult], whole_kept: bool) -> String {
     let group_bounds: Vec<String> = solved
         .iter()
         .map(|g| g.report.bound_method.name().to_string())
         .collect();
-    let (sizes, group_bounds) = if listed {
+    let (sizes, group_bounds) = if solved.len() <= MAX_LISTED_GROUPS {
         let sizes: Vec<String> = solved
             .iter()
             .map(|g| g.requests.len().to_string())
@@ -247,7 +299,7 @@ pub(crate) fn solve_by_groups(
             counted(&group_bounds),
         )
     };
-    let note = format!(
+    format!(
         "the workload splits into {} independent groups of {} requests (a schedule found \
          completes each group before the next one arrives); each group is solved on \
          its own (bounds: {}), the bound is their size-weighted mean and the schedule their \
@@ -255,37 +307,12 @@ pub(crate) fn solve_by_groups(
         solved.len(),
         sizes,
         group_bounds,
-        if warm_start.heuristic == whole.name {
+        if whole_kept {
             ", which the whole workload's best schedule found beats"
         } else {
             ""
         }
-    );
-    Ok(Some(SolveReport {
-        status: if proven {
-            SolveStatus::Optimal
-        } else {
-            SolveStatus::NotProven
-        },
-        method: SolveMethod::IndependentGroups,
-        objective,
-        constraints: options.constraints,
-        milp_objective: None,
-        replayed_objective: replayed,
-        best_bound,
-        certified_gap: certified_gap(replayed, best_bound),
-        bound_method,
-        note: Some(note),
-        horizon: schedule.batches.len(),
-        horizon_proven_sufficient: false,
-        model: None,
-        build_s: started.elapsed().as_secs_f64(),
-        solve_s: solved.iter().map(|g| g.report.solve_s).sum(),
-        nodes: None,
-        states_expanded: None,
-        warm_start: Some(warm_start),
-        schedule,
-    }))
+    )
 }
 
 /// The most groups whose sizes, bounds and schedules the report lists one by one; beyond

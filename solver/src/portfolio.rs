@@ -52,31 +52,7 @@ pub(crate) fn best_heuristic(
     } else {
         from
     };
-    // Every candidate in the portfolio's order: heuristic, variant (no preemption, MC-SF
-    // order, vLLM V1's whole-prompt check; MC-SF never preempts, so its variants are its
-    // admission orders instead; vllm-v1 also runs without the whole-prompt check, which only
-    // matters with preemption), cap.
-    let candidates: Vec<(SchedulerKind, (bool, McsfOrder, bool), u64)> = kinds
-        .iter()
-        .flat_map(|&kind| {
-            let variants: Vec<(bool, McsfOrder, bool)> = match kind {
-                SchedulerKind::Mcsf => McsfOrder::ALL.iter().map(|&o| (false, o, true)).collect(),
-                SchedulerKind::VllmV1 => vec![
-                    (false, McsfOrder::Output, true),
-                    (false, McsfOrder::Output, false),
-                    (true, McsfOrder::Output, true),
-                ],
-                _ => vec![
-                    (false, McsfOrder::Output, true),
-                    (true, McsfOrder::Output, true),
-                ],
-            };
-            let caps = &caps;
-            variants
-                .into_iter()
-                .flat_map(move |v| caps.iter().map(move |&c| (kind, v, c)))
-        })
-        .collect();
+    let candidates = candidates(kinds, &caps);
     // Tried uncapped first, then by cap from the largest (the order that reaches good
     // schedules soonest where the deadline cuts the portfolio short); ties go to the
     // earlier place, so the result does not depend on this order when all are tried.
@@ -113,25 +89,13 @@ pub(crate) fn best_heuristic(
             .as_ref()
             .is_none_or(|b| v < b.3 || (v == b.3 && place < b.4))
         {
-            let name = format!(
-                "{}{}{}{}{}",
-                kind.name(),
-                if no_preemption { "+no-preemption" } else { "" },
-                if reserve_full_isl {
-                    ""
-                } else {
-                    "+no-reserve-full-isl"
-                },
-                if kind == SchedulerKind::Mcsf {
-                    format!("+order={}", mcsf_order.name())
-                } else {
-                    String::new()
-                },
-                if cap < r_cap {
-                    format!("+max-running={cap}")
-                } else {
-                    String::new()
-                }
+            let name = variant_name(
+                kind,
+                no_preemption,
+                reserve_full_isl,
+                mcsf_order,
+                cap,
+                r_cap,
             );
             best = Some((name, sim.schedule, r, v, place));
         }
@@ -141,6 +105,69 @@ pub(crate) fn best_heuristic(
         schedule,
         replay,
     })
+}
+
+/// A candidate of the portfolio: the heuristic, its variant (no preemption, MC-SF order,
+/// vLLM V1's whole-prompt check) and its running-set cap.
+type Candidate = (SchedulerKind, (bool, McsfOrder, bool), u64);
+
+/// Every candidate in the portfolio's order: heuristic, variant (no preemption, MC-SF
+/// order, vLLM V1's whole-prompt check; MC-SF never preempts, so its variants are its
+/// admission orders instead; vllm-v1 also runs without the whole-prompt check, which only
+/// matters with preemption), cap.
+fn candidates(kinds: &[SchedulerKind], caps: &[u64]) -> Vec<Candidate> {
+    kinds
+        .iter()
+        .flat_map(|&kind| {
+            let variants: Vec<(bool, McsfOrder, bool)> = match kind {
+                SchedulerKind::Mcsf => McsfOrder::ALL.iter().map(|&o| (false, o, true)).collect(),
+                SchedulerKind::VllmV1 => vec![
+                    (false, McsfOrder::Output, true),
+                    (false, McsfOrder::Output, false),
+                    (true, McsfOrder::Output, true),
+                ],
+                _ => vec![
+                    (false, McsfOrder::Output, true),
+                    (true, McsfOrder::Output, true),
+                ],
+            };
+            variants
+                .into_iter()
+                .flat_map(move |v| caps.iter().map(move |&c| (kind, v, c)))
+        })
+        .collect()
+}
+
+/// A candidate's name, e.g. `mcsf+order=tokens+max-running=24` (no cap named where it is
+/// the problem's own, `r_cap`).
+fn variant_name(
+    kind: SchedulerKind,
+    no_preemption: bool,
+    reserve_full_isl: bool,
+    mcsf_order: McsfOrder,
+    cap: u64,
+    r_cap: u64,
+) -> String {
+    format!(
+        "{}{}{}{}{}",
+        kind.name(),
+        if no_preemption { "+no-preemption" } else { "" },
+        if reserve_full_isl {
+            ""
+        } else {
+            "+no-reserve-full-isl"
+        },
+        if kind == SchedulerKind::Mcsf {
+            format!("+order={}", mcsf_order.name())
+        } else {
+            String::new()
+        },
+        if cap < r_cap {
+            format!("+max-running={cap}")
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[cfg(test)]

@@ -642,69 +642,43 @@ pub(crate) fn pooled_search(
     // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
     // where its graph would not be built in time), which may prove the best schedule.
     let mut cycle_s = None;
-    if objective == Objective::Makespan {
-        let share = deadline
-            .saturating_duration_since(Instant::now())
-            .mul_f64(CYCLE_RATIO_SHARE);
-        if let Some((bound_s, found)) = pooled::cycle_ratio_bound(
-            w,
-            limits,
-            cost,
-            &class,
-            incumbent_s,
-            options.memory_limit_bytes,
-            Instant::now() + share,
-        ) {
-            if let Some(best) = meets(bound_s) {
-                let how = match found.price_rounds {
-                    None => format!(
-                        "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows",
-                        found.configurations, found.edges
-                    ),
-                    Some(rounds) => format!(
-                        "the balanced cycle-ratio bound ({}; {} states, {} edges) shows",
-                        priced_in(rounds),
-                        found.configurations,
-                        found.edges
-                    ),
-                };
-                return Ok(proven(best, found.configurations, &how));
-            }
-            cycle_s = Some(bound_s);
+    if objective == Objective::Makespan
+        && let Some((bound_s, states, how)) =
+            cycle_ratio_step(w, limits, cost, options, incumbent_s, deadline)
+    {
+        if let Some(best) = meets(bound_s) {
+            return Ok(proven(best, states, &how));
         }
+        cycle_s = Some(bound_s);
     }
     // Mean latency of identical requests: first the layered bound, in part of the time,
     // which may prove the best schedule; its costs to go then guide the pooled search.
     let (mut layered_s, mut layered_estimate) = (None, None);
     if objective == Objective::MeanLatency
         && let Some(incumbent_s) = incumbent_s
-    {
-        let share = deadline
-            .saturating_duration_since(Instant::now())
-            .mul_f64(LAYERED_SHARE);
-        if let Some((bound_s, found)) = pooled::layered_bound(
+        && let Some((bound_s, found)) = pooled::layered_bound(
             w,
             limits,
             cost,
             &class,
             incumbent_s,
             options.memory_limit_bytes,
-            (Instant::now() + share, deadline),
-        ) {
-            if let Some(best) = meets(bound_s) {
-                let b = found.bound;
-                let priced = b.price_rounds.map(|r| format!("{}; ", priced_in(r)));
-                let how = format!(
-                    "the layered bound ({}{} states per count finished, {} edges) shows",
-                    priced.unwrap_or_default(),
-                    b.nodes,
-                    b.edges
-                );
-                return Ok(proven(best, b.nodes, &how));
-            }
-            layered_s = Some(bound_s);
-            layered_estimate = found.estimate;
+            (share_of_left(deadline, LAYERED_SHARE), deadline),
+        )
+    {
+        if let Some(best) = meets(bound_s) {
+            let b = found.bound;
+            let priced = b.price_rounds.map(|r| format!("{}; ", priced_in(r)));
+            let how = format!(
+                "the layered bound ({}{} states per count finished, {} edges) shows",
+                priced.unwrap_or_default(),
+                b.nodes,
+                b.edges
+            );
+            return Ok(proven(best, b.nodes, &how));
         }
+        layered_s = Some(bound_s);
+        layered_estimate = found.estimate;
     }
     let (bound_s, expanded, schedule) = match pooled::pooled_bound(
         w,
@@ -782,6 +756,48 @@ pub(crate) fn pooled_search(
         _ => Some(b),
     });
     Ok(PooledSearch::Bounded { bound, warm })
+}
+
+/// `share` of the time from now to `deadline`, as a deadline.
+fn share_of_left(deadline: Instant, share: f64) -> Instant {
+    Instant::now()
+        + deadline
+            .saturating_duration_since(Instant::now())
+            .mul_f64(share)
+}
+
+/// The cycle-ratio bound (makespan) in [`CYCLE_RATIO_SHARE`] of the time to `deadline`:
+/// its bound (seconds), the states it counts and how a proof by it reads.
+fn cycle_ratio_step(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    options: &SolveOptions,
+    incumbent_s: Option<f64>,
+    deadline: Instant,
+) -> Option<(f64, usize, String)> {
+    let (bound_s, found) = pooled::cycle_ratio_bound(
+        w,
+        limits,
+        cost,
+        &options.constraints,
+        incumbent_s,
+        options.memory_limit_bytes,
+        share_of_left(deadline, CYCLE_RATIO_SHARE),
+    )?;
+    let how = match found.price_rounds {
+        None => format!(
+            "the cycle-ratio bound ({} memory configurations, {} batch kinds) shows",
+            found.configurations, found.edges
+        ),
+        Some(rounds) => format!(
+            "the balanced cycle-ratio bound ({}; {} states, {} edges) shows",
+            priced_in(rounds),
+            found.configurations,
+            found.edges
+        ),
+    };
+    Some((bound_s, found.configurations, how))
 }
 
 /// How a bound's note names its price search.
