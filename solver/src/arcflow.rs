@@ -516,7 +516,7 @@ pub(crate) struct ArcFlowProblem<'a> {
     pub objective: Objective,
     pub options: &'a SolveOptions,
     pub model_class: PolicyConstraints,
-    pub warm: Option<Incumbent>,
+    pub warm: Option<&'a Incumbent>,
     pub combinatorial: CombinatorialBound,
     /// When the solve began (what came before comes off the time limit).
     pub started: Instant,
@@ -709,7 +709,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
             cost,
             objective,
             class,
-            p.warm.clone(),
+            p.warm.cloned(),
             combinatorial,
             note,
             t_build,
@@ -768,7 +768,7 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
             cost,
             objective,
             class,
-            p.warm,
+            p.warm.cloned(),
             combinatorial,
             note,
             t_build,
@@ -1138,6 +1138,11 @@ mod tests {
                 .simulate(&w, &knobs, &cost)
                 .unwrap();
             let replay = replay(&w, &limits, &cost, &sim.schedule).unwrap();
+            let warm = Incumbent {
+                name: "sarathi".into(),
+                schedule: sim.schedule,
+                replay,
+            };
             let p = ArcFlowProblem {
                 w: &w,
                 limits: &limits,
@@ -1145,11 +1150,7 @@ mod tests {
                 objective: Objective::MeanLatency,
                 options: &options,
                 model_class: PolicyConstraints::default(),
-                warm: Some(Incumbent {
-                    name: "sarathi".into(),
-                    schedule: sim.schedule,
-                    replay,
-                }),
+                warm: Some(&warm),
                 combinatorial: CombinatorialBound {
                     value_s: 0.001,
                     argument: crate::bounds::BoundArgument::OwnMinimumTime,

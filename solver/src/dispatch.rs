@@ -205,7 +205,7 @@ fn run(
                 &p.limits,
                 p.cost,
                 &p.model_class,
-                &store.incumbent_cloned(),
+                store.incumbent(),
                 p.options,
                 deadline,
             );
@@ -304,9 +304,12 @@ fn run_list_search(
     budget: &Budget,
     store: &mut Store<'_>,
 ) -> Result<Flow, SolveError> {
-    let Some(start) = store.incumbent_cloned() else {
+    // The search takes the schedule it starts from and gives it back where it finds
+    // nothing better (no second copy is held meanwhile).
+    let Some(start) = store.take_incumbent() else {
         return Ok(Flow::Next);
     };
+    let before = start.objective_value(p.objective);
     let search = list_search::SearchBudget {
         evaluations: p.options.list_search_evaluations,
         deadline: budget.by_share(0.5),
@@ -320,7 +323,11 @@ fn run_list_search(
         start,
         search,
     );
-    store.offer(found);
+    if found.objective_value(p.objective) < before {
+        store.offer(found);
+    } else {
+        store.restore(found);
+    }
     Ok(Flow::Next)
 }
 
@@ -467,7 +474,7 @@ fn phase_relaxation(
             p.cost,
             &p.class,
             &plan,
-            &store.incumbent_cloned(),
+            store.incumbent(),
             p.options,
             deadline,
         ),
@@ -501,13 +508,13 @@ fn run_quick_pooled(
         p.cost,
         p.objective,
         &quick,
-        store.incumbent_cloned(),
+        store.incumbent(),
         budget.by_share(0.02),
         budget.started(),
     )? {
         counting::PooledSearch::Proven(report) => Ok(Flow::Answer(Box::new(report))),
-        counting::PooledSearch::Bounded { warm, .. } => {
-            store.offer_any(warm);
+        counting::PooledSearch::Bounded { improved, .. } => {
+            store.offer_any(improved);
             Ok(Flow::Next)
         }
     }
@@ -568,16 +575,16 @@ fn run_pooled(p: &Problem<'_>, budget: &Budget, store: &mut Store<'_>) -> Result
         p.cost,
         p.objective,
         p.options,
-        store.incumbent_cloned(),
+        store.incumbent(),
         budget.by_share(share),
         budget.started(),
     )? {
         counting::PooledSearch::Proven(report) => Ok(Flow::Answer(Box::new(report))),
-        counting::PooledSearch::Bounded { bound, warm } => {
+        counting::PooledSearch::Bounded { bound, improved } => {
             if let Some((value_s, argument)) = bound {
                 store.offer_bound(bounds::CombinatorialBound { value_s, argument });
             }
-            store.offer_any(warm);
+            store.offer_any(improved);
             Ok(Flow::Next)
         }
     }
@@ -587,7 +594,7 @@ fn run_pooled(p: &Problem<'_>, budget: &Budget, store: &mut Store<'_>) -> Result
 fn arc_flow_problem<'a>(
     p: &'a Problem<'a>,
     budget: &Budget,
-    store: &Store<'_>,
+    store: &'a Store<'_>,
 ) -> arcflow::ArcFlowProblem<'a> {
     arcflow::ArcFlowProblem {
         w: p.w,
@@ -596,7 +603,7 @@ fn arc_flow_problem<'a>(
         objective: p.objective,
         options: p.options,
         model_class: p.model_class,
-        warm: store.incumbent_cloned(),
+        warm: store.incumbent(),
         combinatorial: store.bound(),
         started: budget.started(),
     }

@@ -231,7 +231,7 @@ pub(crate) fn planned(
     cost: &LinearCostModel,
     class: &PolicyConstraints,
     plan: &PhasePlan,
-    warm: &Option<Incumbent>,
+    warm: Option<&Incumbent>,
     options: &SolveOptions,
     deadline: Instant,
 ) -> Option<Incumbent> {
@@ -256,7 +256,7 @@ pub(crate) fn planned(
         schedule,
         replay,
     };
-    let better = warm.as_ref().is_none_or(|h| {
+    let better = warm.is_none_or(|h| {
         planned.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
     });
     better.then_some(planned)
@@ -271,7 +271,7 @@ pub(crate) fn searched(
     limits: &Limits,
     cost: &LinearCostModel,
     class: &PolicyConstraints,
-    warm: &Option<Incumbent>,
+    warm: Option<&Incumbent>,
     options: &SolveOptions,
     deadline: Instant,
 ) -> Option<Incumbent> {
@@ -311,7 +311,7 @@ pub(crate) fn searched(
         schedule,
         replay,
     };
-    let better = warm.as_ref().is_none_or(|h| {
+    let better = warm.is_none_or(|h| {
         searched.objective_value(Objective::MeanTtft) < h.objective_value(Objective::MeanTtft)
     });
     better.then_some(searched)
@@ -526,7 +526,7 @@ mod tests {
             &limits,
             &cost(),
             &class,
-            &Some(start.clone()),
+            Some(&start),
             &SolveOptions::default(),
             far,
         )
@@ -553,7 +553,7 @@ mod tests {
                 &limits,
                 &cost(),
                 &no_evict,
-                &None,
+                None,
                 &SolveOptions::default(),
                 far
             )

@@ -71,9 +71,22 @@ impl<'a> Store<'a> {
         self.incumbent.as_ref()
     }
 
-    /// A copy of the best schedule held (methods that take their start by value).
+    /// A copy of the best schedule held.
     pub fn incumbent_cloned(&self) -> Option<Incumbent> {
         self.incumbent.clone()
+    }
+
+    /// The best schedule held, taken out for a method that takes its start by value; it
+    /// gives it back with [`Store::restore`] or offers a better one.
+    pub fn take_incumbent(&mut self) -> Option<Incumbent> {
+        self.incumbent.take()
+    }
+
+    /// Puts back the incumbent [`Store::take_incumbent`] took (unchecked: it was checked
+    /// when it came in; the observer heard of it then).
+    pub fn restore(&mut self, incumbent: Incumbent) {
+        debug_assert!(self.incumbent.is_none());
+        self.incumbent = Some(incumbent);
     }
 
     /// The best bound held.
@@ -92,7 +105,9 @@ impl<'a> Store<'a> {
     /// the class or where the replay fails, kept where strictly better than the incumbent
     /// (the observer is told). Whether it was kept.
     pub fn offer(&mut self, candidate: Incumbent) -> bool {
-        self.offer_schedule(candidate.name, candidate.schedule)
+        // Its replay is dropped before the store's own is made.
+        let Incumbent { name, schedule, .. } = candidate;
+        self.offer_schedule(name, schedule)
     }
 
     /// Offers `schedule`, found by `name` (as [`Store::offer`]).

@@ -594,11 +594,12 @@ pub(crate) fn solve_by_counting(
 pub(crate) enum PooledSearch {
     /// The best schedule so far, or the pooled optimum's followed path, is proven optimal.
     Proven(SolveReport),
-    /// Not proven: its bound (seconds, where it ran and found one) and the best schedule
-    /// so far (the followed path where it is better).
+    /// Not proven: its bound (seconds, where it ran and found one) and the followed path
+    /// where it beats the best schedule so far.
     Bounded {
         bound: Option<(f64, BoundArgument)>,
-        warm: Option<Incumbent>,
+        /// The followed path, where it beats the schedule the search was given.
+        improved: Option<Incumbent>,
     },
 }
 
@@ -614,12 +615,12 @@ pub(crate) fn pooled_search(
     cost: &LinearCostModel,
     objective: Objective,
     options: &SolveOptions,
-    warm: Option<Incumbent>,
+    warm: Option<&Incumbent>,
     deadline: Instant,
     started: Instant,
 ) -> Result<PooledSearch, SolveError> {
     let class = options.constraints;
-    let incumbent_s = warm.as_ref().map(|best| best.objective_value(objective));
+    let incumbent_s = warm.map(|best| best.objective_value(objective));
     // `best` proven optimal by an argument that `how` names, over `states` states.
     let proven = |best: &Incumbent, states: usize, how: &str| {
         let note = format!(
@@ -636,8 +637,7 @@ pub(crate) fn pooled_search(
     // undercut by 1e-9 ms).
     let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
     let meets = |bound_s: f64| {
-        warm.as_ref()
-            .filter(|best| best.objective_value(objective) <= bound_s * (1.0 + tolerance))
+        warm.filter(|best| best.objective_value(objective) <= bound_s * (1.0 + tolerance))
     };
     // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
     // where its graph would not be built in time), which may prove the best schedule.
@@ -693,8 +693,11 @@ pub(crate) fn pooled_search(
         layered_estimate.as_ref(),
     ) {
         Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
-            let Some(best) = &warm else {
-                return Ok(PooledSearch::Bounded { bound: None, warm });
+            let Some(best) = warm else {
+                return Ok(PooledSearch::Bounded {
+                    bound: None,
+                    improved: None,
+                });
             };
             let how = if layered_estimate.is_some() {
                 "the pooled search over chunked schedules, guided by the layered bound's costs to go, showed"
@@ -727,22 +730,15 @@ pub(crate) fn pooled_search(
         let note = "the pooled search's optimal path, followed request by request, replays at the pooled bound, so it is optimal";
         let mut report = incumbent_report(path, objective, class, expanded, note.into(), started);
         // The warm start is the best schedule it beat.
-        report.warm_start = warm.as_ref().map(|best| WarmStart {
+        report.warm_start = warm.map(|best| WarmStart {
             heuristic: best.name.clone(),
             objective: best.objective_value(objective),
         });
         return Ok(PooledSearch::Proven(report));
     }
-    let warm = match followed {
-        Some(path)
-            if warm.as_ref().is_none_or(|best| {
-                path.objective_value(objective) < best.objective_value(objective)
-            }) =>
-        {
-            Some(path)
-        }
-        _ => warm,
-    };
+    let improved = followed.filter(|path| {
+        warm.is_none_or(|best| path.objective_value(objective) < best.objective_value(objective))
+    });
     // The best of the bounds, with its argument.
     let bound = [
         bound_s.map(|b| (b, BoundArgument::PooledSearch)),
@@ -755,7 +751,7 @@ pub(crate) fn pooled_search(
         Some(a) if a.0 >= b.0 => Some(a),
         _ => Some(b),
     });
-    Ok(PooledSearch::Bounded { bound, warm })
+    Ok(PooledSearch::Bounded { bound, improved })
 }
 
 /// `share` of the time from now to `deadline`, as a deadline.
