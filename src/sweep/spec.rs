@@ -260,6 +260,25 @@ impl Grid {
         ]
     }
 
+    /// The parameters with more than one value, as `results.csv` names them.
+    fn swept(&self) -> Vec<&'static str> {
+        [
+            ("M", self.ms.len()),
+            ("C", self.cs.len()),
+            ("P", self.ps.len()),
+            ("R_max", self.rs.len()),
+            ("I", self.inputs.len()),
+            ("O", self.outputs.len()),
+            ("n", self.ns.len()),
+            ("qps", self.qpss.len()),
+            ("seed", self.seeds.len()),
+        ]
+        .into_iter()
+        .filter(|&(_, count)| count > 1)
+        .map(|(name, _)| name)
+        .collect()
+    }
+
     /// Points in the grid, or None when the count overflows.
     fn len(&self) -> Option<usize> {
         self.radices()
@@ -306,194 +325,15 @@ impl Sweep {
     /// Parses a spec from text; relative paths resolve against `base_dir`.
     pub fn parse(text: &str, base_dir: &Path) -> Result<Self> {
         let spec: SweepSpec = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
-        let cost = {
-            let as_path = base_dir.join(&cost_name);
-            let name = if as_path.exists() {
-                as_path.display().to_string()
-            } else {
-                cost_name.clone()
-            };
-            cost_model::resolve(&name).with_context(|| format!("cost_model = \"{cost_name}\""))?
-        };
-        if let Some(t) = spec.time_limit
-            && !(t.is_finite() && t > 0.0)
-        {
-            bail!("time_limit: expected seconds > 0, got {t}");
-        }
-        if let Some(t) = spec.threads
-            && !(1..=256).contains(&t)
-        {
-            bail!("threads: expected 1 to 256 HiGHS threads per run, got {t}");
-        }
-        if let Some(g) = spec.mip_gap
-            && !(0.0..1.0).contains(&g)
-        {
-            bail!("mip_gap: expected a value in [0, 1), got {g}");
-        }
-        if spec.block_size == Some(0) {
-            bail!("block_size: expected >= 1");
-        }
-        let w = &spec.workload;
-        let trace = match &w.trace {
-            Some(t) => {
-                if w.input.is_some() || w.output.is_some() {
-                    bail!(
-                        "workload: I and O are for synthetic workloads; a trace gives its own lengths"
-                    );
-                }
-                if spec.grid.input.is_some() || spec.grid.output.is_some() {
-                    bail!(
-                        "grid.I / grid.O: a trace workload gives its own lengths (scale them with prefill_scale / decode_scale)"
-                    );
-                }
-                let p = base_dir.join(t);
-                Some(
-                    crate::workload::read_trace(&p)
-                        .with_context(|| format!("workload.trace = \"{t}\""))?,
-                )
-            }
-            None => None,
-        };
-        if let Some(a) = &w.arrival {
+        let cost = cost_model_of(&spec, base_dir)?;
+        check_run_options(&spec)?;
+        let trace = trace_of(&spec, base_dir)?;
+        if let Some(a) = &spec.workload.arrival {
             a.parse::<ArrivalProcess>()
                 .map_err(|e| anyhow::anyhow!("workload.arrival: {e}"))?;
         }
-        let base_len = |v: &Option<toml::Value>, key: &str| -> Result<Vec<String>> {
-            match v {
-                Some(v) => Ok(vec![length_value(v, key)?]),
-                None if trace.is_some() => Ok(vec!["-".into()]),
-                None => Ok(vec![]),
-            }
-        };
-        let g = &spec.grid;
-        let lengths = |grid: &Option<Vec<toml::Value>>,
-                       base: Vec<String>,
-                       key: &str|
-         -> Result<Vec<String>> {
-            match grid {
-                Some(vs) => {
-                    if vs.is_empty() {
-                        bail!("{key}: empty list");
-                    }
-                    let vals: Vec<String> = vs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| length_value(v, &format!("{key}[{i}]")))
-                        .collect::<Result<_>>()?;
-                    if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
-                        bail!(
-                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct"
-                        );
-                    }
-                    Ok(vals)
-                }
-                None if base.is_empty() => bail!(
-                    "workload.{}: required for a synthetic workload (or give {key})",
-                    &key[5..]
-                ),
-                None => Ok(base),
-            }
-        };
-        let inputs = lengths(&g.input, base_len(&w.input, "workload.I")?, "grid.I")?;
-        let outputs = lengths(&g.output, base_len(&w.output, "workload.O")?, "grid.O")?;
-        fn list<T: Clone + PartialEq>(
-            grid: &Option<Vec<T>>,
-            base: Option<T>,
-            key: &str,
-        ) -> Result<Vec<Option<T>>> {
-            match grid {
-                Some(v) if v.is_empty() => bail!("{key}: empty list"),
-                Some(v) => {
-                    if let Some(j) = (1..v.len()).find(|&j| v[..j].contains(&v[j])) {
-                        bail!(
-                            "{key}[{j}]: repeats an earlier value; each grid value must be distinct (a repeated run would write the same key twice)"
-                        );
-                    }
-                    Ok(v.iter().cloned().map(Some).collect())
-                }
-                None => Ok(vec![base]),
-            }
-        }
-        let ms = list(&g.m, spec.limits.m, "grid.M")?;
-        let cs = list(&g.c, spec.limits.c, "grid.C")?;
-        let ps = list(&g.p, spec.limits.p, "grid.P")?;
-        let rs = list(&g.r_max, spec.limits.r_max, "grid.R_max")?;
-        for (key, vals) in [("M", &ms), ("C", &cs), ("P", &ps), ("R_max", &rs)] {
-            if vals.contains(&Some(0)) {
-                bail!("{key}: expected values >= 1");
-            }
-        }
-        let ns = list(&g.n, w.n, "grid.n")?;
-        if ns.iter().any(|n| n.is_none()) {
-            bail!("workload.n: required (or give grid.n)");
-        }
-        if ns.contains(&Some(0)) {
-            bail!("n: expected >= 1 requests");
-        }
-        let qpss = list(&g.qps, None, "grid.qps")?;
-        if qpss.iter().flatten().any(|q| !(q.is_finite() && *q > 0.0)) {
-            bail!("grid.qps: expected rates > 0");
-        }
-        let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
-        if g.schedulers.is_empty() {
-            bail!("grid.schedulers: empty list");
-        }
-        for (i, s) in g.schedulers.iter().enumerate() {
-            s.parse::<Contender>()
-                .map_err(|e| anyhow::anyhow!("grid.schedulers[{i}]: {e}"))?;
-        }
-        let objectives = g.objectives.clone().unwrap_or(vec!["makespan".into()]);
-        if objectives.is_empty() {
-            bail!("grid.objectives: empty list");
-        }
-        for (key, vals) in [
-            ("grid.schedulers", &g.schedulers),
-            ("grid.objectives", &objectives),
-        ] {
-            if let Some(j) = (1..vals.len()).find(|&j| vals[..j].contains(&vals[j])) {
-                bail!(
-                    "{key}[{j}]: \"{}\" repeats an earlier value; each grid value must be distinct",
-                    vals[j]
-                );
-            }
-        }
-        for (i, o) in objectives.iter().enumerate() {
-            o.parse::<Objective>()
-                .map_err(|e| anyhow::anyhow!("grid.objectives[{i}]: {e}"))?;
-        }
-        let mut swept = Vec::new();
-        for (name, count) in [
-            ("M", ms.len()),
-            ("C", cs.len()),
-            ("P", ps.len()),
-            ("R_max", rs.len()),
-            ("I", inputs.len()),
-            ("O", outputs.len()),
-            ("n", ns.len()),
-            ("qps", qpss.len()),
-            ("seed", seeds.len()),
-        ] {
-            if count > 1 {
-                swept.push(name);
-            }
-        }
-        let grid = Grid {
-            objectives,
-            ms,
-            cs,
-            ps,
-            rs,
-            inputs,
-            outputs,
-            ns: ns.into_iter().map(|n| n.expect("checked")).collect(),
-            qpss,
-            seeds: seeds
-                .into_iter()
-                .map(|s| s.expect("has a default"))
-                .collect(),
-            schedulers: g.schedulers.clone(),
-        };
+        let grid = grid_of(&spec, trace.is_some())?;
+        let swept = grid.swept();
         // The grid's size before anything is allocated for it.
         let Some(runs) = grid.len().filter(|&r| r <= MAX_GRID_RUNS) else {
             bail!(
@@ -576,8 +416,222 @@ impl Sweep {
     }
 }
 
+/// The spec's cost model: a coefficient file relative to the spec, or a preset.
+fn cost_model_of(spec: &SweepSpec, base_dir: &Path) -> Result<LinearCostModel> {
+    let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
+    let as_path = base_dir.join(&cost_name);
+    let name = if as_path.exists() {
+        as_path.display().to_string()
+    } else {
+        cost_name.clone()
+    };
+    cost_model::resolve(&name).with_context(|| format!("cost_model = \"{cost_name}\""))
+}
+
+/// The per-run solver options and the block size, in range.
+fn check_run_options(spec: &SweepSpec) -> Result<()> {
+    if let Some(t) = spec.time_limit
+        && !(t.is_finite() && t > 0.0)
+    {
+        bail!("time_limit: expected seconds > 0, got {t}");
+    }
+    if let Some(t) = spec.threads
+        && !(1..=256).contains(&t)
+    {
+        bail!("threads: expected 1 to 256 HiGHS threads per run, got {t}");
+    }
+    if let Some(g) = spec.mip_gap
+        && !(0.0..1.0).contains(&g)
+    {
+        bail!("mip_gap: expected a value in [0, 1), got {g}");
+    }
+    if spec.block_size == Some(0) {
+        bail!("block_size: expected >= 1");
+    }
+    Ok(())
+}
+
+/// The trace a workload samples, when it names one (then it gives the lengths).
+fn trace_of(spec: &SweepSpec, base_dir: &Path) -> Result<Option<Workload>> {
+    let w = &spec.workload;
+    let Some(t) = &w.trace else {
+        return Ok(None);
+    };
+    if w.input.is_some() || w.output.is_some() {
+        bail!("workload: I and O are for synthetic workloads; a trace gives its own lengths");
+    }
+    if spec.grid.input.is_some() || spec.grid.output.is_some() {
+        bail!(
+            "grid.I / grid.O: a trace workload gives its own lengths (scale them with prefill_scale / decode_scale)"
+        );
+    }
+    let p = base_dir.join(t);
+    Ok(Some(
+        crate::workload::read_trace(&p).with_context(|| format!("workload.trace = \"{t}\""))?,
+    ))
+}
+
+/// The index of the first value of `vals` equal to an earlier one (in one pass: a grid
+/// list of a million values is checked in a fraction of a second).
+fn first_repeat<T: std::fmt::Debug>(vals: &[T]) -> Option<usize> {
+    let mut seen = std::collections::HashSet::with_capacity(vals.len());
+    vals.iter().position(|v| !seen.insert(format!("{v:?}")))
+}
+
+/// A grid list, or the base value alone; refuses an empty list and repeated values.
+fn list<T: Clone + std::fmt::Debug>(
+    grid: &Option<Vec<T>>,
+    base: Option<T>,
+    key: &str,
+) -> Result<Vec<Option<T>>> {
+    match grid {
+        Some(v) if v.is_empty() => bail!("{key}: empty list"),
+        Some(v) => {
+            if let Some(j) = first_repeat(v) {
+                bail!(
+                    "{key}[{j}]: repeats an earlier value; each grid value must be distinct (a repeated run would write the same key twice)"
+                );
+            }
+            Ok(v.iter().cloned().map(Some).collect())
+        }
+        None => Ok(vec![base]),
+    }
+}
+
+/// The prompt or output lengths of the grid (`grid_key` `grid.I` or `grid.O`): its list,
+/// else the workload's value (`-` for a trace); each a length distribution.
+fn lengths(
+    grid: &Option<Vec<toml::Value>>,
+    base: &Option<toml::Value>,
+    has_trace: bool,
+    grid_key: &str,
+) -> Result<Vec<String>> {
+    let base_key = format!("workload.{}", &grid_key[5..]);
+    // The workload's own value is checked first, even where the grid replaces it.
+    let base = match base {
+        Some(v) => vec![length_value(v, &base_key)?],
+        None if has_trace => vec!["-".into()],
+        None => vec![],
+    };
+    let Some(vs) = grid else {
+        if base.is_empty() {
+            bail!("{base_key}: required for a synthetic workload (or give {grid_key})");
+        }
+        return Ok(base);
+    };
+    if vs.is_empty() {
+        bail!("{grid_key}: empty list");
+    }
+    let vals: Vec<String> = vs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| length_value(v, &format!("{grid_key}[{i}]")))
+        .collect::<Result<_>>()?;
+    if let Some(j) = first_repeat(&vals) {
+        bail!("{grid_key}[{j}]: repeats an earlier value; each grid value must be distinct");
+    }
+    Ok(vals)
+}
+
+/// The grid's lists, each checked, from the spec's grid and base values.
+fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
+    let (w, g) = (&spec.workload, &spec.grid);
+    let inputs = lengths(&g.input, &w.input, has_trace, "grid.I")?;
+    let outputs = lengths(&g.output, &w.output, has_trace, "grid.O")?;
+    let ms = list(&g.m, spec.limits.m, "grid.M")?;
+    let cs = list(&g.c, spec.limits.c, "grid.C")?;
+    let ps = list(&g.p, spec.limits.p, "grid.P")?;
+    let rs = list(&g.r_max, spec.limits.r_max, "grid.R_max")?;
+    for (key, vals) in [("M", &ms), ("C", &cs), ("P", &ps), ("R_max", &rs)] {
+        if vals.contains(&Some(0)) {
+            bail!("{key}: expected values >= 1");
+        }
+    }
+    let ns = list(&g.n, w.n, "grid.n")?;
+    if ns.iter().any(|n| n.is_none()) {
+        bail!("workload.n: required (or give grid.n)");
+    }
+    if ns.contains(&Some(0)) {
+        bail!("n: expected >= 1 requests");
+    }
+    let qpss = list(&g.qps, None, "grid.qps")?;
+    if qpss.iter().flatten().any(|q| !(q.is_finite() && *q > 0.0)) {
+        bail!("grid.qps: expected rates > 0");
+    }
+    let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
+    let objectives = schedulers_and_objectives(spec)?;
+    Ok(Grid {
+        objectives,
+        ms,
+        cs,
+        ps,
+        rs,
+        inputs,
+        outputs,
+        ns: ns.into_iter().map(|n| n.expect("checked")).collect(),
+        qpss,
+        seeds: seeds
+            .into_iter()
+            .map(|s| s.expect("has a default"))
+            .collect(),
+        schedulers: g.schedulers.clone(),
+    })
+}
+
+/// Checks the grid's schedulers and returns its objectives (default makespan), both
+/// lists non-empty, parseable and without repeats.
+fn schedulers_and_objectives(spec: &SweepSpec) -> Result<Vec<String>> {
+    let g = &spec.grid;
+    if g.schedulers.is_empty() {
+        bail!("grid.schedulers: empty list");
+    }
+    for (i, s) in g.schedulers.iter().enumerate() {
+        s.parse::<Contender>()
+            .map_err(|e| anyhow::anyhow!("grid.schedulers[{i}]: {e}"))?;
+    }
+    let objectives = g.objectives.clone().unwrap_or(vec!["makespan".into()]);
+    if objectives.is_empty() {
+        bail!("grid.objectives: empty list");
+    }
+    for (key, vals) in [
+        ("grid.schedulers", &g.schedulers),
+        ("grid.objectives", &objectives),
+    ] {
+        if let Some(j) = first_repeat(vals) {
+            bail!(
+                "{key}[{j}]: \"{}\" repeats an earlier value; each grid value must be distinct",
+                vals[j]
+            );
+        }
+    }
+    for (i, o) in objectives.iter().enumerate() {
+        o.parse::<Objective>()
+            .map_err(|e| anyhow::anyhow!("grid.objectives[{i}]: {e}"))?;
+    }
+    Ok(objectives)
+}
+
 /// The most runs a grid may have (each is held in memory while the sweep runs).
 pub const MAX_GRID_RUNS: usize = 10_000_000;
 
 /// Grids with more runs than this need `--yes`.
 pub const CONFIRM_GRID_RUNS: usize = 100_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_repeat_is_found_in_one_pass() {
+        assert_eq!(first_repeat(&[1u64, 2, 1, 2]), Some(2));
+        assert_eq!(first_repeat(&[1u64, 2, 3]), None);
+        assert_eq!(first_repeat::<u64>(&[]), None);
+        assert_eq!(first_repeat(&[0.5f64, 1.0, 0.5]), Some(2));
+        let names = ["vllm".to_string(), "optimal".into(), "vllm".into()];
+        assert_eq!(first_repeat(&names), Some(2));
+        // A million distinct values, the repeat at the end.
+        let mut many: Vec<u64> = (0..1_000_000).collect();
+        many.push(999_999);
+        assert_eq!(first_repeat(&many), Some(1_000_000));
+    }
+}
