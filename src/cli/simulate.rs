@@ -4,12 +4,12 @@ use super::{KnobArgs, load_workload, named, path_list};
 use crate::describe;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use infersched::core::{Limits, Summary};
+use infersched::core::{Limits, Summary, Workload};
 use infersched::cost_model::{self, TimeBreakdown};
 use infersched::produce::produce_heuristic;
-use infersched::schedulers::SchedulerKind;
+use infersched::schedulers::{Knobs, SchedulerKind};
 use rayon::prelude::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub(crate) struct SimulateArgs {
@@ -50,50 +50,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     }
     let knobs = a.knobs.knobs(&w, &cost)?;
     let several = kinds.len() > 1;
-    // Memory: each simulation holds its whole schedule; estimate before running any.
-    let needs: Vec<u64> = kinds
-        .iter()
-        .map(|k| infersched::schedulers::estimated_peak_bytes(&w, &k.limits(&knobs, &w)))
-        .collect();
-    let mut jobs = kinds.len();
-    let budget = match a.memory_limit {
-        Some(g) if g.is_finite() && g > 0.0 && g <= 1e6 => Some((g * (1u64 << 30) as f64) as u64),
-        Some(g) => bail!("--memory-limit: expected GiB > 0 and at most 1e6, got {g}"),
-        None => infersched::resources::available_memory_bytes(),
-    };
-    if let Some(available) = budget {
-        use infersched::resources::gib;
-        if let Some((k, need)) = kinds.iter().zip(&needs).find(|(_, n)| **n > available) {
-            bail!(
-                "simulating {} on {} requests needs about {:.3} GiB (its schedule and replay) and {:.3} GiB is available; simulate a sample (workload sample) or raise --memory-limit",
-                k.name(),
-                w.len(),
-                gib(*need),
-                gib(available)
-            );
-        }
-        let total: u64 = needs.iter().sum();
-        if several && total > available {
-            // Largest first, as many at once as fit.
-            let mut sorted = needs.clone();
-            sorted.sort_unstable_by(|a, b| b.cmp(a));
-            let mut sum = 0;
-            jobs = sorted
-                .iter()
-                .take_while(|n| {
-                    sum += **n;
-                    sum <= available
-                })
-                .count()
-                .max(1);
-            eprintln!(
-                "note: the {} schedulers together need about {:.3} GiB and {:.3} GiB is available: running {jobs} at a time",
-                kinds.len(),
-                gib(total),
-                gib(available)
-            );
-        }
-    }
+    let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     type Simulated = (Summary, TimeBreakdown, Vec<PathBuf>, Limits);
     let results: Vec<Result<Simulated>> = pool.install(|| {
@@ -109,28 +66,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                 } else {
                     out.clone()
                 };
-                let schedule_path = dir.join("schedule.json");
-                o.schedule.write(&schedule_path)?;
-                let mut paths = vec![schedule_path];
-                paths.extend(
-                    infersched::output::write_replay_outputs(&dir, &o.replay, &o.summary)
-                        .with_context(|| format!("writing results to {}", dir.display()))?,
-                );
-                if a.trace {
-                    let trace_path = dir.join("trace.json");
-                    let trace = infersched::report::trace::chrome_trace(
-                        &w,
-                        kind.name(),
-                        &o.schedule,
-                        &o.replay,
-                    );
-                    infersched::core::io::write_bytes_atomic(
-                        &trace_path,
-                        serde_json::to_string(&trace)?.as_bytes(),
-                    )
-                    .with_context(|| format!("writing {}", trace_path.display()))?;
-                    paths.push(trace_path);
-                }
+                let paths = write_outputs(&dir, &w, *kind, &o, a.trace)?;
                 Ok((o.summary, o.time_split, paths, o.limits))
             })
             .collect()
@@ -173,4 +109,89 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         bail!("{failed} of {} schedulers failed", kinds.len());
     }
     Ok(())
+}
+
+/// How many simulations run at once: all, unless their estimated memory (each holds its
+/// whole schedule and replay) passes `--memory-limit` or what is available, then as many
+/// as fit, largest first; refuses one that fits alone in none.
+fn parallel_jobs(
+    a: &SimulateArgs,
+    w: &Workload,
+    kinds: &[SchedulerKind],
+    knobs: &Knobs,
+) -> Result<usize> {
+    use infersched::resources::gib;
+    let needs: Vec<u64> = kinds
+        .iter()
+        .map(|k| infersched::schedulers::estimated_peak_bytes(w, &k.limits(knobs, w)))
+        .collect();
+    let budget = match a.memory_limit {
+        Some(g) if g.is_finite() && g > 0.0 && g <= 1e6 => Some((g * (1u64 << 30) as f64) as u64),
+        Some(g) => bail!("--memory-limit: expected GiB > 0 and at most 1e6, got {g}"),
+        None => infersched::resources::available_memory_bytes(),
+    };
+    let Some(available) = budget else {
+        return Ok(kinds.len());
+    };
+    if let Some((k, need)) = kinds.iter().zip(&needs).find(|(_, n)| **n > available) {
+        bail!(
+            "simulating {} on {} requests needs about {:.3} GiB (its schedule and replay) and {:.3} GiB is available; simulate a sample (workload sample) or raise --memory-limit",
+            k.name(),
+            w.len(),
+            gib(*need),
+            gib(available)
+        );
+    }
+    let total: u64 = needs.iter().sum();
+    if kinds.len() <= 1 || total <= available {
+        return Ok(kinds.len());
+    }
+    // Largest first, as many at once as fit.
+    let mut sorted = needs.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sum = 0;
+    let jobs = sorted
+        .iter()
+        .take_while(|n| {
+            sum += **n;
+            sum <= available
+        })
+        .count()
+        .max(1);
+    eprintln!(
+        "note: the {} schedulers together need about {:.3} GiB and {:.3} GiB is available: running {jobs} at a time",
+        kinds.len(),
+        gib(total),
+        gib(available)
+    );
+    Ok(jobs)
+}
+
+/// Writes one simulation's schedule, replay outputs and (with `trace`) its Chrome trace
+/// under `dir`; the paths written.
+fn write_outputs(
+    dir: &Path,
+    w: &Workload,
+    kind: SchedulerKind,
+    o: &infersched::produce::Outcome,
+    trace: bool,
+) -> Result<Vec<PathBuf>> {
+    let schedule_path = dir.join("schedule.json");
+    o.schedule.write(&schedule_path)?;
+    let mut paths = vec![schedule_path];
+    paths.extend(
+        infersched::output::write_replay_outputs(dir, &o.replay, &o.summary)
+            .with_context(|| format!("writing results to {}", dir.display()))?,
+    );
+    if trace {
+        let trace_path = dir.join("trace.json");
+        let trace = infersched::report::trace::chrome_trace(w, kind.name(), &o.schedule, &o.replay);
+        infersched::core::io::write_bytes_atomic(
+            &trace_path,
+            serde_json::to_string(&trace)?.as_bytes(),
+        )
+        .with_context(|| format!("writing {}", trace_path.display()))?;
+        paths.push(trace_path);
+    }
+    Ok(paths)
 }

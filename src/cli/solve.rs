@@ -68,19 +68,7 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         .solve
         .as_ref()
         .context("internal error: the solver's outcome has no report")?;
-    let schedule_path = a.out.join("schedule.json");
-    let mut schedule = report.schedule.clone();
-    schedule.meta =
-        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
-    schedule.write(&schedule_path)?;
-    let mut paths = vec![schedule_path];
-    paths.extend(infersched::output::write_replay_outputs(
-        &a.out, r, summary,
-    )?);
-    let solve_path = a.out.join("solve.json");
-    let json = serde_json::to_string_pretty(report)? + "\n";
-    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
-    paths.push(solve_path);
+    let paths = write_solve_outputs(&a.out, report, objective, r, summary)?;
     outln!(
         "{} ({} requests), objective {}, cost model {}",
         a.workload.display(),
@@ -88,6 +76,42 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         objective.name(),
         cost.name
     );
+    print_report(report)?;
+    out!("{}", infersched::output::summary_text(summary));
+    out!(
+        "{}",
+        infersched::output::time_split_text(&outcome.time_split)
+    );
+    outln!("wrote {}", path_list(&paths));
+    Ok(())
+}
+
+/// Writes the solver's schedule (`schedule.json`), the replay's outputs and `solve.json`
+/// (the report) under `out`; the paths written.
+fn write_solve_outputs(
+    out: &std::path::Path,
+    report: &infersched::solver::SolveReport,
+    objective: infersched::solver::Objective,
+    r: &infersched::core::Replay,
+    summary: &infersched::core::Summary,
+) -> Result<Vec<std::path::PathBuf>> {
+    let schedule_path = out.join("schedule.json");
+    let mut schedule = report.schedule.clone();
+    schedule.meta =
+        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
+    schedule.write(&schedule_path)?;
+    let mut paths = vec![schedule_path];
+    paths.extend(infersched::output::write_replay_outputs(out, r, summary)?);
+    let solve_path = out.join("solve.json");
+    let json = serde_json::to_string_pretty(report)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    Ok(paths)
+}
+
+/// Prints the report: status, objective, bound and gap, warm start, note and the method's
+/// own figures.
+fn print_report(report: &infersched::solver::SolveReport) -> Result<()> {
     outln!(
         "  status                {}{}",
         report.status.name(),
@@ -124,6 +148,11 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     if let Some(note) = &report.note {
         outln!("  note                  {note}");
     }
+    print_method(report)
+}
+
+/// The line (or lines) on the method that answered.
+fn print_method(report: &infersched::solver::SolveReport) -> Result<()> {
     match report.method {
         infersched::solver::SolveMethod::BestHeuristic => outln!(
             "  method                best schedule of the heuristics, the list search and the relaxation's plans, with a bound that needs no exact model ({}; no exact model was solved)",
@@ -168,11 +197,5 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
             );
         }
     }
-    out!("{}", infersched::output::summary_text(summary));
-    out!(
-        "{}",
-        infersched::output::time_split_text(&outcome.time_split)
-    );
-    outln!("wrote {}", path_list(&paths));
     Ok(())
 }

@@ -443,13 +443,41 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
         "<h1>Schedulers compared: {}</h1>",
         html_escape(&setting.workload)
     );
-    // Headline.
+    h.push_str(&headline_html(&rows, c.objective));
+    let ran_solver = rows.iter().any(|r| r.scheduler == crate::produce::OPTIMAL);
+    h.push_str(&setting_html(setting, ran_solver));
+    h.push_str(&limits_html(&rows, c));
+    h.push_str(&results_section_html(&rows, c.objective));
+    h.push_str(&solver_html(c));
+    h.push_str(&time_split_html(&rows));
+    h.push_str("<h2>Plots</h2>\n");
+    for p in plots {
+        let _ = writeln!(
+            h,
+            "<figure id=\"{stem}\">\n{}<figcaption>{} (<a href=\"plots/{stem}.png\">PNG</a>, <a href=\"plots/{stem}.svg\">SVG</a>)</figcaption>\n</figure>",
+            p.svg.inline(),
+            html_escape(&p.caption),
+            stem = p.stem
+        );
+    }
+    h.push_str("<h2>Files</h2>\n<ul>\n");
+    for l in links {
+        let _ = writeln!(h, "<li><a href=\"{0}\">{0}</a></li>", html_escape(l));
+    }
+    h.push_str("</ul>\n<p>Traces load in <a href=\"https://ui.perfetto.dev\">Perfetto</a> or chrome://tracing.</p>\n</body>\n</html>\n");
+    h
+}
+
+/// The headline: how far the best heuristic is from the optimum (proven, or between the
+/// bound and the best schedule found), or the best scheduler where no solver ran.
+fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
+    let mut h = String::new();
     let best_heuristic = rows
         .iter()
         .filter(|r| r.scheduler != crate::produce::OPTIMAL)
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
     let optimal_row = rows.iter().find(|r| r.scheduler == crate::produce::OPTIMAL);
-    let proven = crate::compare::optimum_proven(&rows);
+    let proven = crate::compare::optimum_proven(rows);
     if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
         && let Some(ratio) = best_h.ratio_to_optimum
         && proven
@@ -459,7 +487,7 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
             "<p><b>The best heuristic, {}, is {:.2}% above the proven optimum</b>: its {} is {} versus {}.</p>",
             html_escape(&best_h.scheduler),
             (ratio - 1.0) * 100.0,
-            objective_label(c.objective),
+            objective_label(objective),
             fmt_s(best_h.objective_s),
             fmt_s(opt.objective_s)
         );
@@ -472,7 +500,7 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
             "<p><b>The best heuristic, {}, is at most {:.2}% above the optimum</b> (its {} {} against the proven lower bound {}). No schedule is proven optimal: the best the solver found ({}) is {}, {:.2}% below it; certified gap {:.2}%.</p>",
             html_escape(&best_h.scheduler),
             (to_bound - 1.0) * 100.0,
-            objective_label(c.objective),
+            objective_label(objective),
             fmt_s(best_h.objective_s),
             fmt_s(opt.best_bound_s.unwrap_or(f64::NAN)),
             html_escape(opt.status.name()),
@@ -485,10 +513,16 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
             h,
             "<p><b>The best of the schedulers run is {}</b>, with {} {}. No solver ran, so how far any of them is from the optimum is not known (add <code>optimal</code> to <code>--schedulers</code> for a schedule, a proven bound and the gap).</p>",
             html_escape(&best_h.scheduler),
-            objective_label(c.objective),
+            objective_label(objective),
             fmt_s(best_h.objective_s),
         );
     }
+    h
+}
+
+/// The setting: workload statistics, cost model, objective, M and the solver's limit.
+fn setting_html(setting: &Setting, ran_solver: bool) -> String {
+    let mut h = String::new();
     h.push_str("<h2>Setting</h2>\n<table>\n");
     let ws = &setting.workload_stats;
     let l = &setting.limits;
@@ -529,14 +563,20 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
     row("cost model", setting.cost_model.clone());
     row("objective", objective_label(setting.objective).to_string());
     row("M (KV tokens)", limit_text(l.kv_capacity));
-    if optimal_row.is_some() {
+    if ran_solver {
         row("solver time limit", format!("{} s", setting.time_limit_s));
     }
     h.push_str("</table>\n");
+    h
+}
+
+/// Each scheduler's limits, and the schedulers that failed.
+fn limits_html(rows: &[ComparisonRow], c: &Comparison) -> String {
+    let mut h = String::new();
     h.push_str(
         "<h2>Limits</h2>\n<p>Each heuristic runs with the limits given and its own defaults for the rest (as <code>simulate</code> runs it); the optimal scheduler runs under the limits given alone, the best schedule they allow.</p>\n<table>\n<tr><th>scheduler</th><th>C (tokens per batch)</th><th>P (prefill tokens)</th><th>M (KV tokens)</th><th>R_max (running)</th><th>KV block</th><th>watermark</th></tr>\n",
     );
-    for r in &rows {
+    for r in rows {
         let l = &r.limits;
         let _ = writeln!(
             h,
@@ -564,9 +604,16 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
         }
         h.push_str("</ul>\n");
     }
+    h
+}
+
+/// The results table with what its ratios divide by, and each scheduler's interval to the
+/// optimum where it is not proven.
+fn results_section_html(rows: &[ComparisonRow], objective: Objective) -> String {
+    let mut h = String::new();
     const BOUND_TEXT: &str = "<i>/bound</i> divides by the solver's proven lower bound, \
 so it is an upper bound on how far a scheduler is from the true optimum.";
-    let reference_text = match compare::reference(&rows) {
+    let reference_text = match compare::reference(rows) {
         Reference::Optimum => format!(
             "<i>/optimum</i> divides by the proven optimum's replayed objective; {BOUND_TEXT}"
         ),
@@ -582,8 +629,8 @@ so it is an upper bound on how far a scheduler is from the true optimum.";
         "<h2>Results</h2>\n<p>Every number below comes from the independent replay of each scheduler's schedule. \
 {reference_text}</p>\n"
     );
-    h.push_str(&results_html(&rows, c.objective));
-    let distances = distance_to_optimum(&rows);
+    h.push_str(&results_html(rows, objective));
+    let distances = distance_to_optimum(rows);
     if !distances.is_empty() {
         h.push_str(
             "<p>How far each scheduler is from the optimum: it is not proven, but it lies between \
@@ -598,23 +645,6 @@ the bound and the best schedule found, so each scheduler's objective is</p>\n<ul
         }
         h.push_str("</ul>\n");
     }
-    h.push_str(&solver_html(c));
-    h.push_str(&time_split_html(&rows));
-    h.push_str("<h2>Plots</h2>\n");
-    for p in plots {
-        let _ = writeln!(
-            h,
-            "<figure id=\"{stem}\">\n{}<figcaption>{} (<a href=\"plots/{stem}.png\">PNG</a>, <a href=\"plots/{stem}.svg\">SVG</a>)</figcaption>\n</figure>",
-            p.svg.inline(),
-            html_escape(&p.caption),
-            stem = p.stem
-        );
-    }
-    h.push_str("<h2>Files</h2>\n<ul>\n");
-    for l in links {
-        let _ = writeln!(h, "<li><a href=\"{0}\">{0}</a></li>", html_escape(l));
-    }
-    h.push_str("</ul>\n<p>Traces load in <a href=\"https://ui.perfetto.dev\">Perfetto</a> or chrome://tracing.</p>\n</body>\n</html>\n");
     h
 }
 
