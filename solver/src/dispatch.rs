@@ -17,7 +17,7 @@ use crate::{
     BoundMethod, Objective, SolveError, SolveOptions, SolveReport, SolveStatus, arcflow, bounds,
     counting, first_tokens, groups, list_search, plan_schedule, portfolio, report,
 };
-use infersched_core::{Limits, Workload, replay};
+use infersched_core::{Limits, Workload};
 use infersched_cost_model::LinearCostModel;
 
 /// A stage of the portfolio (in the order of [`STAGES`]).
@@ -287,13 +287,9 @@ fn run_portfolio(
         && let Some(schedule) =
             first_tokens::first_tokens_first(p.w, &p.limits, p.cost, &p.model_class)
         && p.model_class.admits(p.w, &p.limits, &schedule)
-        && let Ok(replay) = replay(p.w, &p.limits, p.cost, &schedule)
     {
-        store.offer(Incumbent {
-            name: "first-tokens-first".to_string(),
-            schedule,
-            replay,
-        });
+        // The store replays it (and refuses it where the replay fails).
+        store.offer_schedule("first-tokens-first".to_string(), schedule);
     }
     Ok(Flow::Next)
 }
@@ -431,14 +427,10 @@ fn run_groups(
             argument,
         });
     }
-    let replay = replay(p.w, &p.limits, p.cost, &report.schedule)?;
-    store.offer(Incumbent {
-        name: report
-            .warm_start
-            .map_or_else(|| "independent-groups".to_string(), |s| s.heuristic),
-        schedule: report.schedule,
-        replay,
-    });
+    let name = report
+        .warm_start
+        .map_or_else(|| "independent-groups".to_string(), |s| s.heuristic);
+    store.offer_schedule(name, report.schedule);
     Ok(Flow::Next)
 }
 
@@ -676,7 +668,7 @@ fn planned_schedule(
 mod tests {
     use super::*;
     use crate::progress::{Observer, Progress, SolveObserver};
-    use infersched_core::{Request, Schedule};
+    use infersched_core::{Request, Schedule, replay};
     use std::sync::{Arc, Mutex};
 
     /// Every incumbent the solve announces, in order.
