@@ -48,6 +48,8 @@ pub use infersched_workload as workload;
 #[cfg(feature = "calibrate")]
 pub mod calibration;
 pub mod compare;
+#[cfg(feature = "calibrate")]
+pub mod gpu_replay;
 #[cfg(feature = "cli")]
 pub mod interrupt;
 pub mod output;

@@ -796,6 +796,32 @@ fn solve_writes_an_optimal_schedule_and_its_report() {
 }
 
 #[test]
+fn replay_on_gpu_without_a_gpu_says_so_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = replay_example(&out, &["--on-gpu", "no-such-model"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("neither a known model"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "nothing written for a bad model");
+    if infersched::kernels_calibration::check_libraries().is_err() {
+        let o = replay_example(&out, &["--on-gpu", "llama2-7b"]);
+        assert_eq!(o.status.code(), Some(1), "an error exit, not a panic");
+        assert!(
+            stderr(&o).contains("no CUDA driver found"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists(), "nothing written without a GPU");
+    }
+    let o = replay_example(&out, &["--tp", "2"]);
+    assert_eq!(o.status.code(), Some(2), "--tp needs --on-gpu");
+}
+
+#[test]
 fn calibrate_without_a_gpu_says_so_and_refits_recorded_samples() {
     use infersched::kernels_calibration::{PlanLimits, plan, samples};
     let dir = tempfile::tempdir().unwrap();

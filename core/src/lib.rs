@@ -29,7 +29,7 @@ pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Objectives, Summary};
 pub use replay::{
     BatchRecord, ClassifiedEntry, EntryKind, Replay, ReplayError, RequestRecord, classify_entries,
-    replay,
+    replay, replay_measured,
 };
 pub use request::{Request, Workload, WorkloadError};
 pub use request_state::{RequestState, Step};

@@ -170,6 +170,14 @@ pub enum ReplayError {
         /// The request's arrival.
         arrival_s: f64,
     },
+    /// Measured batch times given for a different number of batches.
+    #[error("{times} measured batch times for a schedule of {batches} batches (one per batch)")]
+    MeasuredTimes {
+        /// Times given.
+        times: usize,
+        /// Batches in the schedule.
+        batches: usize,
+    },
     /// A producer's claimed time differs from the replay's.
     #[error("batch {batch}: claimed {field} = {claimed} s but replay computes {replayed} s")]
     ClaimedTimeMismatch {
@@ -400,6 +408,40 @@ pub fn replay(
     cost: &dyn CostModel,
     schedule: &Schedule,
 ) -> Result<Replay, ReplayError> {
+    replay_timed(workload, limits, &|_, f| cost.batch_time_s(f), schedule)
+}
+
+/// Replays `schedule` with measured batch durations (`times_s[j]` seconds for batch `j`,
+/// e.g. timed on a GPU) in place of a cost model: the same rules and metrics, for the
+/// schedule as it ran. The producer's claimed batch times are not checked (they are its
+/// cost model's, not the measurement's). Fails when there is not exactly one time per
+/// batch.
+pub fn replay_measured(
+    workload: &Workload,
+    limits: &Limits,
+    times_s: &[f64],
+    schedule: &Schedule,
+) -> Result<Replay, ReplayError> {
+    if times_s.len() != schedule.batches.len() {
+        return Err(ReplayError::MeasuredTimes {
+            times: times_s.len(),
+            batches: schedule.batches.len(),
+        });
+    }
+    let mut unclaimed = schedule.clone();
+    for b in &mut unclaimed.batches {
+        (b.start_s, b.end_s) = (None, None);
+    }
+    replay_timed(workload, limits, &|j, _| times_s[j], &unclaimed)
+}
+
+/// The replay with batch `j`'s time from `time_of(j, features)`.
+fn replay_timed(
+    workload: &Workload,
+    limits: &Limits,
+    time_of: &dyn Fn(usize, &BatchFeatures) -> f64,
+    schedule: &Schedule,
+) -> Result<Replay, ReplayError> {
     limits.validate()?;
     limits.check_feasible(workload)?;
     let reqs = workload.requests();
@@ -572,7 +614,7 @@ pub fn replay(
         }
 
         let start_s = prev_end.max(latest_arrival);
-        let time_s = cost.batch_time_s(&features);
+        let time_s = time_of(j, &features);
         if !(time_s.is_finite() && time_s >= 0.0) {
             return Err(ReplayError::InvalidBatchTime { batch: j, time_s });
         }
@@ -1142,6 +1184,34 @@ mod tests {
         );
         s.batches[1].end_s = Some(3.101);
         assert!(replay(&w, &Limits::unlimited(), &TestCost, &s).is_ok());
+    }
+
+    #[test]
+    fn measured_times_replace_the_cost_model_batch_by_batch() {
+        let w = workload(&[(1, 1, 0.0), (1, 1, 2.0)]);
+        let s = sched(vec![vec![E::process(0, 1)], vec![E::process(1, 1)]]);
+        let un = Limits::unlimited();
+        let r = replay_measured(&w, &un, &[0.5, 0.25], &s).unwrap();
+        assert!(close(r.batches[0].end_s, 0.5));
+        // Batch 1 still waits for its request's arrival, then takes its own time.
+        assert!(close(r.batches[1].start_s, 2.0));
+        assert!(close(r.makespan_s(), 2.25));
+        assert!(close(r.requests[1].e2e_s(), 0.25));
+        // Claimed times (a producer's cost model's) are not the measurement's.
+        let mut claimed = s.clone();
+        claimed.batches[0].end_s = Some(9.0);
+        let r2 = replay_measured(&w, &un, &[0.5, 0.25], &claimed).unwrap();
+        assert_eq!(r2, r);
+        let e = replay_measured(&w, &un, &[0.5], &s).unwrap_err();
+        assert_eq!(
+            e,
+            ReplayError::MeasuredTimes {
+                times: 1,
+                batches: 2
+            }
+        );
+        let e = replay_measured(&w, &un, &[0.5, f64::NAN], &s).unwrap_err();
+        assert!(matches!(e, ReplayError::InvalidBatchTime { batch: 1, .. }));
     }
 
     #[test]

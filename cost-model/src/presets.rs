@@ -4,24 +4,37 @@ use crate::linear::{CostModelError, LinearCostModel};
 use std::path::Path;
 
 /// Names of the built-in presets: the InferMax authors' published A100 coefficients (to
-/// reproduce InferMax's findings) and H100 calibrations measured with `infersched
-/// calibrate` (for predictions; `-fa2`: attention terms from FlashAttention-2 timings).
-pub const PRESET_NAMES: [&str; 6] = [
+/// reproduce InferMax's findings) and H100 and H200 calibrations measured with `infersched
+/// calibrate` (for predictions; `-fa2`: attention terms from FlashAttention-2 timings;
+/// `-tp8`: one tensor-parallel shard's compute, the all-reduces between shards not included).
+pub const PRESET_NAMES: [&str; 12] = [
     "llama2-7b-a100",
     "llama3-70b-tp4-a100",
     "llama2-7b-h100",
     "llama3-8b-h100",
     "llama2-7b-h100-fa2",
     "llama3-8b-h100-fa2",
+    "llama2-7b-h200",
+    "llama3-8b-h200",
+    "llama2-7b-h200-fa2",
+    "llama3-8b-h200-fa2",
+    "llama3-70b-h100-tp8",
+    "llama3-70b-h200-tp8",
 ];
 
-const PRESET_FILES: [&str; 6] = [
+const PRESET_FILES: [&str; 12] = [
     include_str!("../../notebooks-data/cost-models/llama2-7b-a100.json"),
     include_str!("../../notebooks-data/cost-models/llama3-70b-tp4-a100.json"),
     include_str!("../../notebooks-data/calibration/h100/llama2-7b/coefficients.json"),
     include_str!("../../notebooks-data/calibration/h100/llama3-8b/coefficients.json"),
     include_str!("../../notebooks-data/calibration/h100/llama2-7b-fa2/coefficients.json"),
     include_str!("../../notebooks-data/calibration/h100/llama3-8b-fa2/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h200/llama2-7b/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h200/llama3-8b/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h200/llama2-7b-fa2/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h200/llama3-8b-fa2/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h100/llama3-70b-tp8/coefficients.json"),
+    include_str!("../../notebooks-data/calibration/h200/llama3-70b-tp8/coefficients.json"),
 ];
 
 /// The preset called `name`, if there is one.

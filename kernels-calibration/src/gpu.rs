@@ -36,7 +36,7 @@ use thiserror::Error;
 pub enum GpuError {
     /// libcuda is not loadable: no NVIDIA driver on this machine.
     #[error(
-        "no CUDA driver found (libcuda.so could not be loaded): calibration needs an NVIDIA GPU and its driver; everything else in infersched works without one"
+        "no CUDA driver found (libcuda.so could not be loaded): calibrate and replay --on-gpu need an NVIDIA GPU and its driver; everything else in infersched works without one"
     )]
     NoDriver,
     /// A CUDA library other than the driver is missing.
@@ -169,6 +169,19 @@ impl LayerShape {
     }
 }
 
+/// One batch's times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchTiming {
+    /// Milliseconds between the CUDA events around the batch's layers.
+    pub gpu_ms: f64,
+    /// Milliseconds the host took to enqueue them.
+    pub issue_ms: f64,
+    /// Milliseconds the GPU was kept waiting before the batch (at its peak clock; 0: the
+    /// batch started on an idle GPU). The events time the GPU's work alone when the host
+    /// enqueued the batch within this wait (`issue_ms < ahead_ms`).
+    pub ahead_ms: f64,
+}
+
 /// Device buffers and kernels for timing one layer.
 pub struct LayerRunner {
     stream: Arc<CudaStream>,
@@ -244,6 +257,15 @@ pub fn attention_rows(m: &Measurement) -> AttentionRows {
         Measurement::PrefillAttention { chunks } => (chunks.clone(), vec![]),
         Measurement::Composite { prefills, decodes } => (prefills.clone(), decodes.clone()),
     };
+    let mut r = logical_rows(&chunks, &decodes);
+    r.block_table.shuffle(&mut ChaCha8Rng::seed_from_u64(0));
+    r
+}
+
+/// The attention rows of prefill `chunks` (`(c, m_before)`) then `decodes` (context after
+/// the step) with logical blocks: sequence `s` holds block-table entries
+/// `bt_start[s]..` numbered `0..blocks` in order (a caller maps them to physical blocks).
+pub fn logical_rows(chunks: &[(u32, u32)], decodes: &[u32]) -> AttentionRows {
     let bs = kernels::BLOCK_SIZE as i32;
     let mut r = AttentionRows::default();
     let mut blocks = 0i32;
@@ -290,9 +312,7 @@ pub fn attention_rows(m: &Measurement) -> AttentionRows {
         }
         r.seq_parts.push([first, r.parts.len() as i32 - first]);
     }
-    let mut physical: Vec<i32> = (0..blocks).collect();
-    physical.shuffle(&mut ChaCha8Rng::seed_from_u64(0));
-    r.block_table = physical;
+    r.block_table = (0..blocks).collect();
     r
 }
 
@@ -656,7 +676,17 @@ impl LayerRunner {
             )));
         }
         let attn = attention_rows(m);
+        self.check_rows(&attn)?;
+        Ok(attn)
+    }
+
+    /// Checks that `attn`'s blocks, decode partitions and contexts fit the buffers.
+    fn check_rows(&self, attn: &AttentionRows) -> Result<(), GpuError> {
         if attn.blocks() > self.cache_blocks
+            || attn
+                .block_table
+                .iter()
+                .any(|&b| b < 0 || b as usize >= self.cache_blocks)
             || attn.parts.len() > self.max_parts
             || attn.visible.iter().any(|&v| v as usize > self.max_context)
         {
@@ -670,7 +700,66 @@ impl LayerRunner {
                 self.max_context
             )));
         }
-        Ok(attn)
+        Ok(())
+    }
+
+    /// KV blocks of [`kernels::BLOCK_SIZE`] tokens the cache holds.
+    pub fn cache_blocks(&self) -> usize {
+        self.cache_blocks
+    }
+
+    /// One run of `layers` layers of the batch `m` with the attention rows `attn` the caller
+    /// built (block tables included, e.g. from a [`crate::schedule::KvPager`]): the batch
+    /// runs once, as a server runs it, appending its KV to the cache where later batches
+    /// read it. With `ahead_cycles > 0` a kernel keeps the GPU waiting that many clock cycles
+    /// first, so the host enqueues the layers before they start and the events time the
+    /// GPU's work alone; with 0 the batch starts on an idle GPU as the host launches it.
+    pub fn time_batch(
+        &mut self,
+        m: &Measurement,
+        attn: &AttentionRows,
+        layers: usize,
+        ahead_cycles: i64,
+    ) -> Result<BatchTiming, GpuError> {
+        let rows = m.tokens() as usize;
+        if rows == 0 || rows > self.max_tokens || attn.seq_of.len() > rows {
+            return Err(GpuError::Shape(format!(
+                "a batch of {rows} tokens ({} attention rows), outside 1..={}",
+                attn.seq_of.len(),
+                self.max_tokens
+            )));
+        }
+        self.check_rows(attn)?;
+        let meta = self.upload(attn, rows)?;
+        let ctx = self.stream.context().clone();
+        let event = || {
+            ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(cuda)
+        };
+        let (start, end) = (event()?, event()?);
+        if ahead_cycles > 0 {
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.funcs["spin_wait"]);
+            b.arg(&ahead_cycles);
+            // SAFETY: the kernel reads only its argument.
+            unsafe { b.launch(cfg) }.map_err(cuda)?;
+        }
+        start.record(&self.stream).map_err(cuda)?;
+        let issue = std::time::Instant::now();
+        for _ in 0..layers.max(1) {
+            self.run_once(m, &meta)?;
+        }
+        let issue_ms = issue.elapsed().as_secs_f64() * 1e3;
+        end.record(&self.stream).map_err(cuda)?;
+        Ok(BatchTiming {
+            gpu_ms: f64::from(start.elapsed_ms(&end).map_err(cuda)?),
+            issue_ms,
+            ahead_ms: 0.0,
+        })
     }
 
     /// Runs `m` once (enqueued on the stream).

@@ -76,6 +76,14 @@ extern "C" __global__ void residual_add(bf16* x, const bf16* y, long n) {
     if (idx < n) x[idx] = to_bf(to_f(x[idx]) + to_f(y[idx]));
 }
 
+// Keeps one SM busy for `cycles` clock cycles: launched before a timed batch, it lets the
+// host enqueue the batch's kernels while the GPU waits, so the events time the GPU's work
+// alone (as a CUDA graph replays it), not the host's launch rate.
+extern "C" __global__ void spin_wait(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+
 // ---------------------------------------------------------------------------------------
 // Paged KV cache: K and V are [block][slot in block][kv head][d], BLOCK_SIZE slots a block.
 // Token `pos` of sequence `s` lives in physical slot
@@ -484,6 +492,7 @@ pub const ENTRY_POINTS: &[&str] = &[
     "rope",
     "silu_mul",
     "residual_add",
+    "spin_wait",
     "kv_append",
     "prefill_attention",
     "decode_attention_g1",

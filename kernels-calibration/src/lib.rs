@@ -10,12 +10,15 @@
 //!   [`gpu::check_libraries`] returns [`gpu::GpuError::NoDriver`] and nothing panics.
 //! * [`samples`]: `samples.csv`, the NNLS fit of the coefficients (the same fit as
 //!   `infersched fit`) and validation on the composite batches (R^2, APE).
+//! * [`schedule`]: a schedule's batches run in order over one paged KV cache that
+//!   persists from batch to batch, each batch timed through all the model's layers.
 //! * [`kernels`]: the CUDA C source.
 
 pub mod gpu;
 pub mod kernels;
 pub mod plan;
 pub mod samples;
+pub mod schedule;
 
 pub use gpu::{GpuError, GpuInfo, LayerRunner, check_libraries, probe};
 pub use plan::{Group, Measurement, PlanLimits, plan};

@@ -20,12 +20,47 @@ pub(crate) struct ReplayArgs {
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    /// Also run every batch on an NVIDIA GPU, in order, through all the layers of this
+    /// model (llama2-7b, llama3-8b, llama3-70b or a model-spec JSON file) over a paged KV
+    /// cache carried from batch to batch, and compare the measured times and metrics with
+    /// the cost model's (gpu-summary.json, gpu-batches.csv, measured/).
+    #[arg(long, value_name = "MODEL")]
+    pub(crate) on_gpu: Option<String>,
+    /// With --on-gpu: tensor-parallel degree (the GPU runs one shard's layers).
+    #[arg(long, default_value_t = 1, requires = "on_gpu")]
+    pub(crate) tp: u32,
+    /// With --on-gpu: GPU ordinal.
+    #[arg(long, default_value_t = 0, requires = "on_gpu")]
+    pub(crate) gpu: usize,
+    /// With --on-gpu: how each batch starts: queued (the GPU waits while the host enqueues
+    /// the batch, so the GPU's work alone is timed, as calibration and CUDA graphs do) or
+    /// idle (as the host launches it, the host's launch rate included).
+    #[arg(long, value_enum, default_value_t = GpuLaunch::Queued, requires = "on_gpu")]
+    pub(crate) gpu_launch: GpuLaunch,
     /// Output directory for requests.csv, batches.csv, summary.json.
     #[arg(long)]
     pub(crate) out: PathBuf,
 }
 
+/// How each batch starts on the GPU (`kernels_calibration::schedule::Launch`).
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum GpuLaunch {
+    /// The GPU's work alone.
+    Queued,
+    /// As launched on an idle GPU.
+    Idle,
+}
+
 pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
+    // With --on-gpu, a missing model or driver is said before anything is written.
+    let gpu_model = match &a.on_gpu {
+        Some(m) => {
+            let model = super::calibrate::calibration_model(m)?;
+            infersched::kernels_calibration::check_libraries()?;
+            Some(model)
+        }
+        None => None,
+    };
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
@@ -52,6 +87,44 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     );
     out!("{}", infersched::output::summary_text(&summary));
     out!("{}", infersched::output::time_split_text(&split));
+    outln!("wrote {}", path_list(&paths));
+    if let Some(model) = &gpu_model {
+        on_gpu(a, model, &instance, &schedule, &r)?;
+    }
+    Ok(())
+}
+
+/// `--on-gpu`: the schedule's batches timed on the GPU, replayed with those times, and
+/// compared with the cost model's replay `predicted`.
+fn on_gpu(
+    a: &ReplayArgs,
+    model: &cost_model::ModelSpec,
+    instance: &Instance<cost_model::LinearCostModel>,
+    schedule: &Schedule,
+    predicted: &infersched::core::Replay,
+) -> Result<()> {
+    use infersched::gpu_replay;
+    let mut last = 0;
+    let mut observe = |done: usize, total: usize| {
+        if done * 10 / total > last || done == total {
+            last = done * 10 / total;
+            eprintln!("timed {done} of {total} batches on the GPU");
+        }
+    };
+    let w = instance.workload();
+    use infersched::kernels_calibration::schedule::Launch;
+    let launch = match a.gpu_launch {
+        GpuLaunch::Queued => Launch::Queued,
+        GpuLaunch::Idle => Launch::Idle,
+    };
+    let timing = gpu_replay::time_on_gpu(model, a.tp, a.gpu, launch, w, schedule, &mut observe)?;
+    let times_s = timing.times_s();
+    let measured = infersched::core::replay_measured(w, instance.limits(), &times_s, schedule)
+        .context("replaying the schedule with the measured batch times")?;
+    let c = gpu_replay::compare(&timing, &instance.cost().name, predicted, &measured);
+    let paths = gpu_replay::write_outputs(&a.out, &timing, predicted, &measured, &c)
+        .with_context(|| format!("writing the GPU results to {}", a.out.display()))?;
+    out!("{}", gpu_replay::comparison_text(&c));
     outln!("wrote {}", path_list(&paths));
     Ok(())
 }
