@@ -111,44 +111,16 @@ pub fn write_calibration(
     paths.push(run_path);
 
     let gpu = short_gpu_name(&run.gpu_name);
-    let name = format!(
-        "{}-{gpu}{}{}",
-        run.model.name,
-        if run.tensor_parallel > 1 {
-            format!("-tp{}", run.tensor_parallel)
-        } else {
-            String::new()
-        },
-        if run.attention_source.is_some() {
-            "-fa2"
-        } else {
-            ""
-        }
-    );
+    let name = preset_name(run);
     let theta = crate::core::Feature::ALL
         .iter()
         .enumerate()
         .map(|(k, f)| (f.name().to_string(), c.fit.theta_ms[k]))
         .collect();
-    // A shard's layers, timed on one GPU: the communication between shards is not in them.
-    let shard = if run.tensor_parallel > 1 {
-        "; one TP shard's compute only: the two tensor-parallel all-reduces per layer are not included"
-    } else {
-        ""
-    };
     let file = CoefficientFile {
         format: crate::cost_model::linear::COST_MODEL_FORMAT.to_string(),
         name: name.clone(),
-        description: match &run.attention_source {
-            None => format!(
-                "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs; NVRTC kernels: FlashAttention-2-style tensor-core prefill and split-KV paged decode attention over a paged KV cache, RMSNorm, RoPE, SiLU; CUDA events)",
-                run.model.name, run.gpu_name, run.tensor_parallel
-            ),
-            Some(source) => format!(
-                "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs, NVRTC element-wise kernels; CUDA events), {source}",
-                run.model.name, run.gpu_name, run.tensor_parallel
-            ),
-        } + shard,
+        description: description(run),
         unit: TimeUnit::Ms,
         per_layer: true,
         layers: Some(run.model.layers),
@@ -202,6 +174,46 @@ pub fn write_calibration(
         paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
     }
     Ok((c, paths))
+}
+
+/// The preset's name: model, GPU, TP degree, attention source.
+fn preset_name(run: &RunInfo) -> String {
+    format!(
+        "{}-{}{}{}",
+        run.model.name,
+        short_gpu_name(&run.gpu_name),
+        if run.tensor_parallel > 1 {
+            format!("-tp{}", run.tensor_parallel)
+        } else {
+            String::new()
+        },
+        if run.attention_source.is_some() {
+            "-fa2"
+        } else {
+            ""
+        }
+    )
+}
+
+/// What the preset is, for `cost-model show`.
+fn description(run: &RunInfo) -> String {
+    // A shard's layers, timed on one GPU: the communication between shards is not in them.
+    let shard = if run.tensor_parallel > 1 {
+        "; one TP shard's compute only: the two tensor-parallel all-reduces per layer are not included"
+    } else {
+        ""
+    };
+    let what = match &run.attention_source {
+        None => format!(
+            "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs; NVRTC kernels: FlashAttention-2-style tensor-core prefill and split-KV paged decode attention over a paged KV cache, RMSNorm, RoPE, SiLU; CUDA events)",
+            run.model.name, run.gpu_name, run.tensor_parallel
+        ),
+        Some(source) => format!(
+            "{} on {} (TP {}): calibrated by timing one layer's kernels (cuBLAS bf16 GEMMs, NVRTC element-wise kernels; CUDA events), {source}",
+            run.model.name, run.gpu_name, run.tensor_parallel
+        ),
+    };
+    what + shard
 }
 
 /// Predicted against measured per-layer time of the held-out composite batches.

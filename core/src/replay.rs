@@ -444,273 +444,385 @@ fn replay_timed(
 ) -> Result<Replay, ReplayError> {
     limits.validate()?;
     limits.check_feasible(workload)?;
-    let reqs = workload.requests();
-    let n = reqs.len();
-    let mut state = vec![RequestState::default(); n];
-    let mut last_seen = vec![usize::MAX; n];
-    let mut last_token_s = vec![0f64; n];
-    let mut records: Vec<RequestRecord> = reqs
-        .iter()
-        .enumerate()
-        .map(|(id, r)| RequestRecord {
-            id: id as u32,
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
-            arrival_s: r.arrival_s,
-            first_scheduled_s: f64::NAN,
-            first_token_s: f64::NAN,
-            completion_s: f64::NAN,
-            evictions: 0,
-            recomputed_tokens: 0,
-            processed_tokens: 0,
-            max_tbt_s: 0.0,
-        })
-        .collect();
-    let prefill_budget = limits.effective_prefill_budget();
-    let mut kv_used = 0u64;
-    let mut running = 0u64;
-    let mut tbt_gaps_s = Vec::new();
-    let mut batches = Vec::with_capacity(schedule.batches.len());
+    let mut r = Replayer::new(workload, limits, schedule.batches.len());
     let mut prev_end = 0.0f64;
-    // (request, generated a token) for each processing entry of the current batch.
-    let mut processed: Vec<(usize, bool)> = Vec::new();
-
+    let mut step = BatchStep::default();
     for (j, batch) in schedule.batches.iter().enumerate() {
-        processed.clear();
-        let mut features = BatchFeatures::default();
-        let mut prefill_tokens = 0u64;
-        let mut evictions = 0u32;
-        let mut latest_arrival = 0.0f64;
-        let mut last_grown: Option<u32> = None;
-        for (k, entry) in batch.entries.iter().enumerate() {
-            let id = entry.request;
-            let i = id as usize;
-            if i >= n {
-                return Err(ReplayError::UnknownRequest {
-                    batch: j,
-                    entry: k,
-                    request: id,
-                    requests: n,
-                });
-            }
-            if last_seen[i] == j {
-                let first_is_evict = batch.entries[..k]
-                    .iter()
-                    .find(|e| e.request == id)
-                    .is_some_and(|e| e.action == Action::Evict);
-                let this_is_evict = entry.action == Action::Evict;
-                return Err(if first_is_evict != this_is_evict {
-                    ReplayError::EvictAndProcess {
-                        batch: j,
-                        request: id,
-                    }
-                } else {
-                    ReplayError::DuplicateEntry {
-                        batch: j,
-                        request: id,
-                    }
-                });
-            }
-            last_seen[i] = j;
-            let r = &reqs[i];
-            if state[i].generated == r.output_tokens {
-                return Err(ReplayError::FinishedRequestScheduled {
-                    batch: j,
-                    request: id,
-                    output: r.output_tokens,
-                });
-            }
-            match entry.action {
-                Action::Evict => {
-                    if state[i].held == 0 {
-                        return Err(ReplayError::EvictWithoutKv {
-                            batch: j,
-                            request: id,
-                        });
-                    }
-                    kv_used -= limits.occupied(state[i].held);
-                    running -= 1;
-                    records[i].recomputed_tokens += state[i].held;
-                    records[i].evictions += 1;
-                    state[i].evict();
-                    evictions += 1;
-                }
-                Action::Process(c) => {
-                    if c == 0 {
-                        return Err(ReplayError::ZeroTokens {
-                            batch: j,
-                            request: id,
-                        });
-                    }
-                    let c = u64::from(c);
-                    if c > state[i].room(r) {
-                        return Err(ReplayError::KnownTokenLimit {
-                            batch: j,
-                            request: id,
-                            held: state[i].held,
-                            tokens: c,
-                            known: state[i].known(r),
-                        });
-                    }
-                    let step = state[i].process(r, c);
-                    let (before, after) = (step.before, step.after);
-                    if step.decode {
-                        features.add_decode(after);
-                    } else {
-                        features.add_prefill(c, before);
-                        prefill_tokens += c;
-                    }
-                    if before == 0 {
-                        running += 1;
-                    }
-                    let grown = limits.occupied(after) - limits.occupied(before);
-                    if grown > 0 {
-                        kv_used += grown;
-                        last_grown = Some(id);
-                    }
-                    records[i].processed_tokens += c;
-                    latest_arrival = latest_arrival.max(r.arrival_s);
-                    processed.push((i, step.generates));
-                }
-            }
+        step.clear();
+        for k in 0..batch.entries.len() {
+            r.apply_entry(j, k, batch, &mut step)?;
         }
-        if let Some(limit) = limits.token_budget
-            && features.tokens > limit
-        {
-            return Err(ReplayError::TokenBudget {
-                batch: j,
-                tokens: features.tokens,
-                limit,
-            });
-        }
-        if let Some(limit) = prefill_budget
-            && prefill_tokens > limit
-        {
-            return Err(ReplayError::PrefillBudget {
-                batch: j,
-                tokens: prefill_tokens,
-                limit,
-            });
-        }
-        if let Some(limit) = limits.kv_capacity
-            && kv_used > limit
-        {
-            return Err(ReplayError::KvCapacity {
-                batch: j,
-                used: kv_used,
-                limit,
-                block_size: limits.block_size,
-                request: last_grown.unwrap_or(0),
-            });
-        }
-        if let Some(limit) = limits.max_running
-            && running > limit
-        {
-            return Err(ReplayError::MaxRunning {
-                batch: j,
-                running,
-                limit,
-            });
-        }
-
-        let start_s = prev_end.max(latest_arrival);
-        let time_s = time_of(j, &features);
+        r.check_limits(j, &step)?;
+        let start_s = prev_end.max(step.latest_arrival);
+        let time_s = time_of(j, &step.features);
         if !(time_s.is_finite() && time_s >= 0.0) {
             return Err(ReplayError::InvalidBatchTime { batch: j, time_s });
         }
         let end_s = start_s + time_s;
-        if let Some(claimed) = batch.start_s {
-            for &(i, _) in &processed {
-                if claimed < reqs[i].arrival_s {
-                    return Err(ReplayError::BeforeArrival {
-                        batch: j,
-                        request: i as u32,
-                        start_s: claimed,
-                        arrival_s: reqs[i].arrival_s,
-                    });
-                }
-            }
-            if !times_agree(claimed, start_s) {
-                return Err(ReplayError::ClaimedTimeMismatch {
-                    batch: j,
-                    field: "start_s",
-                    claimed,
-                    replayed: start_s,
-                });
-            }
+        check_claims(j, batch, start_s, end_s, &step, r.reqs)?;
+        let record = r.emit_tokens(j, start_s, end_s, &step);
+        r.batches.push(record);
+        prev_end = end_s;
+    }
+    r.finish(schedule.batches.len())
+}
+
+/// What one batch did so far, entry by entry.
+#[derive(Default)]
+struct BatchStep {
+    features: BatchFeatures,
+    prefill_tokens: u64,
+    evictions: u32,
+    latest_arrival: f64,
+    /// The last request whose KV grew (named when the batch overflows M).
+    last_grown: Option<u32>,
+    /// (request, generated a token) for each processing entry.
+    processed: Vec<(usize, bool)>,
+}
+
+impl BatchStep {
+    fn clear(&mut self) {
+        let mut processed = std::mem::take(&mut self.processed);
+        processed.clear();
+        *self = BatchStep {
+            processed,
+            ..BatchStep::default()
+        };
+    }
+}
+
+/// The replay's running state: every request's state and record, KV and running counts.
+struct Replayer<'a> {
+    reqs: &'a [crate::request::Request],
+    limits: &'a Limits,
+    state: Vec<RequestState>,
+    last_seen: Vec<usize>,
+    last_token_s: Vec<f64>,
+    records: Vec<RequestRecord>,
+    kv_used: u64,
+    running: u64,
+    tbt_gaps_s: Vec<f64>,
+    batches: Vec<BatchRecord>,
+}
+
+impl<'a> Replayer<'a> {
+    fn new(workload: &'a Workload, limits: &'a Limits, batches: usize) -> Self {
+        let reqs = workload.requests();
+        let n = reqs.len();
+        let records = reqs
+            .iter()
+            .enumerate()
+            .map(|(id, r)| RequestRecord {
+                id: id as u32,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                arrival_s: r.arrival_s,
+                first_scheduled_s: f64::NAN,
+                first_token_s: f64::NAN,
+                completion_s: f64::NAN,
+                evictions: 0,
+                recomputed_tokens: 0,
+                processed_tokens: 0,
+                max_tbt_s: 0.0,
+            })
+            .collect();
+        Self {
+            reqs,
+            limits,
+            state: vec![RequestState::default(); n],
+            last_seen: vec![usize::MAX; n],
+            last_token_s: vec![0f64; n],
+            records,
+            kv_used: 0,
+            running: 0,
+            tbt_gaps_s: Vec::new(),
+            batches: Vec::with_capacity(batches),
         }
-        if let Some(claimed) = batch.end_s
-            && !times_agree(claimed, end_s)
-        {
-            return Err(ReplayError::ClaimedTimeMismatch {
+    }
+
+    /// Checks and applies entry `k` of batch `j`.
+    fn apply_entry(
+        &mut self,
+        j: usize,
+        k: usize,
+        batch: &crate::schedule::Batch,
+        step: &mut BatchStep,
+    ) -> Result<(), ReplayError> {
+        let entry = &batch.entries[k];
+        let id = entry.request;
+        let i = id as usize;
+        self.check_entry(j, k, batch)?;
+        self.last_seen[i] = j;
+        match entry.action {
+            Action::Evict => self.evict(j, id, step),
+            Action::Process(c) => self.process(j, id, c, step),
+        }
+    }
+
+    /// The entry names a known, unfinished request not already in the batch.
+    fn check_entry(
+        &self,
+        j: usize,
+        k: usize,
+        batch: &crate::schedule::Batch,
+    ) -> Result<(), ReplayError> {
+        let entry = &batch.entries[k];
+        let id = entry.request;
+        let i = id as usize;
+        let n = self.reqs.len();
+        if i >= n {
+            return Err(ReplayError::UnknownRequest {
                 batch: j,
-                field: "end_s",
-                claimed,
-                replayed: end_s,
+                entry: k,
+                request: id,
+                requests: n,
             });
         }
+        if self.last_seen[i] == j {
+            let first_is_evict = batch.entries[..k]
+                .iter()
+                .find(|e| e.request == id)
+                .is_some_and(|e| e.action == Action::Evict);
+            let this_is_evict = entry.action == Action::Evict;
+            return Err(if first_is_evict != this_is_evict {
+                ReplayError::EvictAndProcess {
+                    batch: j,
+                    request: id,
+                }
+            } else {
+                ReplayError::DuplicateEntry {
+                    batch: j,
+                    request: id,
+                }
+            });
+        }
+        let r = &self.reqs[i];
+        if self.state[i].generated == r.output_tokens {
+            return Err(ReplayError::FinishedRequestScheduled {
+                batch: j,
+                request: id,
+                output: r.output_tokens,
+            });
+        }
+        Ok(())
+    }
 
-        let mut gen_count = 0u32;
-        let mut finished = 0u32;
-        let mut kv_released = 0u64;
-        let kv_after_step = kv_used;
-        let running_after_step = running;
-        for &(i, gen_token) in &processed {
-            let rec = &mut records[i];
+    fn evict(&mut self, j: usize, id: u32, step: &mut BatchStep) -> Result<(), ReplayError> {
+        let i = id as usize;
+        if self.state[i].held == 0 {
+            return Err(ReplayError::EvictWithoutKv {
+                batch: j,
+                request: id,
+            });
+        }
+        self.kv_used -= self.limits.occupied(self.state[i].held);
+        self.running -= 1;
+        self.records[i].recomputed_tokens += self.state[i].held;
+        self.records[i].evictions += 1;
+        self.state[i].evict();
+        step.evictions += 1;
+        Ok(())
+    }
+
+    fn process(
+        &mut self,
+        j: usize,
+        id: u32,
+        c: u32,
+        step: &mut BatchStep,
+    ) -> Result<(), ReplayError> {
+        let i = id as usize;
+        let r = &self.reqs[i];
+        if c == 0 {
+            return Err(ReplayError::ZeroTokens {
+                batch: j,
+                request: id,
+            });
+        }
+        let c = u64::from(c);
+        if c > self.state[i].room(r) {
+            return Err(ReplayError::KnownTokenLimit {
+                batch: j,
+                request: id,
+                held: self.state[i].held,
+                tokens: c,
+                known: self.state[i].known(r),
+            });
+        }
+        let done = self.state[i].process(r, c);
+        let (before, after) = (done.before, done.after);
+        if done.decode {
+            step.features.add_decode(after);
+        } else {
+            step.features.add_prefill(c, before);
+            step.prefill_tokens += c;
+        }
+        if before == 0 {
+            self.running += 1;
+        }
+        let grown = self.limits.occupied(after) - self.limits.occupied(before);
+        if grown > 0 {
+            self.kv_used += grown;
+            step.last_grown = Some(id);
+        }
+        self.records[i].processed_tokens += c;
+        step.latest_arrival = step.latest_arrival.max(r.arrival_s);
+        step.processed.push((i, done.generates));
+        Ok(())
+    }
+
+    /// The batch keeps C, P, M and R_max.
+    fn check_limits(&self, j: usize, step: &BatchStep) -> Result<(), ReplayError> {
+        let limits = self.limits;
+        if let Some(limit) = limits.token_budget
+            && step.features.tokens > limit
+        {
+            return Err(ReplayError::TokenBudget {
+                batch: j,
+                tokens: step.features.tokens,
+                limit,
+            });
+        }
+        if let Some(limit) = limits.effective_prefill_budget()
+            && step.prefill_tokens > limit
+        {
+            return Err(ReplayError::PrefillBudget {
+                batch: j,
+                tokens: step.prefill_tokens,
+                limit,
+            });
+        }
+        if let Some(limit) = limits.kv_capacity
+            && self.kv_used > limit
+        {
+            return Err(ReplayError::KvCapacity {
+                batch: j,
+                used: self.kv_used,
+                limit,
+                block_size: limits.block_size,
+                request: step.last_grown.unwrap_or(0),
+            });
+        }
+        if let Some(limit) = limits.max_running
+            && self.running > limit
+        {
+            return Err(ReplayError::MaxRunning {
+                batch: j,
+                running: self.running,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Token times of batch `j` (from `start_s` to `end_s`): first tokens, gaps,
+    /// completions (whose KV is released at the end of the batch); returns its record.
+    fn emit_tokens(&mut self, j: usize, start_s: f64, end_s: f64, step: &BatchStep) -> BatchRecord {
+        let (mut generated, mut finished, mut kv_released) = (0u32, 0u32, 0u64);
+        let (kv_after_step, running_after_step) = (self.kv_used, self.running);
+        for &(i, gen_token) in &step.processed {
+            let rec = &mut self.records[i];
             if rec.first_scheduled_s.is_nan() {
                 rec.first_scheduled_s = start_s;
             }
             if !gen_token {
                 continue;
             }
-            gen_count += 1;
-            if state[i].generated == 1 {
+            generated += 1;
+            if self.state[i].generated == 1 {
                 rec.first_token_s = end_s;
             } else {
-                let gap = end_s - last_token_s[i];
+                let gap = end_s - self.last_token_s[i];
                 rec.max_tbt_s = rec.max_tbt_s.max(gap);
-                tbt_gaps_s.push(gap);
+                self.tbt_gaps_s.push(gap);
             }
-            last_token_s[i] = end_s;
-            if state[i].generated == reqs[i].output_tokens {
+            self.last_token_s[i] = end_s;
+            if self.state[i].generated == self.reqs[i].output_tokens {
                 rec.completion_s = end_s;
                 finished += 1;
-                kv_released += limits.occupied(state[i].held);
-                kv_used -= limits.occupied(state[i].held);
-                running -= 1;
-                state[i].held = 0;
+                let held = self.limits.occupied(self.state[i].held);
+                kv_released += held;
+                self.kv_used -= held;
+                self.running -= 1;
+                self.state[i].held = 0;
             }
         }
-        batches.push(BatchRecord {
+        BatchRecord {
             index: j,
             start_s,
             end_s,
-            features,
-            prefill_tokens,
-            evictions,
-            generated: gen_count,
+            features: step.features,
+            prefill_tokens: step.prefill_tokens,
+            evictions: step.evictions,
+            generated,
             finished,
             kv_tokens: kv_after_step,
             kv_tokens_released: kv_released,
             running: running_after_step,
-        });
-        prev_end = end_s;
+        }
     }
 
-    if let Some(i) = (0..n).find(|&i| state[i].generated < reqs[i].output_tokens) {
-        return Err(ReplayError::NeverFinished {
-            request: i as u32,
-            generated: state[i].generated,
-            output: reqs[i].output_tokens,
-            batches: schedule.batches.len(),
+    /// Every request finished: the replay.
+    fn finish(self, batches: usize) -> Result<Replay, ReplayError> {
+        let (state, reqs) = (&self.state, self.reqs);
+        if let Some(i) = (0..reqs.len()).find(|&i| state[i].generated < reqs[i].output_tokens) {
+            return Err(ReplayError::NeverFinished {
+                request: i as u32,
+                generated: state[i].generated,
+                output: reqs[i].output_tokens,
+                batches,
+            });
+        }
+        Ok(Replay {
+            limits: *self.limits,
+            batches: self.batches,
+            requests: self.records,
+            tbt_gaps_s: self.tbt_gaps_s,
+        })
+    }
+}
+
+/// The producer's claimed times of batch `j`, if any, agree with the replay's and start no
+/// processing before its request arrives.
+fn check_claims(
+    j: usize,
+    batch: &crate::schedule::Batch,
+    start_s: f64,
+    end_s: f64,
+    step: &BatchStep,
+    reqs: &[crate::request::Request],
+) -> Result<(), ReplayError> {
+    if let Some(claimed) = batch.start_s {
+        for &(i, _) in &step.processed {
+            if claimed < reqs[i].arrival_s {
+                return Err(ReplayError::BeforeArrival {
+                    batch: j,
+                    request: i as u32,
+                    start_s: claimed,
+                    arrival_s: reqs[i].arrival_s,
+                });
+            }
+        }
+        if !times_agree(claimed, start_s) {
+            return Err(ReplayError::ClaimedTimeMismatch {
+                batch: j,
+                field: "start_s",
+                claimed,
+                replayed: start_s,
+            });
+        }
+    }
+    if let Some(claimed) = batch.end_s
+        && !times_agree(claimed, end_s)
+    {
+        return Err(ReplayError::ClaimedTimeMismatch {
+            batch: j,
+            field: "end_s",
+            claimed,
+            replayed: end_s,
         });
     }
-    Ok(Replay {
-        limits: *limits,
-        batches,
-        requests: records,
-        tbt_gaps_s,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
