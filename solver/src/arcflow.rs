@@ -693,109 +693,97 @@ const PRESOLVE_MAX_COLUMNS: usize = 250_000;
 const MIN_HIGHS_S: f64 = 0.5;
 
 pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, SolveError> {
-    let (w, limits, cost, objective, options) = (p.w, p.limits, p.cost, p.objective, p.options);
-    let class = options.constraints;
-    let combinatorial = p.combinatorial;
-    let reqs = w.requests();
-    let n = reqs.len();
-    let t_build = Instant::now();
-    // Whatever came before (the portfolio, the counting search) and the model's build come
-    // off the time limit: past it the best heuristic is returned with the bound.
-    // The best schedule found before the MILP, with the combinatorial bound and `note`.
-    let without_milp = |note: String| -> Result<SolveReport, SolveError> {
-        report::best_found(
-            w,
-            limits,
-            cost,
-            objective,
-            class,
-            p.warm.cloned(),
-            combinatorial,
-            note,
-            t_build,
-        )
+    let run = ArcFlowRun {
+        p: &p,
+        t_build: Instant::now(),
     };
-    let out_of_time = |stage: &str| -> Option<Result<SolveReport, SolveError>> {
-        let used = p.started.elapsed().as_secs_f64();
-        (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
-            without_milp(format!(
-                "no MILP run: {stage} used {used:.2} s of the {:.2} s time limit",
-                options.time_limit_s
-            ))
-        })
-    };
-    let (min_batches, min_prefill_batches) = bounds::min_batches(w, limits);
+    let (min_batches, min_prefill_batches) = bounds::min_batches(p.w, p.limits);
     let (horizon, proven) = horizon(&p, min_prefill_batches)?;
-
-    let members = request_classes(w, aggregates_identical_requests(&p));
-    let class_req: Vec<Request> = members.iter().map(|c| reqs[c[0]]).collect();
-    let too_many_columns = || {
-        let cap = options.arc_column_cap();
-        if cap < options.max_arc_columns {
-            format!(
-                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon}), what the memory limit of {} holds at about {} bytes each",
-                crate::human_bytes(options.memory_limit_bytes),
-                crate::options::MILP_BYTES_PER_ARC_COLUMN
-            )
-        } else {
-            format!(
-                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon})"
-            )
-        }
+    let model = match run.build(horizon, min_batches, min_prefill_batches) {
+        Ok(model) => model,
+        Err(answer) => return *answer,
     };
-    // Before any state graph is built (they may take gigabytes, and seconds, for a model
-    // refused after): no time left, or more columns than allowed from the prompts alone.
-    if let Some(answer) = out_of_time("the schedules and bounds before it") {
+    let (mut hmodel, size, cols) = to_highs(model);
+    if let Some(answer) = run.out_of_time("building the model") {
         return answer;
     }
-    let least_columns = class_req
-        .iter()
-        .map(|r| StateGraph::min_usable_arc_count(r, limits, p.model_class.no_chunk, horizon))
-        .fold(0u128, u128::saturating_add);
-    if least_columns > options.arc_column_cap() as u128 {
-        return without_milp(too_many_columns());
-    }
-    let graphs: Vec<StateGraph> = class_req
-        .iter()
-        .map(|r| class_graph(r, limits, &p.model_class))
-        .collect();
-    let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
-    if exceeds_columns(classes, horizon, options.arc_column_cap()) {
-        let note = too_many_columns();
-        return report::best_found(
-            w,
-            limits,
-            cost,
-            objective,
-            class,
-            p.warm.cloned(),
-            combinatorial,
-            note,
-            t_build,
-        );
-    }
+    let time_limit_s = p.options.time_limit_s - p.started.elapsed().as_secs_f64();
+    // HiGHS's presolve checks the clock rarely: on family (b) n = 32 (1.46M columns) it ran
+    // 88.5 s into a 60 s limit (probing), and 77 s without probing, for a 1% reduction.
+    // Past this size the MILP goes without presolve.
+    let presolve = size.columns <= PRESOLVE_MAX_COLUMNS;
+    let watcher = configure_highs(&mut hmodel, p.options, time_limit_s, presolve);
+    let warm_report = run.warm_start(&mut hmodel, &cols, horizon, size.columns);
+    let build_s = run.t_build.elapsed().as_secs_f64();
+    let t_solve = Instant::now();
+    let Some(solved) = backend::run(hmodel, time_limit_s) else {
+        drop(watcher);
+        return run.without_milp(format!(
+            "HiGHS did not stop within {:.0} s of its {time_limit_s:.0} s limit (some of its root-node heuristics do not check the clock), so its run was abandoned",
+            backend::grace_s(time_limit_s)
+        ));
+    };
+    let solved = solved.map_err(|e| SolveError::Highs(format!("{e:?}")))?;
+    let solve_s = t_solve.elapsed().as_secs_f64();
+    drop(watcher);
+    let mut report = run.interpret(&solved, &cols, horizon, time_limit_s)?;
+    report.horizon_proven_sufficient = proven;
+    report.model = Some(size);
+    (report.build_s, report.solve_s) = (build_s, solve_s);
+    report.warm_start = warm_report;
+    Ok(report)
+}
 
-    let mut model = ArcFlow::new(limits, cost, class, members, class_req, graphs, horizon);
-    model.flow_conservation();
-    if class.fcfs {
-        model.fcfs_admission(w);
-    }
-    for j in 0..horizon {
-        if j % 16 == 0
-            && let Some(answer) = out_of_time("building the model")
-        {
-            return answer;
+/// The answer of the arc-flow solve.
+type Answer = Result<SolveReport, SolveError>;
+
+/// The answer of a stage that ends the solve early (boxed: it is large).
+type Early = Box<Answer>;
+
+/// Classes of identical requests: their members, one representative each, and its graph.
+struct Classes {
+    members: Vec<Vec<usize>>,
+    class_req: Vec<Request>,
+    graphs: Vec<StateGraph>,
+}
+
+/// The model's columns, once the model has gone to HiGHS.
+struct Columns {
+    graphs: Vec<StateGraph>,
+    members: Vec<Vec<usize>>,
+    x: Vec<SlotArcs>,
+    act: Vec<Col>,
+    hp: Vec<Col>,
+    hd: Vec<Col>,
+    start: Vec<Col>,
+    end: Vec<Col>,
+    fin: Vec<Col>,
+}
+
+impl Columns {
+    fn arcs(&self) -> ArcModel<'_> {
+        ArcModel {
+            graphs: &self.graphs,
+            members: &self.members,
+            x: &self.x,
         }
-        let sums = model.slot_sums(j);
-        model.activity_and_flags(j, &sums);
-        model.release_dates(j, &sums);
-        model.flag_capacities(j, &sums);
-        model.slot_capacities(j, &sums);
-        model.slot_timing(j, sums);
     }
-    model.batch_counts(min_batches, min_prefill_batches);
-    let objective_expr = model.objective_expression(objective, n);
 
+    fn slots(&self) -> SlotCols<'_> {
+        SlotCols {
+            act: &self.act,
+            hp: &self.hp,
+            hd: &self.hd,
+            start: &self.start,
+            end: &self.end,
+            fin: &self.fin,
+        }
+    }
+}
+
+/// The model handed to HiGHS, its size, and the columns a warm start and the solution
+/// are read through.
+fn to_highs((model, objective): (ArcFlow<'_>, Expression)) -> (highs::Model, ModelSize, Columns) {
     let ArcFlow {
         m:
             Model {
@@ -815,154 +803,277 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
         fin,
         ..
     } = model;
-    let model_size = ModelSize {
+    let size = ModelSize {
         rows: rows.len(),
         columns: count,
         integers,
     };
-    let mut problem = vars.minimise(objective_expr).using(highs);
+    let mut problem = vars.minimise(objective).using(highs);
     for r in rows {
         problem.add_constraint(r);
     }
-    let mut hmodel = problem.into_inner();
-    if let Some(answer) = out_of_time("building the model") {
-        return answer;
-    }
-    let time_limit_s = options.time_limit_s - p.started.elapsed().as_secs_f64();
-    // HiGHS's presolve checks the clock rarely: on family (b) n = 32 (1.46M columns) it ran
-    // 88.5 s into a 60 s limit (probing), and 77 s without probing, for a 1% reduction.
-    // Past this size the MILP goes without presolve.
-    let watcher = configure_highs(
-        &mut hmodel,
-        options,
-        time_limit_s,
-        model_size.columns <= PRESOLVE_MAX_COLUMNS,
-    );
+    let cols = Columns {
+        graphs,
+        members,
+        x,
+        act,
+        hp,
+        hd,
+        start,
+        end,
+        fin,
+    };
+    (problem.into_inner(), size, cols)
+}
 
-    // Warm start: the heuristic schedule as arc choices.
-    let arcs = ArcModel {
-        graphs: &graphs,
-        members: &members,
-        x: &x,
-    };
-    let slots = SlotCols {
-        act: &act,
-        hp: &hp,
-        hd: &hd,
-        start: &start,
-        end: &end,
-        fin: &fin,
-    };
-    let mut warm_report = None;
-    if let Some(best) = &p.warm
-        && options.warm_start
-        && best.schedule.batches.len() <= horizon
-        && let Some(cols) = warm_columns(
-            w,
+/// One arc-flow solve: the problem and when building began.
+struct ArcFlowRun<'a> {
+    p: &'a ArcFlowProblem<'a>,
+    t_build: Instant,
+}
+
+impl ArcFlowRun<'_> {
+    /// The best schedule found before the MILP, with the combinatorial bound and `note`.
+    fn without_milp(&self, note: String) -> Answer {
+        let p = self.p;
+        report::best_found(
+            p.w,
+            p.limits,
+            p.cost,
+            p.objective,
+            p.options.constraints,
+            p.warm.cloned(),
+            p.combinatorial,
+            note,
+            self.t_build,
+        )
+    }
+
+    /// Whatever came before (the portfolio, the counting search) and the model's build come
+    /// off the time limit: past it the best heuristic is returned with the bound.
+    fn out_of_time(&self, stage: &str) -> Option<Answer> {
+        let options = self.p.options;
+        let used = self.p.started.elapsed().as_secs_f64();
+        (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
+            self.without_milp(format!(
+                "no MILP run: {stage} used {used:.2} s of the {:.2} s time limit",
+                options.time_limit_s
+            ))
+        })
+    }
+
+    fn too_many_columns(&self, horizon: usize) -> String {
+        let (options, n) = (self.p.options, self.p.w.requests().len());
+        let cap = options.arc_column_cap();
+        if cap < options.max_arc_columns {
+            format!(
+                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon}), what the memory limit of {} holds at about {} bytes each",
+                crate::human_bytes(options.memory_limit_bytes),
+                crate::options::MILP_BYTES_PER_ARC_COLUMN
+            )
+        } else {
+            format!(
+                "no exact model: the arc-flow MILP would have more than {cap} arc variables ({n} requests, horizon J = {horizon})"
+            )
+        }
+    }
+
+    /// The request classes and their state graphs, or the answer without a MILP when time
+    /// is out or the model would exceed the column cap.
+    fn graphs(&self, horizon: usize) -> Result<Classes, Early> {
+        let p = self.p;
+        let reqs = p.w.requests();
+        let members = request_classes(p.w, aggregates_identical_requests(p));
+        let class_req: Vec<Request> = members.iter().map(|c| reqs[c[0]]).collect();
+        // Before any state graph is built (they may take gigabytes, and seconds, for a
+        // model refused after): no time left, or more columns than allowed from the
+        // prompts alone.
+        if let Some(answer) = self.out_of_time("the schedules and bounds before it") {
+            return Err(Box::new(answer));
+        }
+        let cap = p.options.arc_column_cap();
+        let no_chunk = p.model_class.no_chunk;
+        let least_columns = class_req
+            .iter()
+            .map(|r| StateGraph::min_usable_arc_count(r, p.limits, no_chunk, horizon))
+            .fold(0u128, u128::saturating_add);
+        if least_columns > cap as u128 {
+            return Err(Box::new(self.without_milp(self.too_many_columns(horizon))));
+        }
+        let graphs: Vec<StateGraph> = class_req
+            .iter()
+            .map(|r| class_graph(r, p.limits, &p.model_class))
+            .collect();
+        let classes = graphs.iter().zip(&class_req).map(|(g, r)| (g, r, 1));
+        if exceeds_columns(classes, horizon, cap) {
+            return Err(Box::new(self.without_milp(self.too_many_columns(horizon))));
+        }
+        Ok(Classes {
+            members,
+            class_req,
+            graphs,
+        })
+    }
+
+    /// The arc-flow model over `horizon` batch slots with its objective, or the answer
+    /// without a MILP.
+    fn build(
+        &self,
+        horizon: usize,
+        min_batches: u64,
+        min_prefill_batches: u64,
+    ) -> Result<(ArcFlow<'_>, Expression), Early> {
+        let p = self.p;
+        let class = p.options.constraints;
+        let Classes {
+            members,
+            class_req,
+            graphs,
+        } = self.graphs(horizon)?;
+        let mut model = ArcFlow::new(p.limits, p.cost, class, members, class_req, graphs, horizon);
+        model.flow_conservation();
+        if class.fcfs {
+            model.fcfs_admission(p.w);
+        }
+        for j in 0..horizon {
+            if j % 16 == 0
+                && let Some(answer) = self.out_of_time("building the model")
+            {
+                return Err(Box::new(answer));
+            }
+            let sums = model.slot_sums(j);
+            model.activity_and_flags(j, &sums);
+            model.release_dates(j, &sums);
+            model.flag_capacities(j, &sums);
+            model.slot_capacities(j, &sums);
+            model.slot_timing(j, sums);
+        }
+        model.batch_counts(min_batches, min_prefill_batches);
+        let objective = model.objective_expression(p.objective, p.w.requests().len());
+        Ok((model, objective))
+    }
+
+    /// Warm start: the best heuristic schedule as arc choices, when it fits the horizon.
+    fn warm_start(
+        &self,
+        hmodel: &mut highs::Model,
+        cols: &Columns,
+        horizon: usize,
+        count: usize,
+    ) -> Option<WarmStart> {
+        let p = self.p;
+        let best = p
+            .warm
+            .filter(|b| p.options.warm_start && b.schedule.batches.len() <= horizon)?;
+        let (arcs, slots) = (cols.arcs(), cols.slots());
+        let values = warm_columns(
+            p.w,
             &arcs,
             &slots,
             &best.schedule,
             &best.replay,
-            objective,
+            p.objective,
             count,
-        )
-    {
-        let _ = hmodel.try_set_solution(Some(&cols), None, None, None);
-        warm_report = Some(WarmStart {
+        )?;
+        let _ = hmodel.try_set_solution(Some(&values), None, None, None);
+        Some(WarmStart {
             heuristic: best.name.clone(),
-            objective: best.objective_value(objective),
-        });
+            objective: best.objective_value(p.objective),
+        })
     }
-    let build_s = t_build.elapsed().as_secs_f64();
 
-    let t_solve = Instant::now();
-    let Some(solved) = backend::run(hmodel, time_limit_s) else {
-        drop(watcher);
-        return without_milp(format!(
-            "HiGHS did not stop within {:.0} s of its {time_limit_s:.0} s limit (some of its root-node heuristics do not check the clock), so its run was abandoned",
-            backend::grace_s(time_limit_s)
-        ));
-    };
-    let solved = solved.map_err(|e| SolveError::Highs(format!("{e:?}")))?;
-    let solve_s = t_solve.elapsed().as_secs_f64();
-    drop(watcher);
-    let model_status = solved.status();
-    let has_solution = solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
-    use highs::HighsModelStatus as M;
-    let status = match model_status {
-        M::Optimal => SolveStatus::Optimal,
-        M::Infeasible => {
-            return Err(SolveError::Infeasible(format!(
-                "no schedule of at most J = {horizon} batches satisfies the limits and policy constraints"
+    /// HiGHS's answer as a report: its schedule (or the warm start's), replayed, and the
+    /// better of its dual bound and the combinatorial bound.
+    fn interpret(
+        &self,
+        solved: &highs::SolvedModel,
+        cols: &Columns,
+        horizon: usize,
+        time_limit_s: f64,
+    ) -> Result<SolveReport, SolveError> {
+        let p = self.p;
+        let (w, objective) = (p.w, p.objective);
+        let has_solution = solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
+        use highs::HighsModelStatus as M;
+        let status = match solved.status() {
+            M::Optimal => SolveStatus::Optimal,
+            M::Infeasible => {
+                return Err(SolveError::Infeasible(format!(
+                    "no schedule of at most J = {horizon} batches satisfies the limits and policy constraints"
+                )));
+            }
+            _ if has_solution => SolveStatus::TimeLimit,
+            _ => SolveStatus::NoSolution,
+        };
+        let bound_ms = backend::dual_bound(solved).unwrap_or(0.0);
+        let nodes = backend::mip_node_count(solved);
+        let (schedule, milp_objective) = if has_solution {
+            let sol = solved.get_solution();
+            (
+                extract(&cols.arcs(), sol.columns()),
+                Some(solved.objective_value() / 1e3),
+            )
+        } else if let Some(best) = &p.warm {
+            (best.schedule.clone(), None)
+        } else {
+            return Err(SolveError::Highs(format!(
+                "no schedule found within {} s and no heuristic schedule in this class",
+                p.options.time_limit_s
             )));
-        }
-        _ if has_solution => SolveStatus::TimeLimit,
-        _ => SolveStatus::NoSolution,
-    };
-    let bound_ms = backend::dual_bound(&solved).unwrap_or(0.0);
-    let nodes = backend::mip_node_count(&solved);
-    let (schedule, milp_objective) = if has_solution {
-        let sol = solved.get_solution();
-        let cols = sol.columns();
-        (extract(&arcs, cols), Some(solved.objective_value() / 1e3))
-    } else if let Some(best) = &p.warm {
-        (best.schedule.clone(), None)
-    } else {
-        return Err(SolveError::Highs(format!(
-            "no schedule found within {} s and no heuristic schedule in this class",
-            options.time_limit_s
-        )));
-    };
-
-    let r = replay(w, limits, cost, &schedule)?;
-    let replayed = objective.of_replay(&r);
-    // The model minimizes the mean of absolute times F_i; latencies are F_i - T_i.
-    let offset_s = if objective == Objective::Makespan {
-        0.0
-    } else {
-        reqs.iter().map(|r| r.arrival_s).sum::<f64>() / n as f64
-    };
-    // HiGHS's bound holds for schedules of at most J batches; it is a bound on the optimum
-    // when the horizon is proven sufficient (or asked for). The combinatorial bound always is.
-    let milp_bound = bound_ms / 1e3 - offset_s;
-    let (bound, bound_method) = if milp_bound >= combinatorial.value_s {
-        (
-            milp_bound,
-            if status == SolveStatus::Optimal {
+        };
+        let r = replay(w, p.limits, p.cost, &schedule)?;
+        let replayed = objective.of_replay(&r);
+        // The model minimizes the mean of absolute times F_i; latencies are F_i - T_i.
+        let reqs = w.requests();
+        let offset_s = if objective == Objective::Makespan {
+            0.0
+        } else {
+            reqs.iter().map(|r| r.arrival_s).sum::<f64>() / reqs.len() as f64
+        };
+        // HiGHS's bound holds for schedules of at most J batches; it is a bound on the
+        // optimum when the horizon is proven sufficient (or asked for). The combinatorial
+        // bound always is.
+        let milp_bound = bound_ms / 1e3 - offset_s;
+        let combinatorial = p.combinatorial;
+        let (bound, bound_method) = if milp_bound >= combinatorial.value_s {
+            let exact = status == SolveStatus::Optimal;
+            let method = if exact {
                 BoundMethod::Exact
             } else {
                 BoundMethod::MilpDualBound
-            },
-        )
-    } else {
-        (
-            combinatorial.value_s,
-            BoundMethod::Combinatorial(combinatorial.argument),
-        )
-    };
-    let best_bound = bound.min(replayed).max(0.0);
-    Ok(SolveReport {
-        status,
-        method: SolveMethod::Milp,
-        objective,
-        constraints: class,
-        milp_objective: milp_objective.map(|v| v - offset_s),
-        replayed_objective: replayed,
-        best_bound,
-        certified_gap: certified_gap(replayed, best_bound),
-        bound_method,
-        note: (status == SolveStatus::NoSolution)
-            .then(|| format!("HiGHS found no schedule within {time_limit_s:.0} s: the best heuristic schedule is returned")),
-        horizon,
-        horizon_proven_sufficient: proven,
-        model: Some(model_size),
-        build_s,
-        solve_s,
-        nodes,
-        states_expanded: None,
-        warm_start: warm_report,
-        schedule,
-    })
+            };
+            (milp_bound, method)
+        } else {
+            (
+                combinatorial.value_s,
+                BoundMethod::Combinatorial(combinatorial.argument),
+            )
+        };
+        let best_bound = bound.min(replayed).max(0.0);
+        Ok(SolveReport {
+            status,
+            method: SolveMethod::Milp,
+            objective,
+            constraints: p.options.constraints,
+            milp_objective: milp_objective.map(|v| v - offset_s),
+            replayed_objective: replayed,
+            best_bound,
+            certified_gap: certified_gap(replayed, best_bound),
+            bound_method,
+            note: (status == SolveStatus::NoSolution).then(|| {
+                format!("HiGHS found no schedule within {time_limit_s:.0} s: the best heuristic schedule is returned")
+            }),
+            horizon,
+            horizon_proven_sufficient: false,
+            model: None,
+            build_s: 0.0,
+            solve_s: 0.0,
+            nodes,
+            states_expanded: None,
+            warm_start: None,
+            schedule,
+        })
+    }
 }
 
 /// The batches chosen by a solution: each class's flows are split among its members,

@@ -160,135 +160,25 @@ impl StateGraph {
         no_chunk: bool,
         reserve: bool,
     ) -> Self {
-        let (i_tok, o_tok) = (r.input_tokens, r.output_tokens);
-        let max_chunk = Self::max_prefill_chunk(limits);
-        let reserved = limits.occupied(r.max_kv_tokens());
-        let kv_of = |m: u32| {
-            if reserve && m > 0 {
-                reserved
-            } else {
-                limits.occupied(u64::from(m))
-            }
-        };
-        let mut states = Vec::new();
-        let mut index = std::collections::HashMap::new();
-        for g in 0..o_tok {
-            for m in 0..i_tok + g {
-                index.insert((m, g), states.len());
-                states.push((m, g));
-            }
+        let mut b = GraphBuilder::new(r, limits, no_evict, no_chunk, reserve);
+        let fin = b.fin;
+        b.push(Arc {
+            from: fin,
+            to: fin,
+            kind: ArcKind::Idle,
+            features: BatchFeatures::default(),
+            kv: 0,
+            holds: false,
+            g_after: r.output_tokens,
+        });
+        for s in 0..fin {
+            b.state_arcs(s);
         }
-        let fin = states.len();
-        states.push((0, o_tok));
-        let mut arcs = Vec::new();
-        let mut out = vec![Vec::new(); states.len()];
-        let mut push = |arcs: &mut Vec<Arc>, arc: Arc| {
-            out[arc.from].push(arcs.len());
-            arcs.push(arc);
-        };
-        push(
-            &mut arcs,
-            Arc {
-                from: fin,
-                to: fin,
-                kind: ArcKind::Idle,
-                features: BatchFeatures::default(),
-                kv: 0,
-                holds: false,
-                g_after: o_tok,
-            },
-        );
-        for (s, &(m, g)) in states[..fin].iter().enumerate() {
-            let known = i_tok + g;
-            push(
-                &mut arcs,
-                Arc {
-                    from: s,
-                    to: s,
-                    kind: ArcKind::Idle,
-                    features: BatchFeatures::default(),
-                    kv: kv_of(m),
-                    holds: m > 0,
-                    g_after: g,
-                },
-            );
-            if m > 0 && !no_evict {
-                push(
-                    &mut arcs,
-                    Arc {
-                        from: s,
-                        to: index[&(0, g)],
-                        kind: ArcKind::Evict,
-                        features: BatchFeatures::default(),
-                        kv: 0,
-                        holds: false,
-                        g_after: g,
-                    },
-                );
-            }
-            // Process arcs from (m, g), and (evict_first) from (0, g) after an eviction.
-            let froms: &[(u32, bool)] = if m > 0 && !no_evict {
-                &[(m, false), (0, true)]
-            } else {
-                &[(m, false)]
-            };
-            for &(m0, evict_first) in froms {
-                let from = RequestState {
-                    held: u64::from(m0),
-                    generated: g,
-                };
-                let decode = from.is_decode_ready(r);
-                // Without chunks a prefill's one arc completes it (the others would be
-                // skipped below, one by one: O(I) per state).
-                let least = if no_chunk && !decode { known - m0 } else { 1 };
-                for c in least..=known - m0 {
-                    if !decode && c > max_chunk {
-                        break;
-                    }
-                    let step = {
-                        let mut s = from;
-                        s.process(r, u64::from(c))
-                    };
-                    let (after, generates) = (m0 + c, step.generates);
-                    if no_chunk && !decode && !generates {
-                        continue;
-                    }
-                    let g_after = g + u32::from(generates);
-                    let to = if g_after == o_tok {
-                        fin
-                    } else if generates {
-                        index[&(after, g_after)]
-                    } else {
-                        index[&(after, g)]
-                    };
-                    let mut features = BatchFeatures::default();
-                    if decode {
-                        features.add_decode(u64::from(after));
-                    } else {
-                        features.add_prefill(u64::from(c), u64::from(m0));
-                    }
-                    push(
-                        &mut arcs,
-                        Arc {
-                            from: s,
-                            to,
-                            kind: ArcKind::Process {
-                                c,
-                                evict_first,
-                                decode,
-                                first_token: generates && g == 0,
-                                finishes: g_after == o_tok,
-                            },
-                            features,
-                            kv: kv_of(after),
-                            holds: true,
-                            g_after,
-                        },
-                    );
-                }
-            }
+        Self {
+            states: b.states,
+            arcs: b.arcs,
+            out: b.out,
         }
-        Self { states, arcs, out }
     }
 
     /// Calls `f(j, arc)` for every arc usable in batch `j` of `horizon`: from a state
@@ -376,6 +266,166 @@ impl StateGraph {
             n <= cap
         });
         n
+    }
+}
+
+/// A request's state graph under construction.
+struct GraphBuilder<'a> {
+    r: &'a Request,
+    limits: &'a Limits,
+    no_evict: bool,
+    no_chunk: bool,
+    reserve: bool,
+    max_chunk: u32,
+    /// KV a reservation holds (blocks of `I + O - 1`).
+    reserved: u64,
+    states: Vec<(u32, u32)>,
+    index: std::collections::HashMap<(u32, u32), usize>,
+    /// The finished state.
+    fin: usize,
+    arcs: Vec<Arc>,
+    out: Vec<Vec<usize>>,
+}
+
+impl<'a> GraphBuilder<'a> {
+    /// The states `(m, g)`, every `m < I + g` for `g < O`, then the finished state.
+    fn new(
+        r: &'a Request,
+        limits: &'a Limits,
+        no_evict: bool,
+        no_chunk: bool,
+        reserve: bool,
+    ) -> Self {
+        let (i_tok, o_tok) = (r.input_tokens, r.output_tokens);
+        let mut states = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        for g in 0..o_tok {
+            for m in 0..i_tok + g {
+                index.insert((m, g), states.len());
+                states.push((m, g));
+            }
+        }
+        let fin = states.len();
+        states.push((0, o_tok));
+        Self {
+            r,
+            limits,
+            no_evict,
+            no_chunk,
+            reserve,
+            max_chunk: StateGraph::max_prefill_chunk(limits),
+            reserved: limits.occupied(r.max_kv_tokens()),
+            out: vec![Vec::new(); states.len()],
+            states,
+            index,
+            fin,
+            arcs: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, arc: Arc) {
+        self.out[arc.from].push(self.arcs.len());
+        self.arcs.push(arc);
+    }
+
+    /// KV held with `m` tokens: their blocks, or the whole reservation once admitted.
+    fn kv_of(&self, m: u32) -> u64 {
+        if self.reserve && m > 0 {
+            self.reserved
+        } else {
+            self.limits.occupied(u64::from(m))
+        }
+    }
+
+    /// State `s`'s arcs: idle, evict, and process (also after an eviction).
+    fn state_arcs(&mut self, s: usize) {
+        let (m, g) = self.states[s];
+        self.push(Arc {
+            from: s,
+            to: s,
+            kind: ArcKind::Idle,
+            features: BatchFeatures::default(),
+            kv: self.kv_of(m),
+            holds: m > 0,
+            g_after: g,
+        });
+        if m > 0 && !self.no_evict {
+            self.push(Arc {
+                from: s,
+                to: self.index[&(0, g)],
+                kind: ArcKind::Evict,
+                features: BatchFeatures::default(),
+                kv: 0,
+                holds: false,
+                g_after: g,
+            });
+        }
+        // Process arcs from (m, g), and (evict_first) from (0, g) after an eviction.
+        self.process_arcs(s, m, g, false);
+        if m > 0 && !self.no_evict {
+            self.process_arcs(s, 0, g, true);
+        }
+    }
+
+    /// The arcs of state `s` that process `c` tokens from `m0` held (after an eviction
+    /// when `evict_first`) at `g` generated.
+    fn process_arcs(&mut self, s: usize, m0: u32, g: u32, evict_first: bool) {
+        let (r, o_tok) = (self.r, self.r.output_tokens);
+        let known = r.input_tokens + g;
+        let from = RequestState {
+            held: u64::from(m0),
+            generated: g,
+        };
+        let decode = from.is_decode_ready(r);
+        // Without chunks a prefill's one arc completes it (the others would be skipped
+        // below, one by one: O(I) per state).
+        let least = if self.no_chunk && !decode {
+            known - m0
+        } else {
+            1
+        };
+        for c in least..=known - m0 {
+            if !decode && c > self.max_chunk {
+                break;
+            }
+            let generates = {
+                let mut s = from;
+                s.process(r, u64::from(c)).generates
+            };
+            let after = m0 + c;
+            if self.no_chunk && !decode && !generates {
+                continue;
+            }
+            let g_after = g + u32::from(generates);
+            let to = if g_after == o_tok {
+                self.fin
+            } else if generates {
+                self.index[&(after, g_after)]
+            } else {
+                self.index[&(after, g)]
+            };
+            let mut features = BatchFeatures::default();
+            if decode {
+                features.add_decode(u64::from(after));
+            } else {
+                features.add_prefill(u64::from(c), u64::from(m0));
+            }
+            self.push(Arc {
+                from: s,
+                to,
+                kind: ArcKind::Process {
+                    c,
+                    evict_first,
+                    decode,
+                    first_token: generates && g == 0,
+                    finishes: g_after == o_tok,
+                },
+                features,
+                kv: self.kv_of(after),
+                holds: true,
+                g_after,
+            });
+        }
     }
 }
 

@@ -33,7 +33,7 @@
 use crate::bounds::PhasePlan;
 use crate::{Objective, PolicyConstraints};
 use infersched_core::{
-    Batch, BatchFeatures, CostModel, Entry, Limits, Replay, Schedule, Workload, replay,
+    Batch, BatchFeatures, CostModel, Entry, Limits, Replay, Request, Schedule, Workload, replay,
 };
 use infersched_cost_model::LinearCostModel;
 use rand::{Rng, SeedableRng};
@@ -53,179 +53,296 @@ pub(crate) fn schedule_from_plan(
     class: &PolicyConstraints,
     plan: &PhasePlan,
 ) -> Option<Schedule> {
-    let reqs = w.requests();
-    let n = reqs.len();
+    let n = w.requests().len();
     // Reservations and unmixed batches change what a step may hold: not modelled here.
     if class.reserve || class.no_mix || plan.completes.len() != n || plan.prompt_share.len() != n {
         return None;
     }
-    let mut phase_of = vec![0usize; n];
-    for (p, &i) in plan.completes.iter().enumerate() {
-        *phase_of.get_mut(i)? = p;
-    }
-    // Prompt tokens planned by the end of each phase (all of it by the completion phase).
-    let target: Vec<Vec<u64>> = (0..n)
-        .map(|i| {
-            let prompt = u64::from(reqs[i].input_tokens);
-            let mut cumulative = 0.0;
-            let mut started = false;
-            (0..n)
-                .map(|p| {
-                    let share = plan.prompt_share[i].get(p).copied().unwrap_or(0.0);
-                    cumulative += share;
-                    started |= share > 1e-9;
-                    if p >= phase_of[i] {
-                        prompt
-                    } else if class.no_chunk {
-                        if started { prompt } else { 0 }
-                    } else {
-                        ((cumulative * prompt as f64).round() as u64).min(prompt)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    let mut by_plan: Vec<usize> = (0..n).collect();
-    by_plan.sort_by_key(|&i| (phase_of[i], i));
-
-    let c_max = limits.token_budget.unwrap_or(u64::MAX);
-    let p_max = limits.effective_prefill_budget().unwrap_or(u64::MAX);
-    let m_max = limits.kv_capacity.unwrap_or(u64::MAX);
-    let r_max = limits.max_running.unwrap_or(u64::MAX);
-    let mut held = vec![0u64; n];
-    let mut generated = vec![0u32; n];
-    let mut admitted = vec![false; n];
+    let mut sim = PlanRun::new(w, limits, cost, class, plan)?;
     let mut batches = Vec::new();
-    let mut now = 0.0f64;
     let mut phase = 0usize;
-    let finished = |generated: &[u32], i: usize| generated[i] >= reqs[i].output_tokens;
     loop {
-        while phase < n && finished(&generated, plan.completes[phase]) {
+        while phase < n && sim.finished(plan.completes[phase]) {
             phase += 1;
         }
         if phase == n {
             break;
         }
-        // Admitted requests reserve their whole I + O - 1 (so nothing ever has to be
-        // evicted: every admitted request can always take its next step).
-        let mut reserved: u64 = (0..n)
-            .filter(|&i| admitted[i] && !finished(&generated, i))
-            .map(|i| limits.occupied(reqs[i].max_kv_tokens()))
-            .sum();
-        let mut running = (0..n)
-            .filter(|&i| admitted[i] && !finished(&generated, i))
-            .count() as u64;
-        let (mut tokens, mut prefill_tokens) = (0u64, 0u64);
-        let mut entries = Vec::new();
-        let mut features = BatchFeatures::default();
-        let mut latest_arrival = now;
-        // Decode steps of every decode-ready request.
-        for &i in &by_plan {
-            let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
-            if generated[i] == 0 || finished(&generated, i) || held[i] + 1 != known {
-                continue;
-            }
-            if tokens + 1 > c_max {
-                continue;
-            }
-            tokens += 1;
-            features.add_decode(held[i] + 1);
-            entries.push((i, 1u32));
-        }
-        // Prompt chunks planned for this phase, for requests that have arrived (or, when
-        // nothing else runs, the earliest of them to arrive). Where nothing at all could
-        // run, a second pass lets admitted prompts run past their plan.
-        let mut waiting_for: Option<f64> = None;
-        for pass in 0..2 {
-            if pass == 1 && (!entries.is_empty() || waiting_for.is_some()) {
-                break;
-            }
-            for &i in &by_plan {
-                let goal = if pass == 0 {
-                    target[i][phase]
-                } else if admitted[i] {
-                    u64::from(reqs[i].input_tokens)
-                } else {
-                    continue;
-                };
-                if generated[i] > 0 || held[i] >= goal {
-                    continue;
-                }
-                let arrival = reqs[i].arrival_s;
-                if arrival > now {
-                    waiting_for = Some(waiting_for.map_or(arrival, |t: f64| t.min(arrival)));
-                    continue;
-                }
-                if !admitted[i] {
-                    let need = limits.occupied(reqs[i].max_kv_tokens());
-                    if running + 1 > r_max || reserved + need > m_max {
-                        continue;
-                    }
-                    admitted[i] = true;
-                    running += 1;
-                    reserved += need;
-                }
-                let c = (goal - held[i])
-                    .min(c_max.saturating_sub(tokens))
-                    .min(p_max.saturating_sub(prefill_tokens));
-                if c == 0 {
-                    continue;
-                }
-                tokens += c;
-                prefill_tokens += c;
-                features.add_prefill(c, held[i]);
-                latest_arrival = latest_arrival.max(arrival);
-                entries.push((i, u32::try_from(c).ok()?));
-            }
-        }
-        if entries.is_empty() {
+        let mut step = sim.step();
+        sim.decodes(&mut step);
+        let waiting_for = sim.prompt_chunks(&mut step, phase)?;
+        if step.entries.is_empty() {
             // Nothing planned can run before the next planned prompt arrives (or ever: give
             // up). Rather than stand idle until then, work on the first prompt in plan
             // order that has arrived and can be admitted, a chunk that ends by that arrival.
-            let next = waiting_for.filter(|&t| t > now)?;
-            let idle = IdleGap {
-                now,
-                next,
-                c_max,
-                p_max,
-            };
-            let chunk = by_plan.iter().find_map(|&i| {
-                let prompt = u64::from(reqs[i].input_tokens);
-                let admissible = admitted[i]
-                    || (running < r_max
-                        && reserved + limits.occupied(reqs[i].max_kv_tokens()) <= m_max);
-                (generated[i] == 0 && held[i] < prompt && reqs[i].arrival_s <= now && admissible)
-                    .then(|| idle.chunk(cost, prompt - held[i], held[i]).map(|c| (i, c)))
-                    .flatten()
-            });
-            let Some((i, c)) = chunk else {
-                now = next;
+            let next = waiting_for.filter(|&t| t > sim.now)?;
+            if !sim.idle_chunk(&mut step, next)? {
+                sim.now = next;
                 continue;
-            };
-            admitted[i] = true;
-            features.add_prefill(c, held[i]);
-            entries.push((i, u32::try_from(c).ok()?));
+            }
         }
-        let start = now.max(latest_arrival);
-        now = start + cost.batch_time_s(&features);
-        for &(i, c) in &entries {
-            held[i] += u64::from(c);
-            let known = u64::from(reqs[i].input_tokens) + u64::from(generated[i]);
-            if held[i] == known {
-                generated[i] += 1;
-                if finished(&generated, i) {
-                    held[i] = 0;
+        batches.push(sim.run(&step));
+    }
+    Some(Schedule::new(batches))
+}
+
+/// A batch being filled: its entries (request, tokens), features, tokens, and the KV
+/// reserved and requests admitted with it.
+struct Step {
+    entries: Vec<(usize, u32)>,
+    features: BatchFeatures,
+    tokens: u64,
+    prefill_tokens: u64,
+    reserved: u64,
+    running: u64,
+    latest_arrival: f64,
+}
+
+/// Following a plan batch by batch: the requests' state and the clock.
+struct PlanRun<'a> {
+    reqs: &'a [Request],
+    limits: &'a Limits,
+    cost: &'a dyn CostModel,
+    /// Prompt tokens planned by the end of each phase, per request.
+    target: Vec<Vec<u64>>,
+    /// Requests by planned completion.
+    by_plan: Vec<usize>,
+    c_max: u64,
+    p_max: u64,
+    m_max: u64,
+    r_max: u64,
+    held: Vec<u64>,
+    generated: Vec<u32>,
+    admitted: Vec<bool>,
+    now: f64,
+}
+
+impl<'a> PlanRun<'a> {
+    fn new(
+        w: &'a Workload,
+        limits: &'a Limits,
+        cost: &'a dyn CostModel,
+        class: &PolicyConstraints,
+        plan: &PhasePlan,
+    ) -> Option<Self> {
+        let reqs = w.requests();
+        let n = reqs.len();
+        let mut phase_of = vec![0usize; n];
+        for (p, &i) in plan.completes.iter().enumerate() {
+            *phase_of.get_mut(i)? = p;
+        }
+        let target = (0..n)
+            .map(|i| {
+                prompt_targets(
+                    reqs[i].input_tokens,
+                    &plan.prompt_share[i],
+                    phase_of[i],
+                    class.no_chunk,
+                    n,
+                )
+            })
+            .collect();
+        let mut by_plan: Vec<usize> = (0..n).collect();
+        by_plan.sort_by_key(|&i| (phase_of[i], i));
+        Some(Self {
+            reqs,
+            limits,
+            cost,
+            target,
+            by_plan,
+            c_max: limits.token_budget.unwrap_or(u64::MAX),
+            p_max: limits.effective_prefill_budget().unwrap_or(u64::MAX),
+            m_max: limits.kv_capacity.unwrap_or(u64::MAX),
+            r_max: limits.max_running.unwrap_or(u64::MAX),
+            held: vec![0u64; n],
+            generated: vec![0u32; n],
+            admitted: vec![false; n],
+            now: 0.0,
+        })
+    }
+
+    fn finished(&self, i: usize) -> bool {
+        self.generated[i] >= self.reqs[i].output_tokens
+    }
+
+    /// An empty batch. Admitted requests reserve their whole I + O - 1 (so nothing ever
+    /// has to be evicted: every admitted request can always take its next step).
+    fn step(&self) -> Step {
+        let live = || (0..self.reqs.len()).filter(|&i| self.admitted[i] && !self.finished(i));
+        Step {
+            entries: Vec::new(),
+            features: BatchFeatures::default(),
+            tokens: 0,
+            prefill_tokens: 0,
+            reserved: live()
+                .map(|i| self.limits.occupied(self.reqs[i].max_kv_tokens()))
+                .sum(),
+            running: live().count() as u64,
+            latest_arrival: self.now,
+        }
+    }
+
+    /// Decode steps of every decode-ready request.
+    fn decodes(&self, step: &mut Step) {
+        for &i in &self.by_plan {
+            let known = u64::from(self.reqs[i].input_tokens) + u64::from(self.generated[i]);
+            if self.generated[i] == 0 || self.finished(i) || self.held[i] + 1 != known {
+                continue;
+            }
+            if step.tokens + 1 > self.c_max {
+                continue;
+            }
+            step.tokens += 1;
+            step.features.add_decode(self.held[i] + 1);
+            step.entries.push((i, 1u32));
+        }
+    }
+
+    /// Prompt chunks planned for `phase`, for requests that have arrived (or, when nothing
+    /// else runs, the earliest of them to arrive). Where nothing at all could run, a second
+    /// pass lets admitted prompts run past their plan. Returns the earliest arrival of a
+    /// planned prompt not yet arrived; None (the outer) when a chunk overflows u32.
+    fn prompt_chunks(&mut self, step: &mut Step, phase: usize) -> Option<Option<f64>> {
+        let mut waiting_for: Option<f64> = None;
+        for pass in 0..2 {
+            if pass == 1 && (!step.entries.is_empty() || waiting_for.is_some()) {
+                break;
+            }
+            for k in 0..self.by_plan.len() {
+                let i = self.by_plan[k];
+                let goal = if pass == 0 {
+                    self.target[i][phase]
+                } else if self.admitted[i] {
+                    u64::from(self.reqs[i].input_tokens)
+                } else {
+                    continue;
+                };
+                if self.generated[i] > 0 || self.held[i] >= goal {
+                    continue;
+                }
+                let arrival = self.reqs[i].arrival_s;
+                if arrival > self.now {
+                    waiting_for = Some(waiting_for.map_or(arrival, |t: f64| t.min(arrival)));
+                    continue;
+                }
+                if !self.admit(i, step) {
+                    continue;
+                }
+                let c = (goal - self.held[i])
+                    .min(self.c_max.saturating_sub(step.tokens))
+                    .min(self.p_max.saturating_sub(step.prefill_tokens));
+                if c == 0 {
+                    continue;
+                }
+                step.tokens += c;
+                step.prefill_tokens += c;
+                step.features.add_prefill(c, self.held[i]);
+                step.latest_arrival = step.latest_arrival.max(arrival);
+                step.entries.push((i, u32::try_from(c).ok()?));
+            }
+        }
+        Some(waiting_for)
+    }
+
+    /// Admits request `i` if it is not yet and R and M (whole reservations) allow it.
+    fn admit(&mut self, i: usize, step: &mut Step) -> bool {
+        if self.admitted[i] {
+            return true;
+        }
+        let need = self.limits.occupied(self.reqs[i].max_kv_tokens());
+        if step.running + 1 > self.r_max || step.reserved + need > self.m_max {
+            return false;
+        }
+        self.admitted[i] = true;
+        step.running += 1;
+        step.reserved += need;
+        true
+    }
+
+    /// Instead of standing idle until `next`: a chunk of the first prompt in plan order
+    /// that has arrived and can be admitted, ending by `next`. Some(false) when there is
+    /// none; None when a chunk overflows u32.
+    fn idle_chunk(&mut self, step: &mut Step, next: f64) -> Option<bool> {
+        let (reqs, held) = (self.reqs, &self.held);
+        let idle = IdleGap {
+            now: self.now,
+            next,
+            c_max: self.c_max,
+            p_max: self.p_max,
+        };
+        let chunk = self.by_plan.iter().find_map(|&i| {
+            let prompt = u64::from(reqs[i].input_tokens);
+            let admissible = self.admitted[i]
+                || (step.running < self.r_max
+                    && step.reserved + self.limits.occupied(reqs[i].max_kv_tokens()) <= self.m_max);
+            (self.generated[i] == 0
+                && held[i] < prompt
+                && reqs[i].arrival_s <= self.now
+                && admissible)
+                .then(|| {
+                    idle.chunk(self.cost, prompt - held[i], held[i])
+                        .map(|c| (i, c))
+                })
+                .flatten()
+        });
+        let Some((i, c)) = chunk else {
+            return Some(false);
+        };
+        self.admitted[i] = true;
+        step.features.add_prefill(c, self.held[i]);
+        step.entries.push((i, u32::try_from(c).ok()?));
+        Some(true)
+    }
+
+    /// Runs the batch: the clock, the KV held and the tokens generated; its entries.
+    fn run(&mut self, step: &Step) -> Batch {
+        let start = self.now.max(step.latest_arrival);
+        self.now = start + self.cost.batch_time_s(&step.features);
+        for &(i, c) in &step.entries {
+            self.held[i] += u64::from(c);
+            let known = u64::from(self.reqs[i].input_tokens) + u64::from(self.generated[i]);
+            if self.held[i] == known {
+                self.generated[i] += 1;
+                if self.finished(i) {
+                    self.held[i] = 0;
                 }
             }
         }
-        batches.push(Batch::new(
-            entries
+        Batch::new(
+            step.entries
                 .iter()
                 .map(|&(i, c)| Entry::process(i as u32, c))
                 .collect(),
-        ));
+        )
     }
-    Some(Schedule::new(batches))
+}
+
+/// Prompt tokens planned by the end of each of `n` phases for a prompt of `input_tokens`
+/// with these per-phase shares, completing in `completes` (all of it by then).
+fn prompt_targets(
+    input_tokens: u32,
+    shares: &[f64],
+    completes: usize,
+    no_chunk: bool,
+    n: usize,
+) -> Vec<u64> {
+    let prompt = u64::from(input_tokens);
+    let mut cumulative = 0.0;
+    let mut started = false;
+    (0..n)
+        .map(|p| {
+            let share = shares.get(p).copied().unwrap_or(0.0);
+            cumulative += share;
+            started |= share > 1e-9;
+            if p >= completes {
+                prompt
+            } else if no_chunk {
+                if started { prompt } else { 0 }
+            } else {
+                ((cumulative * prompt as f64).round() as u64).min(prompt)
+            }
+        })
+        .collect()
 }
 
 /// Time the plan's schedule would stand idle: from `now` until `next`, when the next planned

@@ -871,72 +871,87 @@ pub fn line_chart_panel(
     let mut items = Vec::new();
     for (i, s) in series.iter().enumerate() {
         let style = series_style(&s.name, i);
-        let c = style.color;
-        // The band between the least and greatest values behind each point.
-        let band: Vec<(f64, f64, f64)> = s
-            .points
-            .iter()
-            .zip(&s.spread)
-            .filter_map(|(&(x, _), sp)| sp.map(|(lo, hi)| (x, lo, hi)))
-            .collect();
-        if s.step {
-            // Steps hold until the next point: one box per point, up to the next.
-            for (k, &(x, _)) in s.points.iter().enumerate() {
-                let Some(Some((lo, hi))) = s.spread.get(k) else {
-                    continue;
-                };
-                let next = match (s.points.get(k + 1), k.checked_sub(1)) {
-                    (Some(n), _) => n.0,
-                    (None, Some(p)) => x + (x - s.points[p].0),
-                    (None, None) => x,
-                };
-                let (x0, x1) = (frame.px(x), frame.px(next));
-                let (top, bottom) = (frame.py(*hi), frame.py(*lo));
-                svg.rect(x0, top, x1 - x0, bottom - top, c, 0.12);
-            }
-        } else if band.len() >= 2 && band.iter().any(|&(_, lo, hi)| hi > lo) {
-            let mut outline: Vec<(f64, f64)> = band
-                .iter()
-                .map(|&(x, _, hi)| (frame.px(x), frame.py(hi)))
-                .collect();
-            outline.extend(
-                band.iter()
-                    .rev()
-                    .map(|&(x, lo, _)| (frame.px(x), frame.py(lo))),
-            );
-            svg.polygon(&outline, c, 0.12);
-        }
-        let mut pts = Vec::with_capacity(s.points.len() * 2);
-        for (k, &(x, y)) in s.points.iter().enumerate() {
-            if s.step && k > 0 {
-                pts.push((frame.px(x), frame.py(s.points[k - 1].1)));
-            }
-            pts.push((frame.px(x), frame.py(y)));
-        }
-        svg.polyline_dashed(&pts, c, 1.8, style.dash);
-        for (k, &(x, _)) in s.points.iter().enumerate() {
-            if let Some(Some((lo, hi))) = s.bars.get(k) {
-                let px = frame.px(x);
-                svg.line(px, frame.py(*lo), px, frame.py(*hi), c, 1.2, "");
-                svg.line(px - 3.0, frame.py(*lo), px + 3.0, frame.py(*lo), c, 1.2, "");
-            }
-        }
-        if s.markers {
-            for (k, &(x, y)) in s.points.iter().enumerate() {
-                let hollow = s.unproven.get(k).copied().unwrap_or(false);
-                svg.marker(frame.px(x), frame.py(y), style.marker, c, hollow);
-            }
-        }
-        for &x in &s.failed {
-            let (px, py) = (frame.px(x), frame.y1 - 6.0);
-            svg.line(px - 4.0, py - 4.0, px + 4.0, py + 4.0, c, 2.0, "");
-            svg.line(px - 4.0, py + 4.0, px + 4.0, py - 4.0, c, 2.0, "");
-        }
+        draw_spread(svg, &frame, s, style.color);
+        draw_series(svg, &frame, s, &style);
         items.push((s.name.clone(), style));
     }
     if with_legend {
         legend(svg, &frame, &items);
     }
+    chart_notes(svg, &frame, series);
+}
+
+/// The band between the least and greatest values behind each point (boxes up to the next
+/// point for a step series).
+fn draw_spread(svg: &mut Svg, frame: &Frame, s: &Series, c: &str) {
+    let band: Vec<(f64, f64, f64)> = s
+        .points
+        .iter()
+        .zip(&s.spread)
+        .filter_map(|(&(x, _), sp)| sp.map(|(lo, hi)| (x, lo, hi)))
+        .collect();
+    if s.step {
+        // Steps hold until the next point: one box per point, up to the next.
+        for (k, &(x, _)) in s.points.iter().enumerate() {
+            let Some(Some((lo, hi))) = s.spread.get(k) else {
+                continue;
+            };
+            let next = match (s.points.get(k + 1), k.checked_sub(1)) {
+                (Some(n), _) => n.0,
+                (None, Some(p)) => x + (x - s.points[p].0),
+                (None, None) => x,
+            };
+            let (x0, x1) = (frame.px(x), frame.px(next));
+            let (top, bottom) = (frame.py(*hi), frame.py(*lo));
+            svg.rect(x0, top, x1 - x0, bottom - top, c, 0.12);
+        }
+    } else if band.len() >= 2 && band.iter().any(|&(_, lo, hi)| hi > lo) {
+        let mut outline: Vec<(f64, f64)> = band
+            .iter()
+            .map(|&(x, _, hi)| (frame.px(x), frame.py(hi)))
+            .collect();
+        outline.extend(
+            band.iter()
+                .rev()
+                .map(|&(x, lo, _)| (frame.px(x), frame.py(lo))),
+        );
+        svg.polygon(&outline, c, 0.12);
+    }
+}
+
+/// A series' line, bars to its bounds, markers (hollow where unproven) and failed runs.
+fn draw_series(svg: &mut Svg, frame: &Frame, s: &Series, style: &Style) {
+    let c = style.color;
+    let mut pts = Vec::with_capacity(s.points.len() * 2);
+    for (k, &(x, y)) in s.points.iter().enumerate() {
+        if s.step && k > 0 {
+            pts.push((frame.px(x), frame.py(s.points[k - 1].1)));
+        }
+        pts.push((frame.px(x), frame.py(y)));
+    }
+    svg.polyline_dashed(&pts, c, 1.8, style.dash);
+    for (k, &(x, _)) in s.points.iter().enumerate() {
+        if let Some(Some((lo, hi))) = s.bars.get(k) {
+            let px = frame.px(x);
+            svg.line(px, frame.py(*lo), px, frame.py(*hi), c, 1.2, "");
+            svg.line(px - 3.0, frame.py(*lo), px + 3.0, frame.py(*lo), c, 1.2, "");
+        }
+    }
+    if s.markers {
+        for (k, &(x, y)) in s.points.iter().enumerate() {
+            let hollow = s.unproven.get(k).copied().unwrap_or(false);
+            svg.marker(frame.px(x), frame.py(y), style.marker, c, hollow);
+        }
+    }
+    for &x in &s.failed {
+        let (px, py) = (frame.px(x), frame.y1 - 6.0);
+        svg.line(px - 4.0, py - 4.0, px + 4.0, py + 4.0, c, 2.0, "");
+        svg.line(px - 4.0, py + 4.0, px + 4.0, py - 4.0, c, 2.0, "");
+    }
+}
+
+/// What bands, hollow markers and crosses mean, above the plot, where any is drawn.
+fn chart_notes(svg: &mut Svg, frame: &Frame, series: &[Series]) {
     let mut notes = Vec::new();
     if series
         .iter()

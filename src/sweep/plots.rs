@@ -28,129 +28,16 @@ type PlotPoint = ((f64, f64), bool, Option<(f64, f64)>, (f64, f64));
 /// not proven has a hollow marker and a bar to the proven bound; failed runs are crosses
 /// on the x axis.
 pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
-    let ok: Vec<&ResultRow> = recs.iter().filter(|r| !r.failed()).collect();
-    // The optimal scheduler's objective per setting, its proven bound, and whether it is
-    // proven optimal (else the ratios are to the best schedule found).
-    let mut optimum: BTreeMap<&str, (f64, Option<f64>, bool)> = BTreeMap::new();
-    for r in &ok {
-        if r.scheduler == crate::produce::OPTIMAL
-            && let Some(v) = r.objective_s
-        {
-            optimum.insert(
-                r.setting_key(),
-                (v, r.best_bound_s, r.status.proven_optimal()),
-            );
-        }
-    }
-    let objectives: HashSet<&str> = recs.iter().map(|r| r.objective.as_str()).collect();
-    let several_objectives = objectives.len() > 1;
-    let series_name = |r: &ResultRow| {
-        if several_objectives {
-            format!("{} ({})", r.scheduler, r.objective)
-        } else {
-            r.scheduler.clone()
-        }
-    };
+    let rows = Rows::new(recs);
     let mut plots = Vec::new();
     let title = sweep.spec.name.clone().unwrap_or("sweep".into());
     // Seeds are replicates: averaged over, not plotted against.
     for &param in sweep.swept.iter().filter(|p| **p != "seed") {
         for &(metric, label) in PLOTTED_METRICS {
-            if metric == "ratio_to_optimal" && optimum.is_empty() {
+            if metric == "ratio_to_optimal" && rows.optimum.is_empty() {
                 continue;
             }
-            // series name -> x -> (value, the other end of its bar, proven) per run
-            type Runs = Vec<(f64, Option<f64>, bool)>;
-            let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
-            let mut order: Vec<String> = Vec::new();
-            for r in &ok {
-                let is_optimal = r.scheduler == crate::produce::OPTIMAL;
-                let point = if metric == "ratio_to_optimal" {
-                    // Without a proof the true ratio lies between v / best and v / bound.
-                    match (optimum.get(r.setting_key()), r.objective_s) {
-                        (Some(&(o, bound, proven)), Some(v)) if o > 0.0 => (
-                            v / o,
-                            bound.filter(|b| !proven && *b > 0.0).map(|b| v / b),
-                            proven,
-                        ),
-                        _ => continue,
-                    }
-                } else {
-                    let Some(v) = r.metric(metric) else {
-                        continue;
-                    };
-                    let proven = !is_optimal || r.status.proven_optimal();
-                    // The optimal row's objective reaches down to its proven bound.
-                    let bound = (metric == "objective_s" && !proven)
-                        .then_some(r.best_bound_s)
-                        .flatten();
-                    (v, bound, proven)
-                };
-                let name = series_name(r);
-                if !order.contains(&name) {
-                    order.push(name.clone());
-                }
-                data.entry(name)
-                    .or_default()
-                    .entry(r.param(param))
-                    .or_default()
-                    .push(point);
-            }
-            // Failed runs, by series.
-            let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-            for r in recs.iter().filter(|r| r.failed()) {
-                let name = series_name(r);
-                if !order.contains(&name) {
-                    order.push(name.clone());
-                }
-                let x = axis_value(&r.param(param));
-                let xs = failed.entry(name).or_default();
-                if !xs.contains(&x) {
-                    xs.push(x);
-                }
-            }
-            let mean = |v: &mut dyn Iterator<Item = f64>| {
-                let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-                sum / n as f64
-            };
-            let series: Vec<svg::Series> = order
-                .iter()
-                .map(|name| {
-                    let mut pts: Vec<PlotPoint> =
-                        data.get(name)
-                            .into_iter()
-                            .flatten()
-                            .map(|(x, runs)| {
-                                let y = mean(&mut runs.iter().map(|r| r.0));
-                                let unproven = runs.iter().any(|r| !r.2);
-                                // The bar: the mean of each run's other end (its own value
-                                // where it has none).
-                                let bar = runs.iter().any(|r| r.1.is_some()).then(|| {
-                                    (y, mean(&mut runs.iter().map(|r| r.1.unwrap_or(r.0))))
-                                });
-                                let spread = runs
-                                    .iter()
-                                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
-                                        (lo.min(r.0), hi.max(r.0))
-                                    });
-                                ((axis_value(x), y), unproven, bar, spread)
-                            })
-                            .collect();
-                    pts.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
-                    let mut xs = failed.get(name).cloned().unwrap_or_default();
-                    xs.sort_by(f64::total_cmp);
-                    svg::Series {
-                        name: name.clone(),
-                        points: pts.iter().map(|p| p.0).collect(),
-                        step: false,
-                        markers: true,
-                        unproven: pts.iter().map(|p| p.1).collect(),
-                        bars: pts.iter().map(|p| p.2).collect(),
-                        failed: xs,
-                        spread: pts.iter().map(|p| Some(p.3)).collect(),
-                    }
-                })
-                .collect();
+            let series = rows.series(metric, param);
             if series.is_empty() {
                 continue;
             }
@@ -173,6 +60,152 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
         }
     }
     plots
+}
+
+/// Per run: its value, the other end of its bar, whether it is proven.
+type Runs = Vec<(f64, Option<f64>, bool)>;
+
+/// A sweep's result rows, read for plotting.
+struct Rows<'a> {
+    recs: &'a [ResultRow],
+    ok: Vec<&'a ResultRow>,
+    /// The optimal scheduler's objective per setting, its proven bound, and whether it is
+    /// proven optimal (else the ratios are to the best schedule found).
+    optimum: BTreeMap<&'a str, (f64, Option<f64>, bool)>,
+    several_objectives: bool,
+}
+
+impl<'a> Rows<'a> {
+    fn new(recs: &'a [ResultRow]) -> Self {
+        let ok: Vec<&ResultRow> = recs.iter().filter(|r| !r.failed()).collect();
+        let mut optimum = BTreeMap::new();
+        for r in &ok {
+            if r.scheduler == crate::produce::OPTIMAL
+                && let Some(v) = r.objective_s
+            {
+                optimum.insert(
+                    r.setting_key(),
+                    (v, r.best_bound_s, r.status.proven_optimal()),
+                );
+            }
+        }
+        let objectives: HashSet<&str> = recs.iter().map(|r| r.objective.as_str()).collect();
+        Self {
+            recs,
+            ok,
+            optimum,
+            several_objectives: objectives.len() > 1,
+        }
+    }
+
+    fn series_name(&self, r: &ResultRow) -> String {
+        if self.several_objectives {
+            format!("{} ({})", r.scheduler, r.objective)
+        } else {
+            r.scheduler.clone()
+        }
+    }
+
+    /// Row `r`'s point for `metric`: its value, the other end of its bar, whether it is
+    /// proven; None where it has no value.
+    fn point(&self, r: &ResultRow, metric: &str) -> Option<(f64, Option<f64>, bool)> {
+        if metric == "ratio_to_optimal" {
+            // Without a proof the true ratio lies between v / best and v / bound.
+            return match (self.optimum.get(r.setting_key()), r.objective_s) {
+                (Some(&(o, bound, proven)), Some(v)) if o > 0.0 => Some((
+                    v / o,
+                    bound.filter(|b| !proven && *b > 0.0).map(|b| v / b),
+                    proven,
+                )),
+                _ => None,
+            };
+        }
+        let v = r.metric(metric)?;
+        let proven = r.scheduler != crate::produce::OPTIMAL || r.status.proven_optimal();
+        // The optimal row's objective reaches down to its proven bound.
+        let bound = (metric == "objective_s" && !proven)
+            .then_some(r.best_bound_s)
+            .flatten();
+        Some((v, bound, proven))
+    }
+
+    /// One line per series: the runs' points by x (means, bars, bands) and failed runs.
+    fn series(&self, metric: &str, param: &str) -> Vec<svg::Series> {
+        // series name -> x -> runs
+        let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
+        let mut order: Vec<String> = Vec::new();
+        for r in &self.ok {
+            let Some(point) = self.point(r, metric) else {
+                continue;
+            };
+            let name = self.series_name(r);
+            if !order.contains(&name) {
+                order.push(name.clone());
+            }
+            let runs = data.entry(name).or_default();
+            runs.entry(r.param(param)).or_default().push(point);
+        }
+        // Failed runs, by series.
+        let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in self.recs.iter().filter(|r| r.failed()) {
+            let name = self.series_name(r);
+            if !order.contains(&name) {
+                order.push(name.clone());
+            }
+            let x = axis_value(&r.param(param));
+            let xs = failed.entry(name).or_default();
+            if !xs.contains(&x) {
+                xs.push(x);
+            }
+        }
+        order
+            .iter()
+            .map(|name| {
+                let mut xs = failed.get(name).cloned().unwrap_or_default();
+                xs.sort_by(f64::total_cmp);
+                line(name, data.get(name), xs)
+            })
+            .collect()
+    }
+}
+
+fn mean(v: &mut dyn Iterator<Item = f64>) -> f64 {
+    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    sum / n as f64
+}
+
+/// A series from its runs by x and its failed runs' x.
+fn line(name: &str, runs: Option<&BTreeMap<String, Runs>>, failed: Vec<f64>) -> svg::Series {
+    let mut pts: Vec<PlotPoint> = runs
+        .into_iter()
+        .flatten()
+        .map(|(x, runs)| {
+            let y = mean(&mut runs.iter().map(|r| r.0));
+            let unproven = runs.iter().any(|r| !r.2);
+            // The bar: the mean of each run's other end (its own value where it has none).
+            let bar = runs
+                .iter()
+                .any(|r| r.1.is_some())
+                .then(|| (y, mean(&mut runs.iter().map(|r| r.1.unwrap_or(r.0)))));
+            let spread = runs
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                    (lo.min(r.0), hi.max(r.0))
+                });
+            ((axis_value(x), y), unproven, bar, spread)
+        })
+        .collect();
+    pts.sort_by(|a, b| a.0.0.total_cmp(&b.0.0));
+    svg::Series {
+        name: name.to_string(),
+        points: pts.iter().map(|p| p.0).collect(),
+        step: false,
+        markers: true,
+        unproven: pts.iter().map(|p| p.1).collect(),
+        bars: pts.iter().map(|p| p.2).collect(),
+        failed,
+        spread: pts.iter().map(|p| Some(p.3)).collect(),
+    }
 }
 
 /// A numeric x for a parameter value: the number itself, or a length distribution's

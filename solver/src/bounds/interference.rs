@@ -104,33 +104,7 @@ fn sum_with(t: &Theta<'_>, reqs: &[Request], limits: &Limits, backlog: bool) -> 
     if reqs.is_empty() || !t.non_negative() {
         return None;
     }
-    let b = t.batch_bias();
-    let needs: Vec<Needs> = reqs
-        .iter()
-        .map(|r| {
-            let own = t.own_time(r, limits);
-            let work = t.request_work(r);
-            let later_min = if r.output_tokens > 1 {
-                t.later_token_work(r, 1)
-            } else {
-                0.0
-            };
-            Needs {
-                arrival: r.arrival_s,
-                own,
-                work,
-                prompt_work: t.first_token_work(r),
-                first_token: r.arrival_s + t.own_first_token_time(r, limits),
-                step: b + later_min,
-                spare_batches: if b > 0.0 {
-                    ((own - f64::from(r.output_tokens) * b - work) / b).max(0.0)
-                } else {
-                    0.0
-                },
-                prompt_entry_work: t.prompt_entry_work(r, limits),
-            }
-        })
-        .collect();
+    let needs: Vec<Needs> = reqs.iter().map(|r| needs_of(t, r, limits)).collect();
     let base: f64 = needs.iter().map(|q| q.arrival + q.own).sum();
     if !base.is_finite() {
         return None;
@@ -143,37 +117,83 @@ fn sum_with(t: &Theta<'_>, reqs: &[Request], limits: &Limits, backlog: bool) -> 
             .total_cmp(&needs[c].arrival)
             .then(a.cmp(&c))
     });
-    // What k surely has left at time `at`: entries and their least work.
-    let left = |k: usize, at: f64| -> (f64, f64) {
-        let (r, q) = (&reqs[k], &needs[k]);
-        let later = r.output_tokens.saturating_sub(1);
-        if at <= q.arrival {
-            let prompt = super::prompt_batches(r, limits) as f64;
-            return (prompt + f64::from(later), q.work);
-        }
-        // Later tokens whose batch may start before `at`: the first starts no earlier
-        // than the first token, each next one at least a step later.
-        let done = if at <= q.first_token {
-            0
-        } else if q.step <= 0.0 {
+    let pairs = overlapping_pairs(t, reqs, limits, &needs, &order);
+    let group = pair_groups(t.batch_bias(), &needs, &pairs);
+    let backlog = if backlog {
+        backlogs(t, reqs, &needs, &order)
+    } else {
+        vec![0.0; reqs.len()]
+    };
+    let extra: f64 = group.iter().zip(&backlog).map(|(g, k)| g.max(*k)).sum();
+    Some(base + extra)
+}
+
+/// What a request needs on its own.
+fn needs_of(t: &Theta<'_>, r: &Request, limits: &Limits) -> Needs {
+    let b = t.batch_bias();
+    let own = t.own_time(r, limits);
+    let work = t.request_work(r);
+    let later_min = if r.output_tokens > 1 {
+        t.later_token_work(r, 1)
+    } else {
+        0.0
+    };
+    Needs {
+        arrival: r.arrival_s,
+        own,
+        work,
+        prompt_work: t.first_token_work(r),
+        first_token: r.arrival_s + t.own_first_token_time(r, limits),
+        step: b + later_min,
+        spare_batches: if b > 0.0 {
+            ((own - f64::from(r.output_tokens) * b - work) / b).max(0.0)
+        } else {
+            0.0
+        },
+        prompt_entry_work: t.prompt_entry_work(r, limits),
+    }
+}
+
+/// What request `k` surely has left at time `at`: entries and their least work.
+fn left_at(t: &Theta<'_>, r: &Request, q: &Needs, limits: &Limits, at: f64) -> (f64, f64) {
+    let later = r.output_tokens.saturating_sub(1);
+    if at <= q.arrival {
+        let prompt = super::prompt_batches(r, limits) as f64;
+        return (prompt + f64::from(later), q.work);
+    }
+    // Later tokens whose batch may start before `at`: the first starts no earlier than the
+    // first token, each next one at least a step later.
+    let done = if at <= q.first_token {
+        0
+    } else if q.step <= 0.0 {
+        later
+    } else {
+        // Below `later` (a u32) whenever the cast is taken.
+        let steps = ((at - q.first_token) / q.step).ceil();
+        if steps >= f64::from(later) {
             later
         } else {
-            // Below `later` (a u32) whenever the cast is taken.
-            let steps = ((at - q.first_token) / q.step).ceil();
-            if steps >= f64::from(later) {
-                later
-            } else {
-                steps as u32
-            }
-        };
-        let rest = later - done;
-        (
-            f64::from(rest),
-            t.later_tokens_work_between(r, done + 1, later),
-        )
+            steps as u32
+        }
     };
-    // The pairs: (earlier k, later l) with k possibly running at T_l.
-    let mut pairs: Vec<(usize, usize, f64, f64)> = Vec::new(); // k, l, n_k, R_k
+    let rest = later - done;
+    (
+        f64::from(rest),
+        t.later_tokens_work_between(r, done + 1, later),
+    )
+}
+
+/// The pairs `(earlier k, later l, n_k, R_k)` with `k` possibly running at `T_l`: the
+/// entries and least work `k` surely has left then (a tie is taken both ways, in a row).
+fn overlapping_pairs(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    needs: &[Needs],
+    order: &[usize],
+) -> Vec<(usize, usize, f64, f64)> {
+    let left = |k: usize, at: f64| left_at(t, &reqs[k], &needs[k], limits, at);
+    let mut pairs = Vec::new();
     'outer: for (pos, &k) in order.iter().enumerate() {
         let until = needs[k].arrival + needs[k].own;
         for &l in &order[pos + 1..] {
@@ -192,29 +212,33 @@ fn sum_with(t: &Theta<'_>, reqs: &[Request], limits: &Limits, backlog: bool) -> 
             }
         }
     }
-    // θ: per later request, proportional to its bias term for each earlier one.
+    pairs
+}
+
+/// Per request, what its pairs add: each unordered pair adds the larger of its (one or
+/// two) orientations to the group of that orientation's later request, with θ per later
+/// request proportional to its bias term for each earlier one (`b`: the batch bias).
+fn pair_groups(b: f64, needs: &[Needs], pairs: &[(usize, usize, f64, f64)]) -> Vec<f64> {
     let bias_term = |l: usize, n: f64| b * (n - needs[l].spare_batches).max(0.0);
-    let mut total_term = vec![0.0f64; reqs.len()];
-    for &(_, l, n, _) in &pairs {
+    let mut total_term = vec![0.0f64; needs.len()];
+    for &(_, l, n, _) in pairs {
         total_term[l] += bias_term(l, n);
     }
-    // Each unordered pair adds the larger of its (one or two) orientations, to the group of
-    // that orientation's later request.
-    let mut group = vec![0.0f64; reqs.len()];
+    let value = |&(_, l, n, rest): &(usize, usize, f64, f64)| {
+        let term = bias_term(l, n);
+        let share = if total_term[l] > 0.0 {
+            term * term / total_term[l]
+        } else {
+            0.0
+        };
+        needs[l]
+            .work
+            .min(rest + needs[l].prompt_work.min(share))
+            .max(0.0)
+    };
+    let mut group = vec![0.0f64; needs.len()];
     let mut i = 0;
     while i < pairs.len() {
-        let value = |&(_, l, n, rest): &(usize, usize, f64, f64)| {
-            let term = bias_term(l, n);
-            let share = if total_term[l] > 0.0 {
-                term * term / total_term[l]
-            } else {
-                0.0
-            };
-            needs[l]
-                .work
-                .min(rest + needs[l].prompt_work.min(share))
-                .max(0.0)
-        };
         let (mut v, mut owner) = (value(&pairs[i]), pairs[i].1);
         if i + 1 < pairs.len() && pairs[i + 1].0 == pairs[i].1 && pairs[i + 1].1 == pairs[i].0 {
             let reverse = value(&pairs[i + 1]);
@@ -226,13 +250,7 @@ fn sum_with(t: &Theta<'_>, reqs: &[Request], limits: &Limits, backlog: bool) -> 
         group[owner] += v;
         i += 1;
     }
-    let backlog = if backlog {
-        backlogs(t, reqs, &needs, &order)
-    } else {
-        vec![0.0; reqs.len()]
-    };
-    let extra: f64 = group.iter().zip(&backlog).map(|(g, k)| g.max(*k)).sum();
-    Some(base + extra)
+    group
 }
 
 /// Per request `l`, the backlog term of the module doc, over windows of

@@ -173,6 +173,29 @@ struct PhaseCols {
     a_column: usize,
 }
 
+impl PhaseCols {
+    /// Adds one request-phase pair's columns, in the order `a_column` relies on.
+    fn add(vars: &mut ProblemVariables) -> Self {
+        let a_column = vars.len();
+        Self {
+            a_column,
+            a: vars.add(variable().binary()),
+            y: vars.add(variable().binary()),
+            v: vars.add(variable().binary()),
+            g: vars.add(variable().binary()),
+            xp: vars.add(variable().min(0.0)),
+            xd: vars.add(variable().min(0.0)),
+            sd: vars.add(variable().min(0.0)),
+            sp: vars.add(variable().min(0.0)),
+            done: vars.add(variable().min(0.0)),
+            cum_xp: vars.add(variable().min(0.0)),
+            cum_sd: vars.add(variable().min(0.0)),
+            cum_x: vars.add(variable().min(0.0)),
+            cum_s: vars.add(variable().min(0.0)),
+        }
+    }
+}
+
 // The rows read as the relaxation's algebra, indexed by request i and phase m.
 #[allow(clippy::needless_range_loop)]
 fn solve_relaxation(
@@ -185,198 +208,65 @@ fn solve_relaxation(
     threads: u32,
 ) -> Option<Relaxed> {
     let n = reqs.len();
-    let need: Vec<RequestNeeds> = reqs.iter().map(|r| needs(t, r, limits)).collect();
-    let ms = 1e3;
-    let (one, hp, hd) = (
-        t.get(Feature::One) * ms,
-        t.get(Feature::HasPrefill) * ms,
-        t.get(Feature::HasDecode) * ms,
-    );
-    let (bias_decode, bias_prefill, bias_min) = (one + hd, one + hp, one + hp.min(hd));
-    let per_batch = limits.max_running.unwrap_or(u64::MAX).min(n as u64) as f64;
-
-    let mut vars = ProblemVariables::new();
-    let mut rows: Vec<good_lp::Constraint> = Vec::new();
-    let mut cols: Vec<Vec<PhaseCols>> = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut row = Vec::with_capacity(n);
-        for _ in 0..n {
-            let a_column = vars.len();
-            row.push(PhaseCols {
-                a_column,
-                a: vars.add(variable().binary()),
-                y: vars.add(variable().binary()),
-                v: vars.add(variable().binary()),
-                g: vars.add(variable().binary()),
-                xp: vars.add(variable().min(0.0)),
-                xd: vars.add(variable().min(0.0)),
-                sd: vars.add(variable().min(0.0)),
-                sp: vars.add(variable().min(0.0)),
-                done: vars.add(variable().min(0.0)),
-                cum_xp: vars.add(variable().min(0.0)),
-                cum_sd: vars.add(variable().min(0.0)),
-                cum_x: vars.add(variable().min(0.0)),
-                cum_s: vars.add(variable().min(0.0)),
-            });
-        }
-        cols.push(row);
-    }
-    let decode_only: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
-    let prefill_only: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
-    let mixed: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
-    let ends: Vec<Variable> = (0..n).map(|_| vars.add(variable().min(0.0))).collect();
-
-    // One request completes per phase, each request in one phase.
-    for i in 0..n {
-        rows.push(constraint!(
-            cols[i].iter().map(|c| c.a).sum::<Expression>() == 1.0
-        ));
-    }
-    for m in 0..n {
-        rows.push(constraint!(
-            (0..n).map(|i| cols[i][m].a).sum::<Expression>() == 1.0
-        ));
-    }
-    for m in 0..n {
-        let batches = decode_only[m] + prefill_only[m] + mixed[m];
-        // A phase lasts at least its batches' biases and its entries' work.
-        let work: Expression = (0..n).map(|i| cols[i][m].xp + cols[i][m].xd).sum();
-        let previous: Expression = if m == 0 {
-            Expression::from(0.0)
-        } else {
-            ends[m - 1].into()
-        };
-        rows.push(constraint!(
-            ends[m] - previous
-                >= bias_decode * decode_only[m]
-                    + bias_prefill * prefill_only[m]
-                    + (bias_prefill + hd) * mixed[m]
-                    + work
-        ));
-        // At most R entries per batch.
-        let entries: Expression = (0..n).map(|i| cols[i][m].sp + cols[i][m].sd).sum();
-        rows.push(constraint!(entries <= per_batch * batches.clone()));
-        // The m-th completion: its own time and the machine relaxation's m-th.
-        let own: Expression = (0..n).map(|i| need[i].own_completion * cols[i][m].a).sum();
-        rows.push(constraint!(ends[m] >= own));
-        if let Some(b) = position_bounds.get(m) {
-            rows.push(constraint!(ends[m] >= b * ms));
-        }
+    let mut m = PhaseModel::new(t, reqs, limits);
+    m.assignment_rows();
+    for phase in 0..n {
+        m.phase_rows(phase, position_bounds.get(phase).copied());
         for i in 0..n {
-            let c = &cols[i][m];
-            let r = &need[i];
-            // The most entries it can have: a batch per prompt token and later token.
-            let most = r.prompt_tokens + r.later_tokens;
-            // One entry per request per batch; prompt chunks are in prefill batches.
-            rows.push(constraint!(c.sp <= prefill_only[m] + mixed[m]));
-            rows.push(constraint!(c.sp + c.sd <= batches.clone()));
-            rows.push(constraint!(c.xp <= r.prompt_work * c.sp));
-            rows.push(constraint!(c.xd >= r.later_min * c.sd));
-            rows.push(constraint!(c.xd <= r.later_max * c.sd));
-            // Cumulative sums.
-            let (done0, xp0, sd0, x0, s0): (
-                Expression,
-                Expression,
-                Expression,
-                Expression,
-                Expression,
-            ) = if m == 0 {
-                (0.0.into(), 0.0.into(), 0.0.into(), 0.0.into(), 0.0.into())
-            } else {
-                let p = &cols[i][m - 1];
-                (
-                    p.done.into(),
-                    p.cum_xp.into(),
-                    p.cum_sd.into(),
-                    p.cum_x.into(),
-                    p.cum_s.into(),
-                )
-            };
-            rows.push(constraint!(c.done == done0.clone() + c.a));
-            rows.push(constraint!(c.cum_xp == xp0 + c.xp));
-            rows.push(constraint!(c.cum_sd == sd0 + c.sd));
-            rows.push(constraint!(c.cum_x == x0 + c.xp + c.xd));
-            rows.push(constraint!(c.cum_s == s0 + c.sp + c.sd));
-            // Completed by m: all its work is done; nothing after its completion.
-            rows.push(constraint!(c.cum_xp >= r.prompt_work * c.done));
-            rows.push(constraint!(c.cum_sd >= r.later_tokens * c.done));
-            if m > 0 {
-                rows.push(constraint!(
-                    c.xp + r.prompt_work * done0.clone() <= r.prompt_work
-                ));
-                rows.push(constraint!(c.sp + c.sd + most * done0 <= most));
-            }
-            // Later tokens only once the prompt is done.
-            rows.push(constraint!(c.cum_sd <= r.later_tokens * c.y));
-            rows.push(constraint!(c.cum_xp >= r.prompt_work * c.y));
-            rows.push(constraint!(c.y >= c.done));
-            // Everything it did by m is after its arrival, one batch per entry.
-            rows.push(constraint!(c.cum_s <= most * c.v));
-            rows.push(constraint!(
-                ends[m]
-                    >= r.arrival * c.v
-                        + c.cum_x
-                        + (bias_prefill - bias_min) * (c.cum_s - c.cum_sd)
-                        + bias_min * c.cum_s
-            ));
+            m.request_rows(i, phase);
         }
     }
-    // The work of the requests arriving at or after T_i fits between T_i and the phase's end.
-    // Besides that work, request i's own batches pay their biases in the same span (every
-    // batch lasts its bias plus all its entries' work): counted where biases are a large
-    // part of the requests' own times (long outputs), as elsewhere it only changes HiGHS's
-    // path (milp.md).
-    let own_time: f64 = need.iter().map(|r| r.own_completion - r.arrival).sum();
-    let own_work: f64 = need.iter().map(|r| r.prompt_work + r.later_work).sum();
-    let count_own_biases = own_time > 0.0 && (own_time - own_work) >= OWN_BIAS_SHARE * own_time;
-    for i in 0..n {
-        let later: Vec<usize> = (0..n)
-            .filter(|&k| need[k].arrival >= need[i].arrival)
-            .collect();
-        if later.len() <= 1 {
-            continue;
-        }
-        let most: f64 = later
-            .iter()
-            .map(|&k| need[k].prompt_tokens + need[k].later_tokens)
-            .sum();
-        for m in 0..n {
-            let started: Expression = later.iter().map(|&k| cols[k][m].cum_s).sum();
-            let work: Expression = later.iter().map(|&k| cols[k][m].cum_x).sum();
-            let c = &cols[i][m];
-            let own_biases: Expression = if count_own_biases {
-                (bias_prefill - bias_min) * (c.cum_s - c.cum_sd) + bias_min * c.cum_s
-            } else {
-                0.0.into()
-            };
-            rows.push(constraint!(started <= most * c.g));
-            rows.push(constraint!(
-                ends[m] >= need[i].arrival * c.g + work + own_biases
-            ));
-        }
-    }
-    // Totals: the whole prompt (scaled to its least work), every later token.
-    for i in 0..n {
-        let r = &need[i];
-        let sum =
-            |f: &dyn Fn(&PhaseCols) -> Variable| -> Expression { cols[i].iter().map(f).sum() };
-        rows.push(constraint!(sum(&|c| c.xp) == r.prompt_work));
-        rows.push(constraint!(sum(&|c| c.xd) >= r.later_work));
-        rows.push(constraint!(sum(&|c| c.sd) == r.later_tokens));
-        rows.push(constraint!(sum(&|c| c.sp) >= r.prompt_batches));
-        rows.push(constraint!(sum(&|c| c.sp) <= r.prompt_tokens));
-    }
-
+    m.later_arrival_rows();
+    m.total_rows();
     // The completions add up to at least the mean-busy-time bound's sum.
     if let Some(sum) = sum_bound {
-        rows.push(constraint!(ends.iter().sum::<Expression>() >= sum * ms));
+        let ends = m.ends.iter().sum::<Expression>();
+        m.rows.push(constraint!(ends >= sum * MS));
     }
+    let PhaseModel {
+        vars,
+        rows,
+        cols,
+        ends,
+        ..
+    } = m;
     let objective: Expression = ends.iter().sum();
     let mut problem = vars.minimise(objective).using(highs);
     for r in rows {
         problem.add_constraint(r);
     }
-    let mut model = problem.into_inner();
+    let solved = run_relaxation(problem.into_inner(), time_limit_s, threads)?;
+    let bound_ms = crate::backend::dual_bound(&solved)?;
+    let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
+    // HiGHS's tolerances: keep a margin below its bound. Stopped before its root is solved,
+    // HiGHS's dual bound can be below the cuts it was given, which are bounds themselves.
+    let cuts = position_bounds
+        .iter()
+        .sum::<f64>()
+        .max(sum_bound.unwrap_or(0.0));
+    let bound = ((bound_ms * (1.0 - 1e-6) - 1e-6) / MS).max(cuts);
+    let plan = matches!(
+        solved.primal_solution_status(),
+        highs::HighsSolutionStatus::Feasible
+    )
+    .then(|| read_plan(solved.get_solution().columns(), &cols))
+    .flatten();
+    Some(Relaxed {
+        bound_s: ((bound - arrivals) / n as f64).max(0.0),
+        plan,
+    })
+}
+
+/// Milliseconds per second: the relaxation works in milliseconds.
+const MS: f64 = 1e3;
+
+/// Runs the relaxation's MILP; `None` when HiGHS overran its limit in heuristics that do
+/// not check the clock (past the grace the relaxation gives no bound) or failed.
+fn run_relaxation(
+    mut model: highs::Model,
+    time_limit_s: f64,
+    threads: u32,
+) -> Option<highs::SolvedModel> {
     crate::backend::configure(
         &mut model,
         &crate::backend::Settings {
@@ -394,28 +284,229 @@ fn solve_relaxation(
             log: crate::backend::Log::Quiet,
         },
     );
-    // HiGHS may overrun its limit in heuristics that do not check the clock: past the
-    // grace the relaxation gives no bound.
-    let solved = crate::backend::run(model, time_limit_s)?.ok()?;
-    let bound_ms = crate::backend::dual_bound(&solved)?;
-    let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
-    // HiGHS's tolerances: keep a margin below its bound. Stopped before its root is solved,
-    // HiGHS's dual bound can be below the cuts it was given, which are bounds themselves.
-    let cuts = position_bounds
-        .iter()
-        .sum::<f64>()
-        .max(sum_bound.unwrap_or(0.0));
-    let bound = ((bound_ms * (1.0 - 1e-6) - 1e-6) / ms).max(cuts);
-    let plan = matches!(
-        solved.primal_solution_status(),
-        highs::HighsSolutionStatus::Feasible
-    )
-    .then(|| read_plan(solved.get_solution().columns(), &cols))
-    .flatten();
-    Some(Relaxed {
-        bound_s: ((bound - arrivals) / n as f64).max(0.0),
-        plan,
-    })
+    crate::backend::run(model, time_limit_s)?.ok()
+}
+
+/// The phase relaxation's variables and rows under construction: phase `m` ends at the
+/// `m`-th completion; `cols[i][m]` are request `i`'s columns in phase `m`.
+struct PhaseModel {
+    need: Vec<RequestNeeds>,
+    /// Batch biases in ms: decode-only, prefill-only, the cheaper of the two; `hd`.
+    bias_decode: f64,
+    bias_prefill: f64,
+    bias_min: f64,
+    hd: f64,
+    /// Entries one batch may hold.
+    per_batch: f64,
+    vars: ProblemVariables,
+    rows: Vec<good_lp::Constraint>,
+    cols: Vec<Vec<PhaseCols>>,
+    decode_only: Vec<Variable>,
+    prefill_only: Vec<Variable>,
+    mixed: Vec<Variable>,
+    ends: Vec<Variable>,
+}
+
+impl PhaseModel {
+    fn new(t: &Theta<'_>, reqs: &[Request], limits: &Limits) -> Self {
+        let n = reqs.len();
+        let (one, hp, hd) = (
+            t.get(Feature::One) * MS,
+            t.get(Feature::HasPrefill) * MS,
+            t.get(Feature::HasDecode) * MS,
+        );
+        let mut vars = ProblemVariables::new();
+        let cols: Vec<Vec<PhaseCols>> = (0..n)
+            .map(|_| (0..n).map(|_| PhaseCols::add(&mut vars)).collect())
+            .collect();
+        let column = |vars: &mut ProblemVariables| -> Vec<Variable> {
+            (0..n).map(|_| vars.add(variable().min(0.0))).collect()
+        };
+        let (decode_only, prefill_only) = (column(&mut vars), column(&mut vars));
+        let (mixed, ends) = (column(&mut vars), column(&mut vars));
+        Self {
+            need: reqs.iter().map(|r| needs(t, r, limits)).collect(),
+            bias_decode: one + hd,
+            bias_prefill: one + hp,
+            bias_min: one + hp.min(hd),
+            hd,
+            per_batch: limits.max_running.unwrap_or(u64::MAX).min(n as u64) as f64,
+            vars,
+            rows: Vec::new(),
+            cols,
+            decode_only,
+            prefill_only,
+            mixed,
+            ends,
+        }
+    }
+
+    /// One request completes per phase, each request in one phase.
+    fn assignment_rows(&mut self) {
+        let n = self.cols.len();
+        for i in 0..n {
+            let phases = self.cols[i].iter().map(|c| c.a).sum::<Expression>();
+            self.rows.push(constraint!(phases == 1.0));
+        }
+        for m in 0..n {
+            let requests = (0..n).map(|i| self.cols[i][m].a).sum::<Expression>();
+            self.rows.push(constraint!(requests == 1.0));
+        }
+    }
+
+    /// Phase `m`'s length, entries per batch, and its completion's own and machine bounds
+    /// (`position_bound`: the machine relaxation's `m`-th completion, seconds).
+    fn phase_rows(&mut self, m: usize, position_bound: Option<f64>) {
+        let n = self.cols.len();
+        let cols = &self.cols;
+        let batches = self.decode_only[m] + self.prefill_only[m] + self.mixed[m];
+        // A phase lasts at least its batches' biases and its entries' work.
+        let work: Expression = (0..n).map(|i| cols[i][m].xp + cols[i][m].xd).sum();
+        let previous: Expression = if m == 0 {
+            Expression::from(0.0)
+        } else {
+            self.ends[m - 1].into()
+        };
+        let (bd, bp, hd) = (self.bias_decode, self.bias_prefill, self.hd);
+        let end = self.ends[m];
+        self.rows.push(constraint!(
+            end - previous
+                >= bd * self.decode_only[m]
+                    + bp * self.prefill_only[m]
+                    + (bp + hd) * self.mixed[m]
+                    + work
+        ));
+        // At most R entries per batch.
+        let entries: Expression = (0..n).map(|i| cols[i][m].sp + cols[i][m].sd).sum();
+        self.rows
+            .push(constraint!(entries <= self.per_batch * batches));
+        // The m-th completion: its own time and the machine relaxation's m-th.
+        let own: Expression = (0..n)
+            .map(|i| self.need[i].own_completion * cols[i][m].a)
+            .sum();
+        self.rows.push(constraint!(end >= own));
+        if let Some(b) = position_bound {
+            self.rows.push(constraint!(end >= b * MS));
+        }
+    }
+
+    /// Request `i` in phase `m`: its entries and work, running sums, completion, order of
+    /// prompt and later tokens, and arrival.
+    fn request_rows(&mut self, i: usize, m: usize) {
+        let c = &self.cols[i][m];
+        let r = &self.need[i];
+        let rows = &mut self.rows;
+        let batches = self.decode_only[m] + self.prefill_only[m] + self.mixed[m];
+        // The most entries it can have: a batch per prompt token and later token.
+        let most = r.prompt_tokens + r.later_tokens;
+        // One entry per request per batch; prompt chunks are in prefill batches.
+        rows.push(constraint!(c.sp <= self.prefill_only[m] + self.mixed[m]));
+        rows.push(constraint!(c.sp + c.sd <= batches));
+        rows.push(constraint!(c.xp <= r.prompt_work * c.sp));
+        rows.push(constraint!(c.xd >= r.later_min * c.sd));
+        rows.push(constraint!(c.xd <= r.later_max * c.sd));
+        // Cumulative sums.
+        let zero = || Expression::from(0.0);
+        let (done0, xp0, sd0, x0, s0): (
+            Expression,
+            Expression,
+            Expression,
+            Expression,
+            Expression,
+        ) = match m.checked_sub(1).map(|k| &self.cols[i][k]) {
+            None => (zero(), zero(), zero(), zero(), zero()),
+            Some(p) => (
+                p.done.into(),
+                p.cum_xp.into(),
+                p.cum_sd.into(),
+                p.cum_x.into(),
+                p.cum_s.into(),
+            ),
+        };
+        rows.push(constraint!(c.done == done0.clone() + c.a));
+        rows.push(constraint!(c.cum_xp == xp0 + c.xp));
+        rows.push(constraint!(c.cum_sd == sd0 + c.sd));
+        rows.push(constraint!(c.cum_x == x0 + c.xp + c.xd));
+        rows.push(constraint!(c.cum_s == s0 + c.sp + c.sd));
+        // Completed by m: all its work is done; nothing after its completion.
+        rows.push(constraint!(c.cum_xp >= r.prompt_work * c.done));
+        rows.push(constraint!(c.cum_sd >= r.later_tokens * c.done));
+        if m > 0 {
+            rows.push(constraint!(
+                c.xp + r.prompt_work * done0.clone() <= r.prompt_work
+            ));
+            rows.push(constraint!(c.sp + c.sd + most * done0 <= most));
+        }
+        // Later tokens only once the prompt is done.
+        rows.push(constraint!(c.cum_sd <= r.later_tokens * c.y));
+        rows.push(constraint!(c.cum_xp >= r.prompt_work * c.y));
+        rows.push(constraint!(c.y >= c.done));
+        // Everything it did by m is after its arrival, one batch per entry.
+        rows.push(constraint!(c.cum_s <= most * c.v));
+        let (bp, bmin) = (self.bias_prefill, self.bias_min);
+        rows.push(constraint!(
+            self.ends[m]
+                >= r.arrival * c.v + c.cum_x + (bp - bmin) * (c.cum_s - c.cum_sd) + bmin * c.cum_s
+        ));
+    }
+
+    /// The work of the requests arriving at or after T_i fits between T_i and the phase's
+    /// end. Besides that work, request i's own batches pay their biases in the same span
+    /// (every batch lasts its bias plus all its entries' work): counted where biases are a
+    /// large part of the requests' own times (long outputs), as elsewhere it only changes
+    /// HiGHS's path (milp.md).
+    fn later_arrival_rows(&mut self) {
+        let need = &self.need;
+        let n = need.len();
+        let own_time: f64 = need.iter().map(|r| r.own_completion - r.arrival).sum();
+        let own_work: f64 = need.iter().map(|r| r.prompt_work + r.later_work).sum();
+        let count_own_biases = own_time > 0.0 && (own_time - own_work) >= OWN_BIAS_SHARE * own_time;
+        let (bp, bmin) = (self.bias_prefill, self.bias_min);
+        for i in 0..n {
+            let later: Vec<usize> = (0..n)
+                .filter(|&k| need[k].arrival >= need[i].arrival)
+                .collect();
+            if later.len() <= 1 {
+                continue;
+            }
+            let most: f64 = later
+                .iter()
+                .map(|&k| need[k].prompt_tokens + need[k].later_tokens)
+                .sum();
+            for m in 0..n {
+                let cols = &self.cols;
+                let started: Expression = later.iter().map(|&k| cols[k][m].cum_s).sum();
+                let work: Expression = later.iter().map(|&k| cols[k][m].cum_x).sum();
+                let c = &cols[i][m];
+                let own_biases: Expression = if count_own_biases {
+                    (bp - bmin) * (c.cum_s - c.cum_sd) + bmin * c.cum_s
+                } else {
+                    0.0.into()
+                };
+                self.rows.push(constraint!(started <= most * c.g));
+                self.rows.push(constraint!(
+                    self.ends[m] >= need[i].arrival * c.g + work + own_biases
+                ));
+            }
+        }
+    }
+
+    /// Totals: the whole prompt (scaled to its least work), every later token.
+    fn total_rows(&mut self) {
+        for (i, r) in self.need.iter().enumerate() {
+            let cols = &self.cols[i];
+            let sum =
+                |f: &dyn Fn(&PhaseCols) -> Variable| -> Expression { cols.iter().map(f).sum() };
+            self.rows.push(constraint!(sum(&|c| c.xp) == r.prompt_work));
+            self.rows.push(constraint!(sum(&|c| c.xd) >= r.later_work));
+            self.rows
+                .push(constraint!(sum(&|c| c.sd) == r.later_tokens));
+            self.rows
+                .push(constraint!(sum(&|c| c.sp) >= r.prompt_batches));
+            self.rows
+                .push(constraint!(sum(&|c| c.sp) <= r.prompt_tokens));
+        }
+    }
 }
 
 /// The plan of a solution's columns: who completes in each phase (the `a` at 1) and each

@@ -38,6 +38,8 @@ use crate::{
 use batches::Move;
 use estimate::Estimate;
 use infersched_core::{Workload, replay};
+use pooled::LayeredEstimate;
+use std::ops::ControlFlow;
 use std::time::Instant;
 use store::{Open, Reached};
 
@@ -619,54 +621,119 @@ pub(crate) fn pooled_search(
     deadline: Instant,
     started: Instant,
 ) -> Result<PooledSearch, SolveError> {
-    let class = options.constraints;
-    let incumbent_s = warm.map(|best| best.objective_value(objective));
-    // `best` proven optimal by an argument that `how` names, over `states` states.
-    let proven = |best: &Incumbent, states: usize, how: &str| {
+    let run = PooledRun {
+        w,
+        limits,
+        cost,
+        objective,
+        options,
+        warm,
+        deadline,
+        started,
+    };
+    Ok(match run.search() {
+        ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
+    })
+}
+
+/// One pooled search: the bounds in turn, each of which may prove the best schedule
+/// (`Break` with the proof), then the pooled path followed request by request.
+struct PooledRun<'a> {
+    w: &'a Workload,
+    limits: &'a Limits,
+    cost: &'a LinearCostModel,
+    objective: Objective,
+    options: &'a SolveOptions,
+    warm: Option<&'a Incumbent>,
+    deadline: Instant,
+    started: Instant,
+}
+
+impl PooledRun<'_> {
+    fn search(&self) -> ControlFlow<PooledSearch, PooledSearch> {
+        let cycle_s = self.cycle_ratio()?;
+        let (layered_s, estimate) = self.layered()?;
+        let (bound_s, expanded, schedule) = self.pooled(estimate.as_ref())?;
+        let improved = self.follow(bound_s, expanded, schedule)?;
+        // The best of the bounds, with its argument.
+        let bound = [
+            bound_s.map(|b| (b, BoundArgument::PooledSearch)),
+            cycle_s.map(|b| (b, BoundArgument::CycleRatio)),
+            layered_s.map(|b| (b, BoundArgument::Layered)),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(None, |best: Option<(f64, BoundArgument)>, b| match best {
+            Some(a) if a.0 >= b.0 => Some(a),
+            _ => Some(b),
+        });
+        ControlFlow::Continue(PooledSearch::Bounded { bound, improved })
+    }
+
+    fn incumbent_s(&self) -> Option<f64> {
+        self.warm.map(|best| best.objective_value(self.objective))
+    }
+
+    /// `best` proven optimal by an argument that `how` names, over `states` states.
+    fn proven(&self, best: &Incumbent, states: usize, how: &str) -> PooledSearch {
         let note = format!(
             "{how} that no schedule beats {}'s, so it is optimal",
             best.name
         );
-        PooledSearch::Proven(incumbent_report(
-            best, objective, class, states, note, started,
-        ))
-    };
-    // The best schedule where a bound (seconds) meets it: within the relative gap the MILP
-    // stops at (`--mip-gap`), and never finer than the bounds' rounding allowance (the
-    // price searches' LPs are solved to about 1e-7, and each of a few edges per batch may
-    // undercut by 1e-9 ms).
-    let tolerance = options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
-    let meets = |bound_s: f64| {
-        warm.filter(|best| best.objective_value(objective) <= bound_s * (1.0 + tolerance))
-    };
-    // Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
-    // where its graph would not be built in time), which may prove the best schedule.
-    let mut cycle_s = None;
-    if objective == Objective::Makespan
-        && let Some((bound_s, states, how)) =
-            cycle_ratio_step(w, limits, cost, options, incumbent_s, deadline)
-    {
-        if let Some(best) = meets(bound_s) {
-            return Ok(proven(best, states, &how));
-        }
-        cycle_s = Some(bound_s);
+        let class = self.options.constraints;
+        let report = incumbent_report(best, self.objective, class, states, note, self.started);
+        PooledSearch::Proven(report)
     }
-    // Mean latency of identical requests: first the layered bound, in part of the time,
-    // which may prove the best schedule; its costs to go then guide the pooled search.
-    let (mut layered_s, mut layered_estimate) = (None, None);
-    if objective == Objective::MeanLatency
-        && let Some(incumbent_s) = incumbent_s
-        && let Some((bound_s, found)) = pooled::layered_bound(
-            w,
-            limits,
-            cost,
-            &class,
+
+    /// The best schedule where a bound (seconds) meets it: within the relative gap the
+    /// MILP stops at (`--mip-gap`), and never finer than the bounds' rounding allowance
+    /// (the price searches' LPs are solved to about 1e-7, and each of a few edges per batch
+    /// may undercut by 1e-9 ms).
+    fn meets(&self, bound_s: f64) -> Option<&Incumbent> {
+        let tolerance = self.options.mip_rel_gap.max(CYCLE_RATIO_ROUNDING);
+        self.warm
+            .filter(|best| best.objective_value(self.objective) <= bound_s * (1.0 + tolerance))
+    }
+
+    /// Makespan: first the cycle-ratio bound, in part of the time (it gives up at once
+    /// where its graph would not be built in time), which may prove the best schedule.
+    fn cycle_ratio(&self) -> ControlFlow<PooledSearch, Option<f64>> {
+        if self.objective != Objective::Makespan {
+            return ControlFlow::Continue(None);
+        }
+        let (w, limits, cost, options) = (self.w, self.limits, self.cost, self.options);
+        let found = cycle_ratio_step(w, limits, cost, options, self.incumbent_s(), self.deadline);
+        let Some((bound_s, states, how)) = found else {
+            return ControlFlow::Continue(None);
+        };
+        if let Some(best) = self.meets(bound_s) {
+            return ControlFlow::Break(self.proven(best, states, &how));
+        }
+        ControlFlow::Continue(Some(bound_s))
+    }
+
+    /// Mean latency of identical requests: first the layered bound, in part of the time,
+    /// which may prove the best schedule; its costs to go then guide the pooled search.
+    fn layered(&self) -> ControlFlow<PooledSearch, (Option<f64>, Option<LayeredEstimate>)> {
+        let none = ControlFlow::Continue((None, None));
+        let Some(incumbent_s) = self.incumbent_s() else {
+            return none;
+        };
+        if self.objective != Objective::MeanLatency {
+            return none;
+        }
+        let Some((bound_s, found)) = pooled::layered_bound(
+            self.w,
+            self.limits,
+            self.cost,
+            &self.options.constraints,
             incumbent_s,
-            options.memory_limit_bytes,
-            (share_of_left(deadline, LAYERED_SHARE), deadline),
-        )
-    {
-        if let Some(best) = meets(bound_s) {
+            self.options.memory_limit_bytes,
+            (share_of_left(self.deadline, LAYERED_SHARE), self.deadline),
+        ) else {
+            return none;
+        };
+        if let Some(best) = self.meets(bound_s) {
             let b = found.bound;
             let priced = b.price_rounds.map(|r| format!("{}; ", priced_in(r)));
             let how = format!(
@@ -675,83 +742,94 @@ pub(crate) fn pooled_search(
                 b.nodes,
                 b.edges
             );
-            return Ok(proven(best, b.nodes, &how));
+            return ControlFlow::Break(self.proven(best, b.nodes, &how));
         }
-        layered_s = Some(bound_s);
-        layered_estimate = found.estimate;
+        ControlFlow::Continue((Some(bound_s), found.estimate))
     }
-    let (bound_s, expanded, schedule) = match pooled::pooled_bound(
-        w,
-        limits,
-        cost,
-        objective,
-        &class,
-        options.max_search_states,
-        options.memory_limit_bytes,
-        incumbent_s,
-        deadline,
-        layered_estimate.as_ref(),
-    ) {
-        Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
-            let Some(best) = warm else {
-                return Ok(PooledSearch::Bounded {
-                    bound: None,
-                    improved: None,
-                });
-            };
-            let how = if layered_estimate.is_some() {
-                "the pooled search over chunked schedules, guided by the layered bound's costs to go, showed"
-            } else {
-                "the pooled search over chunked schedules showed"
-            };
-            return Ok(proven(best, expanded, how));
+
+    /// The pooled search itself: its bound (seconds), states expanded and optimal path.
+    fn pooled(
+        &self,
+        estimate: Option<&LayeredEstimate>,
+    ) -> ControlFlow<PooledSearch, (Option<f64>, usize, Option<Schedule>)> {
+        let options = self.options;
+        let found = pooled::pooled_bound(
+            self.w,
+            self.limits,
+            self.cost,
+            self.objective,
+            &options.constraints,
+            options.max_search_states,
+            options.memory_limit_bytes,
+            self.incumbent_s(),
+            self.deadline,
+            estimate,
+        );
+        match found {
+            Some(pooled::Pooled::IncumbentOptimal { expanded }) => {
+                let Some(best) = self.warm else {
+                    return ControlFlow::Break(PooledSearch::Bounded {
+                        bound: None,
+                        improved: None,
+                    });
+                };
+                let how = if estimate.is_some() {
+                    "the pooled search over chunked schedules, guided by the layered bound's costs to go, showed"
+                } else {
+                    "the pooled search over chunked schedules showed"
+                };
+                ControlFlow::Break(self.proven(best, expanded, how))
+            }
+            Some(pooled::Pooled::Bound {
+                bound_s,
+                expanded,
+                schedule,
+                ..
+            }) => {
+                ControlFlow::Continue((bound_s.is_finite().then_some(bound_s), expanded, schedule))
+            }
+            None => ControlFlow::Continue((None, 0, None)),
         }
-        Some(pooled::Pooled::Bound {
-            bound_s,
-            expanded,
-            schedule,
-            ..
-        }) => (bound_s.is_finite().then_some(bound_s), expanded, schedule),
-        None => (None, 0, None),
-    };
-    // The optimal pooled path, followed request by request, may replay at the bound (then
-    // it is optimal), or at least beat the best schedule so far.
-    let followed = schedule.and_then(|schedule| {
-        let replay = replay(w, limits, cost, &schedule).ok()?;
-        class.admits(w, limits, &schedule).then(|| Incumbent {
-            name: format!("the pooled search's optimal path (states: {expanded})"),
-            schedule,
-            replay,
-        })
-    });
-    if let (Some(path), Some(bound_s)) = (&followed, bound_s)
-        && path.objective_value(objective) <= bound_s * (1.0 + 1e-9)
-    {
-        let note = "the pooled search's optimal path, followed request by request, replays at the pooled bound, so it is optimal";
-        let mut report = incumbent_report(path, objective, class, expanded, note.into(), started);
-        // The warm start is the best schedule it beat.
-        report.warm_start = warm.map(|best| WarmStart {
-            heuristic: best.name.clone(),
-            objective: best.objective_value(objective),
+    }
+
+    /// The optimal pooled path, followed request by request, may replay at the bound (then
+    /// it is optimal), or at least beat the best schedule so far (returned).
+    fn follow(
+        &self,
+        bound_s: Option<f64>,
+        expanded: usize,
+        schedule: Option<Schedule>,
+    ) -> ControlFlow<PooledSearch, Option<Incumbent>> {
+        let (w, limits, objective) = (self.w, self.limits, self.objective);
+        let class = self.options.constraints;
+        let followed = schedule.and_then(|schedule| {
+            let replay = replay(w, limits, self.cost, &schedule).ok()?;
+            class.admits(w, limits, &schedule).then(|| Incumbent {
+                name: format!("the pooled search's optimal path (states: {expanded})"),
+                schedule,
+                replay,
+            })
         });
-        return Ok(PooledSearch::Proven(report));
+        if let (Some(path), Some(bound_s)) = (&followed, bound_s)
+            && path.objective_value(objective) <= bound_s * (1.0 + 1e-9)
+        {
+            let note = "the pooled search's optimal path, followed request by request, replays at the pooled bound, so it is optimal";
+            let mut report =
+                incumbent_report(path, objective, class, expanded, note.into(), self.started);
+            // The warm start is the best schedule it beat.
+            report.warm_start = self.warm.map(|best| WarmStart {
+                heuristic: best.name.clone(),
+                objective: best.objective_value(objective),
+            });
+            return ControlFlow::Break(PooledSearch::Proven(report));
+        }
+        let warm = self.warm;
+        ControlFlow::Continue(followed.filter(|path| {
+            warm.is_none_or(|best| {
+                path.objective_value(objective) < best.objective_value(objective)
+            })
+        }))
     }
-    let improved = followed.filter(|path| {
-        warm.is_none_or(|best| path.objective_value(objective) < best.objective_value(objective))
-    });
-    // The best of the bounds, with its argument.
-    let bound = [
-        bound_s.map(|b| (b, BoundArgument::PooledSearch)),
-        cycle_s.map(|b| (b, BoundArgument::CycleRatio)),
-        layered_s.map(|b| (b, BoundArgument::Layered)),
-    ]
-    .into_iter()
-    .flatten()
-    .fold(None, |best: Option<(f64, BoundArgument)>, b| match best {
-        Some(a) if a.0 >= b.0 => Some(a),
-        _ => Some(b),
-    });
-    Ok(PooledSearch::Bounded { bound, improved })
 }
 
 /// `share` of the time from now to `deadline`, as a deadline.

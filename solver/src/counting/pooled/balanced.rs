@@ -169,218 +169,301 @@ impl Split {
 /// (or where its pace says it would not end by then) or past `max_edges`.
 pub(super) fn split_graph(model: &Model, deadline: Instant, max_edges: usize) -> Option<Split> {
     let plain = model.without_evictions();
-    let supply = supply(model);
-    let theta = &model.theta;
+    let mut b = SplitBuilder::new(model, &plain, deadline, max_edges);
     let started = Instant::now();
-    let mut n = Nodes {
-        configs: Reached::new(model.width),
-        config_node: Vec::new(),
-        inner: Default::default(),
-        nodes: Vec::new(),
-    };
-    n.config(&vec![0u16; model.width]);
-    let mut split = Split {
-        graph: Graph {
-            configurations: 0,
-            from: Vec::new(),
-            to: Vec::new(),
-            ms: Vec::new(),
-            tokens: Vec::new(),
-        },
-        balance: Vec::new(),
-        finishes: Vec::new(),
-        holding: Vec::new(),
-        least_refill_ms: f64::INFINITY,
-        configs: Reached::new(0),
-        config_node: Vec::new(),
-        config_of: Vec::new(),
-    };
-    // Per node within a batch reached from the configuration expanded: its Pareto set.
-    let mut pareto: rustc_hash::FxHashMap<Inner, Vec<(u32, f64)>> = Default::default();
-    let mut key = vec![0u16; model.width];
-    let mut counts = vec![0u16; model.width];
-    // Where each class's first prefill is decided in a batch's choices.
-    let mut first_slots = Vec::new();
-    let mut slot = 0;
-    for c in &model.classes {
-        first_slots.push(slot);
-        slot += 1 + 2 * (c.output as usize - 1);
-    }
-    let full_room = room(model, 0, 0);
     let mut at = 0;
-    while at < n.nodes.len() {
+    while at < b.n.nodes.len() {
         let now = Instant::now();
-        if now > deadline || split.graph.from.len() > max_edges {
+        if now > deadline || b.split.graph.from.len() > max_edges {
             return None;
         }
         if at >= 64 {
             let pace = (now - started).as_secs_f64() / at as f64;
-            let left = Duration::try_from_secs_f64(pace * (n.nodes.len() - at) as f64).ok()?;
+            let left = Duration::try_from_secs_f64(pace * (b.n.nodes.len() - at) as f64).ok()?;
             if now + left > deadline {
                 return None;
             }
         }
-        match n.nodes[at] {
-            Node::Config(config) => {
-                counts.copy_from_slice(n.configs.counts(config as usize));
-                for c in &model.classes {
-                    counts[c.pool(0)] = supply[c.pool(0)];
-                }
-                let have = prompts_held(model, &counts);
-                let mut emitted = 0usize;
-                let complete = batches(&plain, &counts, None, &mut |next, ms, choices| {
-                    emitted += 1;
-                    if (emitted.is_multiple_of(4096) && Instant::now() > deadline)
-                        || n.nodes.len() > max_edges / 4
-                    {
-                        return false;
-                    }
-                    configuration(model, next, &mut key);
-                    let to = n.config(&key);
-                    let (mut tokens, mut prefill, mut finishing, mut finishing_kv) = (0, 0, 0, 0);
-                    for (c, &s) in model.classes.iter().zip(&first_slots) {
-                        prefill += choices[s][0];
-                        tokens += choices[s][0];
-                        for g in 1..c.output {
-                            tokens += choices[s + g as usize][0];
-                        }
-                        if c.output > 1 {
-                            let last = choices[s + c.output as usize - 1][0];
-                            finishing += last;
-                            finishing_kv += last * c.known(c.output - 1);
-                        }
-                    }
-                    let state = Inner {
-                        config: to,
-                        prompt: prefill > 0,
-                        finishing: u32::try_from(finishing).unwrap_or(u32::MAX),
-                        finishing_kv,
-                        room: room(model, tokens, prefill),
-                    };
-                    let generated = generated(&plain, &have, &supply, choices);
-                    keep_pareto(pareto.entry(state).or_default(), generated, ms);
-                    true
-                });
-                if !complete {
-                    return None;
-                }
-                for (state, set) in pareto.drain() {
-                    let to = n.inner(state);
-                    for (t, m) in set {
-                        split.push(at, to, m, t, 0);
-                    }
-                }
-                // The empty batch (for refills alone).
-                let empty = n.inner(Inner {
-                    config,
-                    prompt: false,
-                    finishing: 0,
-                    finishing_kv: 0,
-                    room: full_room,
-                });
-                split.push(at, empty, theta[Feature::One as usize], 0, 0);
-                // Evictions.
-                if !model.evictions {
-                    at += 1;
-                    continue;
-                }
-                key.copy_from_slice(n.configs.counts(config as usize));
-                for c in &model.classes {
-                    for g in 1..c.output {
-                        if key[c.ready(g)] > 0 {
-                            key[c.ready(g)] -= 1;
-                            let to = n.config_node(&key);
-                            key[c.ready(g)] += 1;
-                            split.push(at, to, 0.0, 0, c.pool(g) as i32 + 1);
-                        }
-                    }
-                }
-            }
-            Node::Inner(state) => {
-                key.copy_from_slice(n.configs.counts(state.config as usize));
-                let close = n.config_node[state.config as usize] as usize;
-                split.push(at, close, 0.0, 0, 0);
-                *split.finishes.last_mut().expect("the close edge") =
-                    u16::try_from(state.finishing).unwrap_or(u16::MAX);
-                if !model.evictions {
-                    at += 1;
-                    continue;
-                }
-                let (kv, holders) = held(model, &key);
-                let kv = kv + state.finishing_kv;
-                let l = model.limits;
-                for c in &model.classes {
-                    for g in 1..c.output {
-                        let j = c.pool(g) as i32 + 1;
-                        let known = c.known(g);
-                        let finishes = g + 1 == c.output;
-                        // To decode-ready (`k - 1` tokens, one in the batch), or through
-                        // a token (`k`, two in it, holding its KV in the batch).
-                        for (q, least, tokens) in [(known - 1, 1u32, 0u32), (known, 2, 1)] {
-                            let holder = u64::from(tokens == 0 || !finishes);
-                            if least > state.room
-                                || l.kv_capacity.is_some_and(|m| kv + q > m)
-                                || l.max_running.is_some_and(|r| holders + holder > r)
-                            {
-                                continue;
-                            }
-                            let lands = if tokens == 0 {
-                                c.ready(g)
-                            } else {
-                                c.after(g + 1)
-                            };
-                            let (config, finishing, finishing_kv) = if lands == c.finished() {
-                                (state.config, state.finishing + 1, state.finishing_kv + q)
-                            } else {
-                                key[lands] += 1;
-                                let to = n.config(&key);
-                                key[lands] -= 1;
-                                (to, state.finishing, state.finishing_kv)
-                            };
-                            let to = n.inner(Inner {
-                                config,
-                                prompt: true,
-                                finishing,
-                                finishing_kv,
-                                room: state.room.saturating_sub(least),
-                            });
-                            let mut ms = q as f64 * model.token_ms() + model.phase_ms(q);
-                            split.least_refill_ms = split.least_refill_ms.min(ms);
-                            if !state.prompt {
-                                ms += theta[Feature::HasPrefill as usize];
-                            }
-                            split.push(at, to, ms, tokens, -j);
-                        }
-                    }
-                }
-            }
+        match b.n.nodes[at] {
+            Node::Config(config) => b.expand_config(at, config)?,
+            Node::Inner(state) => b.expand_inner(at, state),
         }
         at += 1;
     }
-    split.holding = n
-        .nodes
-        .iter()
-        .map(|node| {
-            let (config, finishing) = match *node {
-                Node::Config(c) => (c, 0),
-                Node::Inner(i) => (i.config, u64::from(i.finishing)),
+    Some(b.finish())
+}
+
+/// The split graph under construction, node by node.
+struct SplitBuilder<'m, 'a> {
+    model: &'m Model<'a>,
+    /// The model without evictions (the pooled batches of a configuration).
+    plain: &'m Model<'a>,
+    supply: Vec<u16>,
+    /// Where each class's first prefill is decided in a batch's choices.
+    first_slots: Vec<usize>,
+    full_room: u32,
+    deadline: Instant,
+    max_edges: usize,
+    n: Nodes,
+    split: Split,
+    /// Per node within a batch reached from the configuration expanded: its Pareto set.
+    pareto: rustc_hash::FxHashMap<Inner, Vec<(u32, f64)>>,
+    key: Vec<u16>,
+    counts: Vec<u16>,
+}
+
+impl<'m, 'a> SplitBuilder<'m, 'a> {
+    fn new(
+        model: &'m Model<'a>,
+        plain: &'m Model<'a>,
+        deadline: Instant,
+        max_edges: usize,
+    ) -> Self {
+        let mut n = Nodes {
+            configs: Reached::new(model.width),
+            config_node: Vec::new(),
+            inner: Default::default(),
+            nodes: Vec::new(),
+        };
+        n.config(&vec![0u16; model.width]);
+        let mut first_slots = Vec::new();
+        let mut slot = 0;
+        for c in &model.classes {
+            first_slots.push(slot);
+            slot += 1 + 2 * (c.output as usize - 1);
+        }
+        Self {
+            model,
+            plain,
+            supply: supply(model),
+            first_slots,
+            full_room: room(model, 0, 0),
+            deadline,
+            max_edges,
+            n,
+            split: Split {
+                graph: Graph {
+                    configurations: 0,
+                    from: Vec::new(),
+                    to: Vec::new(),
+                    ms: Vec::new(),
+                    tokens: Vec::new(),
+                },
+                balance: Vec::new(),
+                finishes: Vec::new(),
+                holding: Vec::new(),
+                least_refill_ms: f64::INFINITY,
+                configs: Reached::new(0),
+                config_node: Vec::new(),
+                config_of: Vec::new(),
+            },
+            pareto: Default::default(),
+            key: vec![0u16; model.width],
+            counts: vec![0u16; model.width],
+        }
+    }
+
+    /// A configuration node: an edge per Pareto-best batch to its state within the batch,
+    /// the empty batch, and (with evictions) an edge per eviction. None past the deadline
+    /// or the edge cap.
+    fn expand_config(&mut self, at: usize, config: u32) -> Option<()> {
+        self.batch_states(config)?;
+        for (state, set) in self.pareto.drain() {
+            let to = self.n.inner(state);
+            for (t, m) in set {
+                self.split.push(at, to, m, t, 0);
+            }
+        }
+        // The empty batch (for refills alone).
+        let empty = self.n.inner(Inner {
+            config,
+            prompt: false,
+            finishing: 0,
+            finishing_kv: 0,
+            room: self.full_room,
+        });
+        let one = self.model.theta[Feature::One as usize];
+        self.split.push(at, empty, one, 0, 0);
+        if !self.model.evictions {
+            return Some(());
+        }
+        let key = &mut self.key;
+        key.copy_from_slice(self.n.configs.counts(config as usize));
+        for c in &self.model.classes {
+            for g in 1..c.output {
+                if key[c.ready(g)] > 0 {
+                    key[c.ready(g)] -= 1;
+                    let to = self.n.config_node(key);
+                    key[c.ready(g)] += 1;
+                    self.split.push(at, to, 0.0, 0, c.pool(g) as i32 + 1);
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The states within a batch that `config`'s pooled batches reach, each with its
+    /// Pareto set of (tokens generated, ms), into `pareto`. None past the deadline or cap.
+    fn batch_states(&mut self, config: u32) -> Option<()> {
+        let Self {
+            model,
+            plain,
+            supply,
+            first_slots,
+            deadline,
+            max_edges,
+            n,
+            pareto,
+            key,
+            counts,
+            ..
+        } = self;
+        let (model, plain, deadline, max_edges) = (*model, *plain, *deadline, *max_edges);
+        counts.copy_from_slice(n.configs.counts(config as usize));
+        for c in &model.classes {
+            counts[c.pool(0)] = supply[c.pool(0)];
+        }
+        let have = prompts_held(model, counts);
+        let mut emitted = 0usize;
+        let complete = batches(plain, counts, None, &mut |next, ms, choices| {
+            emitted += 1;
+            if (emitted.is_multiple_of(4096) && Instant::now() > deadline)
+                || n.nodes.len() > max_edges / 4
+            {
+                return false;
+            }
+            configuration(model, next, key);
+            let to = n.config(key);
+            let (mut tokens, mut prefill, mut finishing, mut finishing_kv) = (0, 0, 0, 0);
+            for (c, &s) in model.classes.iter().zip(first_slots.iter()) {
+                prefill += choices[s][0];
+                tokens += choices[s][0];
+                for g in 1..c.output {
+                    tokens += choices[s + g as usize][0];
+                }
+                if c.output > 1 {
+                    let last = choices[s + c.output as usize - 1][0];
+                    finishing += last;
+                    finishing_kv += last * c.known(c.output - 1);
+                }
+            }
+            let state = Inner {
+                config: to,
+                prompt: prefill > 0,
+                finishing: u32::try_from(finishing).unwrap_or(u32::MAX),
+                finishing_kv,
+                room: room(model, tokens, prefill),
             };
-            let (_, holders) = held(model, n.configs.counts(config as usize));
-            u16::try_from(holders + finishing).unwrap_or(u16::MAX)
+            let generated = generated(plain, &have, supply, choices);
+            keep_pareto(pareto.entry(state).or_default(), generated, ms);
+            true
+        });
+        complete.then_some(())
+    }
+
+    /// A state within a batch: the edge that closes the batch and (with evictions) an edge
+    /// per refill the batch can still take.
+    fn expand_inner(&mut self, at: usize, state: Inner) {
+        self.key
+            .copy_from_slice(self.n.configs.counts(state.config as usize));
+        let close = self.n.config_node[state.config as usize] as usize;
+        self.split.push(at, close, 0.0, 0, 0);
+        *self.split.finishes.last_mut().expect("the close edge") =
+            u16::try_from(state.finishing).unwrap_or(u16::MAX);
+        if !self.model.evictions {
+            return;
+        }
+        let model = self.model;
+        let (kv, holders) = held(model, &self.key);
+        let kv = kv + state.finishing_kv;
+        let l = model.limits;
+        for c in &model.classes {
+            for g in 1..c.output {
+                let j = c.pool(g) as i32 + 1;
+                let known = c.known(g);
+                let finishes = g + 1 == c.output;
+                // To decode-ready (`k - 1` tokens, one in the batch), or through a token
+                // (`k`, two in it, holding its KV in the batch).
+                for (q, least, tokens) in [(known - 1, 1u32, 0u32), (known, 2, 1)] {
+                    let holder = u64::from(tokens == 0 || !finishes);
+                    if least > state.room
+                        || l.kv_capacity.is_some_and(|m| kv + q > m)
+                        || l.max_running.is_some_and(|r| holders + holder > r)
+                    {
+                        continue;
+                    }
+                    let lands = if tokens == 0 {
+                        c.ready(g)
+                    } else {
+                        c.after(g + 1)
+                    };
+                    let to = self.refill_state(state, lands, c.finished(), q, least);
+                    let mut ms = q as f64 * model.token_ms() + model.phase_ms(q);
+                    self.split.least_refill_ms = self.split.least_refill_ms.min(ms);
+                    if !state.prompt {
+                        ms += model.theta[Feature::HasPrefill as usize];
+                    }
+                    self.split.push(at, to, ms, tokens, -j);
+                }
+            }
+        }
+    }
+
+    /// The state within the batch after a refill of `q` tokens (at least `least` of the
+    /// batch's room) that lands in position `lands` (`finished`: the request finishes).
+    fn refill_state(
+        &mut self,
+        state: Inner,
+        lands: usize,
+        finished: usize,
+        q: u64,
+        least: u32,
+    ) -> usize {
+        let (config, finishing, finishing_kv) = if lands == finished {
+            (state.config, state.finishing + 1, state.finishing_kv + q)
+        } else {
+            self.key[lands] += 1;
+            let to = self.n.config(&self.key);
+            self.key[lands] -= 1;
+            (to, state.finishing, state.finishing_kv)
+        };
+        self.n.inner(Inner {
+            config,
+            prompt: true,
+            finishing,
+            finishing_kv,
+            room: state.room.saturating_sub(least),
         })
-        .collect();
-    split.graph.configurations = n.nodes.len();
-    split.config_of = n
-        .nodes
-        .iter()
-        .map(|node| match *node {
-            Node::Config(c) => c,
-            Node::Inner(i) => i.config,
-        })
-        .collect();
-    split.configs = n.configs;
-    split.config_node = n.config_node;
-    Some(split)
+    }
+
+    /// The split graph: per node the requests it holds and its configuration.
+    fn finish(self) -> Split {
+        let (model, n, mut split) = (self.model, self.n, self.split);
+        split.holding = n
+            .nodes
+            .iter()
+            .map(|node| {
+                let (config, finishing) = match *node {
+                    Node::Config(c) => (c, 0),
+                    Node::Inner(i) => (i.config, u64::from(i.finishing)),
+                };
+                let (_, holders) = held(model, n.configs.counts(config as usize));
+                u16::try_from(holders + finishing).unwrap_or(u16::MAX)
+            })
+            .collect();
+        split.graph.configurations = n.nodes.len();
+        split.config_of = n
+            .nodes
+            .iter()
+            .map(|node| match *node {
+                Node::Config(c) => c,
+                Node::Inner(i) => i.config,
+            })
+            .collect();
+        split.configs = n.configs;
+        split.config_node = n.config_node;
+        split
+    }
 }
 
 /// Writes each edge's duration with its price (`mu` per pool position) into `priced`.

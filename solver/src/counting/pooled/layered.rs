@@ -423,82 +423,18 @@ pub(crate) fn layered_mean_latency(
             return None;
         }
         edges_per_ms += 2.0 / split.least_refill_ms;
-        // Parents of every layer's nodes take 4 bytes each.
-        let max_parents = memory / 4;
-        // A later deadline for the next evaluation alone.
-        let stretch = std::cell::Cell::new(None::<Instant>);
-        let mut evaluate_at = |a: &[f64], n: usize, until: Instant| -> Option<Layers> {
-            let until = stretch.take().map_or(until, |later| later.max(until));
-            price(&split, a, &mut priced);
-            let began = Instant::now();
-            let found = shortest_layered_path(&split, &priced, n, until, max_parents);
-            let s = began.elapsed().as_secs_f64() / n as f64;
-            per_request_s.set(per_request_s.get().max(s));
-            found
+        let run = PricedSearch {
+            split: &split,
+            requests,
+            started,
+            deadline,
+            latest: estimate_until.map_or(deadline, |until| until.max(deadline)),
+            max_parents: memory / 4,
+            per_request_s: &per_request_s,
         };
-        let mut search = |n: usize, start: &[f64], target: f64, stall: Stall, until: Instant| {
-            let mut evaluate = |a: &[f64], _: f64, cuts: &mut Vec<Cut>| -> Option<f64> {
-                match evaluate_at(a, n, until)? {
-                    Layers::Path(total, path) => {
-                        if let Some(path) = path {
-                            cuts.push(path_cut(&split, n, &path));
-                        }
-                        Some(total)
-                    }
-                    Layers::Negative(cycle) => {
-                        cuts.push(cycle_cut(&split, &cycle));
-                        Some(f64::NEG_INFINITY)
-                    }
-                }
-            };
-            // Prices beyond the target per request evicted are not searched.
-            let most = target.max(1.0);
-            prices::best_prices(
-                start,
-                -most..=0.0,
-                target,
-                target * (1.0 - 4e-9),
-                stall,
-                until,
-                &mut evaluate,
-            )
-        };
-        // First on a few requests, in up to half the time.
-        let few = few_requests(&split, requests);
-        let mut rounds = 0;
-        if few < requests {
-            let half = started + deadline.saturating_duration_since(started) / 2;
-            // Their target: their optimum without evictions (the graph without its eviction
-            // and refill edges), at least their optimum with them.
-            let mut plain = split.graph.clone();
-            for (ms, &b) in plain.ms.iter_mut().zip(&split.balance) {
-                if b != 0 {
-                    *ms = f64::INFINITY;
-                }
-            }
-            let few_target = match shortest_layered_path(&split, &plain, few, half, 0)? {
-                Layers::Path(total, _) => total,
-                Layers::Negative(_) => return None,
-            };
-            drop(plain);
-            let found = search(few, &prices.clone(), few_target, FEW_STALL, half);
-            if let Some((_, r, found)) = found {
-                prices = found;
-                rounds += r;
-            }
-        }
-        // Then on all: the first evaluation (the bound) by the pooled search's deadline if
-        // need be (unless it would not end by then at the pace of those on a few), more
-        // within this share.
-        let latest = estimate_until.map_or(deadline, |until| until.max(deadline));
-        let pace = Duration::try_from_secs_f64(per_request_s.get() * requests as f64).ok()?;
-        if Instant::now() + pace > latest {
-            return None;
-        }
-        stretch.set(Some(latest));
-        let (total, r, found) = search(requests, &prices.clone(), target_ms, ALL_STALL, deadline)?;
+        let (total, rounds, found) = run.search(&mut priced, &prices, target_ms)?;
         prices = found;
-        (total, Some(rounds + r))
+        (total, Some(rounds))
     } else {
         match shortest_layered_path(&split, &priced, requests, deadline, 0)? {
             Layers::Path(total, _) => (total, None),
@@ -520,13 +456,10 @@ pub(crate) fn layered_mean_latency(
     };
     let configs = split.config_node.len();
     let fits = (requests + 1).saturating_mul(configs).saturating_mul(8) <= memory;
+    let pace = Duration::try_from_secs_f64(per_request_s.get() * requests as f64);
     let estimate = match estimate_until {
         // Where it would end in time at the pace of the evaluations.
-        Some(until)
-            if fits
-                && Duration::try_from_secs_f64(per_request_s.get() * requests as f64)
-                    .is_ok_and(|pace| Instant::now() + pace <= until) =>
-        {
+        Some(until) if fits && pace.is_ok_and(|pace| Instant::now() + pace <= until) => {
             price(&split, &prices, &mut priced);
             costs_to_go(&split, &priced, requests, until).map(|to_go| LayeredEstimate {
                 class: class.clone(),
@@ -540,6 +473,126 @@ pub(crate) fn layered_mean_latency(
         _ => None,
     };
     Some(LayeredFound { bound, estimate })
+}
+
+/// The price search of the layered bound with evictions: eviction prices that make the
+/// shortest layered path as long as possible.
+struct PricedSearch<'s> {
+    split: &'s Split,
+    requests: usize,
+    started: Instant,
+    deadline: Instant,
+    /// The first evaluation on all requests may run until then (the pooled search's
+    /// deadline for the estimate, if later).
+    latest: Instant,
+    /// Parents of every layer's nodes take 4 bytes each.
+    max_parents: usize,
+    /// The longest an evaluation took per request (s).
+    per_request_s: &'s std::cell::Cell<f64>,
+}
+
+impl PricedSearch<'_> {
+    /// First on a few requests, in up to half the time; then on all: the first evaluation
+    /// (the bound) by `latest` if need be (unless it would not end by then at the pace of
+    /// those on a few), more within this share. The best total, the rounds, the prices.
+    fn search(
+        &self,
+        priced: &mut Graph,
+        start: &[f64],
+        target_ms: f64,
+    ) -> Option<(f64, usize, Vec<f64>)> {
+        let split = self.split;
+        let mut prices = start.to_vec();
+        let few = few_requests(split, self.requests);
+        let mut rounds = 0;
+        if few < self.requests {
+            let half = self.started + self.deadline.saturating_duration_since(self.started) / 2;
+            // Their target: their optimum without evictions (the graph without its eviction
+            // and refill edges), at least their optimum with them.
+            let mut plain = split.graph.clone();
+            for (ms, &b) in plain.ms.iter_mut().zip(&split.balance) {
+                if b != 0 {
+                    *ms = f64::INFINITY;
+                }
+            }
+            let few_target = match shortest_layered_path(split, &plain, few, half, 0)? {
+                Layers::Path(total, _) => total,
+                Layers::Negative(_) => return None,
+            };
+            drop(plain);
+            let stretch = std::cell::Cell::new(None);
+            if let Some((_, r, found)) =
+                self.best_prices(priced, few, &prices, few_target, FEW_STALL, half, &stretch)
+            {
+                prices = found;
+                rounds += r;
+            }
+        }
+        let per_request = self.per_request_s.get() * self.requests as f64;
+        let pace = Duration::try_from_secs_f64(per_request).ok()?;
+        if Instant::now() + pace > self.latest {
+            return None;
+        }
+        let stretch = std::cell::Cell::new(Some(self.latest));
+        let (total, r, found) = self.best_prices(
+            priced,
+            self.requests,
+            &prices,
+            target_ms,
+            ALL_STALL,
+            self.deadline,
+            &stretch,
+        )?;
+        Some((total, rounds + r, found))
+    }
+
+    /// The best prices for `n` requests from `start` toward `target` (ms), each evaluation
+    /// the shortest layered path under them by `until` (the first one by `stretch`, if set
+    /// and later).
+    #[allow(clippy::too_many_arguments)]
+    fn best_prices(
+        &self,
+        priced: &mut Graph,
+        n: usize,
+        start: &[f64],
+        target: f64,
+        stall: Stall,
+        until: Instant,
+        stretch: &std::cell::Cell<Option<Instant>>,
+    ) -> Option<(f64, usize, Vec<f64>)> {
+        let split = self.split;
+        let mut evaluate = |a: &[f64], _: f64, cuts: &mut Vec<Cut>| -> Option<f64> {
+            let until = stretch.take().map_or(until, |later| later.max(until));
+            price(split, a, priced);
+            let began = Instant::now();
+            let found = shortest_layered_path(split, priced, n, until, self.max_parents);
+            let s = began.elapsed().as_secs_f64() / n as f64;
+            self.per_request_s.set(self.per_request_s.get().max(s));
+            match found? {
+                Layers::Path(total, path) => {
+                    if let Some(path) = path {
+                        cuts.push(path_cut(split, n, &path));
+                    }
+                    Some(total)
+                }
+                Layers::Negative(cycle) => {
+                    cuts.push(cycle_cut(split, &cycle));
+                    Some(f64::NEG_INFINITY)
+                }
+            }
+        };
+        // Prices beyond the target per request evicted are not searched.
+        let most = target.max(1.0);
+        prices::best_prices(
+            start,
+            -most..=0.0,
+            target,
+            target * (1.0 - 4e-9),
+            stall,
+            until,
+            &mut evaluate,
+        )
+    }
 }
 
 /// A path as the price search sees it: `t - weighted balance . a <= weight`, each edge's
