@@ -516,6 +516,11 @@ pub fn read_recorded_run(
         &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
     )
     .with_context(|| format!("{}: not a calibration run.json", p.display()))?;
+    // The recorded run must describe a model a layer can have, before anything is fitted.
+    run.model
+        .validate()
+        .and_then(|()| run.model.check_tensor_parallel(run.tensor_parallel))
+        .with_context(|| format!("{}: not a valid calibration run", p.display()))?;
     if let Some(t) = attention_times {
         let text =
             std::fs::read_to_string(t).with_context(|| format!("reading {}", t.display()))?;

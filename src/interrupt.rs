@@ -1,4 +1,5 @@
-//! What an interrupted command (SIGINT, Ctrl-C) leaves behind: none of its temporary
+//! What an interrupted command (SIGINT or Ctrl-C, SIGTERM as Slurm, systemd and `timeout`
+//! send, SIGHUP) leaves behind: none of its temporary
 //! files, and, where a command registered one, what it can still deliver (for `solve`, the
 //! best schedule found so far, replayed and written like a finished run's).
 //!

@@ -70,7 +70,18 @@ enum Command {
 
 fn main() -> ExitCode {
     infersched::interrupt::install_handler();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                e.exit();
+            }
+            // Clap quotes the offending value whole: bound it like every other message.
+            eprint!("{}", bounded(&e.render().to_string()));
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let result = match &cli.command {
         Command::Simulate(a) => cli::simulate::cmd_simulate(a),
         Command::Solve(a) => cli::solve::cmd_solve(a),
@@ -95,10 +106,46 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {}", describe(&e));
+            eprintln!("error: {}", bounded(&describe(&e)));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The most characters of one line of a message, and of one word in it: input quoted
+/// back (a name, a value, a line of a file) is cut past them, saying how much was left out.
+const LINE_MAX: usize = 1000;
+const WORD_MAX: usize = 80;
+
+/// `text` with every word (a run without whitespace) cut to [`WORD_MAX`] characters and
+/// then every line to [`LINE_MAX`], each cut saying how many characters it left out.
+pub(crate) fn bounded(text: &str) -> String {
+    let cut = |s: &str, max: usize, keep: usize| -> Option<String> {
+        let n = s.chars().count();
+        (n > max).then(|| {
+            let head: String = s.chars().take(keep).collect();
+            format!("{head}...[{} more characters]", n - keep)
+        })
+    };
+    text.split_inclusive('\n')
+        .map(|line| {
+            let (body, end) = match line.strip_suffix('\n') {
+                Some(b) => (b, "\n"),
+                None => (line, ""),
+            };
+            let words: String = body
+                .split_inclusive(char::is_whitespace)
+                .map(|piece| {
+                    let word = piece.trim_end_matches(char::is_whitespace);
+                    match cut(word, WORD_MAX, WORD_MAX - 20) {
+                        Some(short) => short + &piece[word.len()..],
+                        None => piece.to_string(),
+                    }
+                })
+                .collect();
+            cut(&words, LINE_MAX, LINE_MAX - 40).unwrap_or(words) + end
+        })
+        .collect()
 }
 
 /// An error and its causes, outermost first, joined by ": ", leaving out a cause whose text

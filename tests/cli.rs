@@ -1396,6 +1396,266 @@ fn thread_and_job_counts_are_bounded() {
     assert!(!out.exists(), "nothing written");
 }
 
+/// A small sweep spec in `dir` (12 heuristic runs).
+fn small_sweep_spec(dir: &Path) -> std::path::PathBuf {
+    let spec = dir.join("spec.toml");
+    std::fs::write(
+        &spec,
+        "[workload]\nn = 3\nI = 4\nO = 2\n[grid]\nM = [8, 12]\nseed = [0, 1]\nschedulers = [\"vllm\", \"sarathi\", \"orca\"]\n",
+    )
+    .unwrap();
+    spec
+}
+
+#[cfg(unix)]
+#[test]
+fn the_sweep_lock_never_follows_a_link_nor_truncates_a_file_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_sweep_spec(dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let precious = dir.path().join("precious.txt");
+    std::fs::write(&precious, "the user's data\n").unwrap();
+    let lock = out.join(".infersched-sweep.lock");
+    std::os::unix::fs::symlink(&precious, &lock).unwrap();
+    let sweep = |out: &Path| {
+        run(&[
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = sweep(&out);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("symbolic link"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "the user's data\n"
+    );
+    assert!(!out.join("results.csv").exists());
+    // A regular file there that a sweep did not write is refused, not emptied.
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(&lock, "notes: keep me\n").unwrap();
+    let o = sweep(&out);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not written by infersched"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&lock).unwrap(), "notes: keep me\n");
+    // A results.csv that is a link is not written through either.
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&precious, out.join("results.csv")).unwrap();
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--resume",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "the user's data\n"
+    );
+    // A stale lock of an earlier sweep (its process id) is taken over.
+    std::fs::remove_file(out.join("results.csv")).unwrap();
+    std::fs::write(&lock, "4242").unwrap();
+    let o = sweep(&out);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn resume_refuses_a_file_it_cannot_use_without_cutting_it_and_keeps_what_it_cuts() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_sweep_spec(dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let results = out.join("results.csv");
+    let resume = || {
+        run(&[
+            "sweep",
+            spec.to_str().unwrap(),
+            "--resume",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    // Garbage with newlines and a partial last line, and a user's small CSV.
+    let mut garbage: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    garbage.extend_from_slice(b"\nmore\xff\xfe bytes\nno newline at the end");
+    for bytes in [garbage, b"a,b\n1,2\n3,4".to_vec()] {
+        std::fs::write(&results, &bytes).unwrap();
+        let o = resume();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(std::fs::read(&results).unwrap(), bytes, "left as it was");
+        assert!(!out.join("results.csv.cut").exists());
+    }
+    // Our own file, cut short by a kill: the cut line is kept beside it.
+    std::fs::remove_file(&results).unwrap();
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let complete = std::fs::read_to_string(&results).unwrap();
+    let lines: Vec<&str> = complete.lines().collect();
+    let partial = format!("{}\n{}", lines[..4].join("\n"), &lines[4][..15]);
+    std::fs::write(&results, &partial).unwrap();
+    let o = resume();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&results).unwrap(), complete);
+    assert_eq!(
+        std::fs::read_to_string(out.join("results.csv.cut")).unwrap(),
+        format!("{}\n", &lines[4][..15])
+    );
+}
+
+#[test]
+fn messages_quote_at_most_a_bounded_part_of_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = example("tiny-workload.csv");
+    // (One argument may hold at most 128 KiB on Linux.)
+    let long_name = "x".repeat(100_000);
+    let o = run(&["simulate", "--workload", &w, "--scheduler", &long_name]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.len() < 2_000, "{} characters", err.len());
+    assert!(
+        err.contains("more characters]") && err.contains("--scheduler"),
+        "{err}"
+    );
+    // A spec whose one long line does not parse: the line is not echoed whole.
+    let spec = dir.path().join("long.toml");
+    let values: Vec<String> = (0..200_000).map(|i| i.to_string()).collect();
+    std::fs::write(
+        &spec,
+        format!("[grid]\nM = [{}, oops]\n", values.join(", ")),
+    )
+    .unwrap();
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.path().join("o").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.len() < 4_000, "{} characters", err.len());
+    assert!(err.contains("long.toml"), "{err}");
+}
+
+#[test]
+fn a_comparison_that_cannot_finish_writing_says_which_outputs_are_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cmp");
+    std::fs::create_dir(&out).unwrap();
+    // Where the plots go there is a file: writing stops there, as a full disk would.
+    std::fs::write(out.join("plots"), "in the way").unwrap();
+    let o = run(&[
+        "compare",
+        "--workload",
+        &example("tiny-workload.csv"),
+        "--schedulers",
+        "vllm,orca",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("complete, each file whole: comparison.csv, comparison.json")
+            && err.contains("orca/ (4 files)")
+            && err.contains("report.html is written last"),
+        "{err}"
+    );
+    assert!(!out.join("report.html").exists());
+}
+
+/// Under an address-space limit (`ulimit -v`) the memory plan counts what the limit leaves,
+/// so schedulers run fewer at a time or are refused with the numbers, never aborted by a
+/// failed allocation.
+#[cfg(target_os = "linux")]
+#[test]
+fn simulate_plans_within_the_address_space_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "40000",
+        "--input",
+        "uniform:16:1024",
+        "--output",
+        "uniform:16:256",
+        "--arrival",
+        "poisson:50",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let bin = env!("CARGO_BIN_EXE_infersched");
+    let o = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 1000000 && exec {bin} simulate --workload {} --scheduler vllm,sarathi,orca,mcsf,static,vllm-v1",
+            w.display()
+        ))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{:?}: {err}",
+        o.status
+    );
+    assert!(err.contains("GiB is available"), "{err}");
+    assert!(!err.contains("memory allocation"), "{err}");
+}
+
+#[test]
+fn calibrate_from_samples_checks_the_recorded_run_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = dir.path().join("recorded");
+    std::fs::create_dir(&recorded).unwrap();
+    let src = root().join("notebooks-data/calibration/h100/llama2-7b");
+    for f in ["samples.csv", "validation.csv"] {
+        std::fs::copy(src.join(f), recorded.join(f)).unwrap();
+    }
+    let run_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("run.json")).unwrap()).unwrap();
+    for (field, broken) in [
+        ("layers", 0),
+        ("tensor_parallel", 0),
+        ("tensor_parallel", 3),
+    ] {
+        let mut r = run_json.clone();
+        if field == "layers" {
+            r["model"]["layers"] = broken.into();
+        } else {
+            r["tensor_parallel"] = broken.into();
+        }
+        std::fs::write(recorded.join("run.json"), r.to_string()).unwrap();
+        let out = dir.path().join("out");
+        let o = run(&[
+            "calibrate",
+            "--from-samples",
+            recorded.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{field} = {broken}");
+        let err = stderr(&o);
+        assert!(err.contains("run.json") && err.contains(field), "{err}");
+        assert!(!out.exists(), "nothing written for {field} = {broken}");
+    }
+}
+
 #[test]
 fn messages_name_the_cause_once_and_refuse_a_short_max_model_len() {
     let dir = tempfile::tempdir().unwrap();
@@ -1438,6 +1698,18 @@ fn messages_name_the_cause_once_and_refuse_a_short_max_model_len() {
 #[cfg(unix)]
 #[test]
 fn an_interrupted_solve_writes_its_best_schedule_and_no_temporary_files() {
+    interrupted_solve("-INT");
+}
+
+/// SIGTERM (Slurm, systemd, `timeout`) is treated as Ctrl-C.
+#[cfg(unix)]
+#[test]
+fn a_terminated_solve_writes_its_best_schedule_as_an_interrupted_one_does() {
+    interrupted_solve("-TERM");
+}
+
+#[cfg(unix)]
+fn interrupted_solve(signal: &str) {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let w = dir.path().join("a32.csv");
@@ -1493,7 +1765,7 @@ fn an_interrupted_solve_writes_its_best_schedule_and_no_temporary_files() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());

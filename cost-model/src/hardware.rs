@@ -170,7 +170,8 @@ impl ModelSpec {
         Ok(())
     }
 
-    fn validate(&self) -> Result<(), HardwareError> {
+    /// Checks that every dimension is at least 1.
+    pub fn validate(&self) -> Result<(), HardwareError> {
         for (field, v) in [
             ("model.layers", self.layers),
             ("model.hidden", self.hidden),

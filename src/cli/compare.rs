@@ -95,8 +95,13 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         plots: !a.no_plots,
         traces: !a.no_traces,
     };
-    infersched::report::write_comparison_parts(&a.out, &w, &setting, &c, parts)
-        .with_context(|| format!("writing the comparison to {}", a.out.display()))?;
+    if let Err(e) = infersched::report::write_comparison_parts(&a.out, &w, &setting, &c, parts) {
+        return Err(anyhow::Error::new(e).context(format!(
+            "writing the comparison to {} (stopped there; {})",
+            a.out.display(),
+            complete_outputs(&a.out)
+        )));
+    }
     let rows = c.rows();
     outln!(
         "\n{}",
@@ -140,4 +145,37 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What a comparison that stopped writing left complete in `dir`: every file is written
+/// whole to a temporary name and renamed, so the files there with their own names are the
+/// complete ones (the report, written last, says whether everything was).
+fn complete_outputs(dir: &std::path::Path) -> String {
+    let mut names: Vec<String> = Vec::new();
+    let entries = |d: &std::path::Path| -> Vec<std::fs::DirEntry> {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().collect())
+            .unwrap_or_default()
+    };
+    for e in entries(dir) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_dir() {
+            let files = entries(&e.path())
+                .iter()
+                .filter(|f| !f.file_name().to_string_lossy().ends_with(".tmp"))
+                .count();
+            names.push(format!("{name}/ ({files} files)"));
+        } else if !name.ends_with(".tmp") {
+            names.push(name);
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        "nothing was written".into()
+    } else {
+        format!(
+            "complete, each file whole: {}; report.html is written last, so without it the rest is missing",
+            names.join(", ")
+        )
+    }
 }

@@ -213,11 +213,14 @@ pub(super) fn row_line(row: &ResultRow) -> Result<Vec<u8>> {
     w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Reads `results.csv`: the header check, complete rows only (a line cut short by a kill
-/// is dropped and the file truncated to the last complete line).
+/// Reads `results.csv`: the header check, complete rows only. Only a file that parses as
+/// this version's results (its header and every complete row) is repaired: a line cut
+/// short by a kill is moved to `results.csv.cut` (appended there, so nothing is lost) and
+/// the file truncated to its last complete line; anything else is refused untouched.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
+    super::lock::refuse_link(path)?;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut complete = match bytes.iter().rposition(|&b| b == b'\n') {
+    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(i) => i + 1,
         None => 0,
     };
@@ -232,12 +235,29 @@ pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
         }
         let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
         f.write_all(b"\n")?;
-        complete = bytes.len();
-    } else if complete < bytes.len() {
+        return parse_results(path, &bytes);
+    }
+    let rows = parse_results(path, &bytes[..complete])?;
+    if complete < bytes.len() {
+        let cut = path.with_extension("csv.cut");
+        super::lock::refuse_link(&cut)?;
+        let mut keep = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&cut)
+            .with_context(|| format!("opening {}", cut.display()))?;
+        keep.write_all(&bytes[complete..])?;
+        keep.write_all(b"\n")?;
+        keep.sync_all()?;
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
         f.set_len(complete as u64)?;
+        eprintln!(
+            "{}: its last line was cut short (a killed run); moved it to {}",
+            path.display(),
+            cut.display()
+        );
     }
-    parse_results(path, &bytes[..complete.min(bytes.len())])
+    Ok(rows)
 }
 
 /// The rows of a results file's complete lines `bytes` (from `path`, for messages): this
