@@ -13,7 +13,7 @@ use crate::core::io::write_bytes_atomic;
 use crate::core::{Limits, Workload};
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
 pub use crate::produce::{Contender, Outcome};
-use crate::produce::{OPTIMAL, ProduceWith, RunStatus, produce};
+use crate::produce::{ProduceWith, RunStatus, produce};
 use crate::schedulers::Knobs;
 use crate::solver::{Objective, SolveOptions};
 use rayon::prelude::*;
@@ -120,8 +120,8 @@ impl From<&crate::core::Distribution> for Quantiles {
 /// One row of `comparison.csv` / `comparison.json`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ComparisonRow {
-    /// Scheduler name.
-    pub scheduler: String,
+    /// The scheduler (its name in tables and files is its [`Display`](std::fmt::Display)).
+    pub scheduler: Contender,
     /// `heuristic`, or the solver's status (`optimal`, `time-limit`, `no-solution`,
     /// `not-proven`).
     pub status: RunStatus,
@@ -172,7 +172,7 @@ pub struct ComparisonRow {
 /// only the ratios to the bound are proven.
 pub fn optimum_proven(rows: &[ComparisonRow]) -> bool {
     rows.iter()
-        .any(|r| r.scheduler == OPTIMAL && r.status.proven_optimal())
+        .any(|r| r.scheduler.is_solver() && r.status.proven_optimal())
 }
 
 /// What the ratios divide by, for headers and titles.
@@ -190,7 +190,7 @@ pub enum Reference {
 pub fn reference(rows: &[ComparisonRow]) -> Reference {
     if optimum_proven(rows) {
         Reference::Optimum
-    } else if rows.iter().any(|r| r.scheduler == OPTIMAL) {
+    } else if rows.iter().any(|r| r.scheduler.is_solver()) {
         Reference::BestFound
     } else {
         Reference::NoSolver
@@ -227,14 +227,15 @@ impl Comparison {
         let opt = self.optimal();
         let opt_value = opt.map(|o| self.objective.of(&o.summary));
         let bound = opt.and_then(|o| o.solve.as_ref()).map(|r| r.best_bound);
-        self.succeeded()
-            .into_iter()
-            .map(|(name, o)| {
+        self.results
+            .iter()
+            .filter_map(|(c, r)| r.as_ref().ok().map(|o| (*c, o)))
+            .map(|(contender, o)| {
                 let s = &o.summary;
                 let v = self.objective.of(s);
                 let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0).map(|d| v / d);
                 ComparisonRow {
-                    scheduler: name.to_string(),
+                    scheduler: contender,
                     status: RunStatus::of(o),
                     objective_s: v,
                     ratio_to_optimum: ratio(opt_value),

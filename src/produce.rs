@@ -123,6 +123,11 @@ impl Contender {
         }
     }
 
+    /// Whether this is the solver (of any policy class).
+    pub fn is_solver(self) -> bool {
+        matches!(self, Contender::Optimal(_))
+    }
+
     /// Parses a comma-separated list, rejecting duplicates.
     pub fn parse_list(s: &str) -> Result<Vec<Contender>, String> {
         let mut out: Vec<Contender> = Vec::new();
@@ -155,6 +160,21 @@ impl fmt::Display for Contender {
                 Ok(())
             }
         }
+    }
+}
+
+/// Written as its [`Display`](fmt::Display) name (`vllm`, `optimal+no-evict`) in CSV and
+/// JSON, and read back by parsing it.
+impl serde::Serialize for Contender {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Contender {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -1547,6 +1547,44 @@ fn messages_quote_at_most_a_bounded_part_of_the_input() {
     let err = stderr(&o);
     assert!(err.len() < 4_000, "{} characters", err.len());
     assert!(err.contains("long.toml"), "{err}");
+    // A rate so low that arrivals leave the valid range: an error naming the flag, with
+    // the number in scientific notation (sample used to panic here).
+    let out = dir.path().join("w.csv");
+    let trace = root().join("notebooks-data/traces/splitwise_code.csv");
+    for args in [
+        vec![
+            "workload",
+            "sample",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--first",
+            "10",
+        ],
+        vec![
+            "workload",
+            "generate",
+            "--requests",
+            "10",
+            "--input",
+            "fixed:4",
+            "--output",
+            "fixed:2",
+        ],
+    ] {
+        let mut args = args;
+        args.extend([
+            "--arrival",
+            "poisson:1e-300",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("arrival") && err.contains("e30"), "{err}");
+        assert!(err.len() < 400, "{err}");
+        assert!(!out.exists());
+    }
 }
 
 #[test]

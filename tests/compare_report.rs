@@ -352,6 +352,34 @@ fn sweep_resumes_after_being_cut_short() {
     assert_eq!((o.ran, o.skipped), (0, 18));
 }
 
+/// A solver of a policy class is the sweep's optimal scheduler too: its rows are read as
+/// the solver's (ratios to it are plotted), and its name round-trips through results.csv.
+#[test]
+fn a_constrained_solver_is_the_sweeps_optimum() {
+    let spec = SPEC.replace(
+        r#"schedulers = ["vllm", "sarathi", "orca"]"#,
+        r#"schedulers = ["optimal+no-evict", "vllm"]"#,
+    );
+    let s = Sweep::parse(&spec, Path::new(".")).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let o = sweep::run(&s, d.path(), false, None, Some(1), false).unwrap();
+    assert_eq!(o.failed, 0);
+    let rows = sweep::read_results(&d.path().join("results.csv")).unwrap();
+    assert!(rows.iter().any(|r| r.scheduler.is_solver()));
+    assert!(
+        std::fs::read_to_string(d.path().join("results.csv"))
+            .unwrap()
+            .contains(",optimal+no-evict,")
+    );
+    assert!(
+        o.plots
+            .iter()
+            .any(|p| p.to_string_lossy().contains("ratio_to_optimal-vs-M")),
+        "{:?}",
+        o.plots
+    );
+}
+
 #[test]
 fn sweep_shards_are_disjoint_and_together_are_the_grid() {
     let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
@@ -485,11 +513,11 @@ schedulers = ["optimal", "optimal+no-evict", "vllm"]
         .iter()
         .map(|r| {
             let mut v = r.clone();
-            if v.m == Some(5) && v.scheduler == "optimal" {
+            if v.m == Some(5) && v.scheduler.is_solver() {
                 v.status = RunStatus::Solver(SolveStatus::TimeLimit);
                 v.best_bound_s = Some(0.8 * v.objective_s.unwrap());
             }
-            if v.m == Some(8) && v.scheduler == "vllm" {
+            if v.m == Some(8) && v.scheduler.to_string() == "vllm" {
                 v.status = RunStatus::Error;
                 (v.objective_s, v.makespan_s, v.mean_e2e_s) = (None, None, None);
             }

@@ -205,6 +205,17 @@ pub fn write_bytes_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic(path, |w| w.write_all(bytes))
 }
 
+/// A number for a message: as written for everyday magnitudes, in scientific notation
+/// (`1.37e301`) where plain digits would run long, so input is never echoed as hundreds
+/// of digits.
+pub fn short_number(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-4..1e9).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

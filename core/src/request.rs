@@ -100,7 +100,7 @@ impl Workload {
                     field: "arrival_s",
                     reason: format!(
                         "must be from 0 to {MAX_ARRIVAL_S:e} s (finer than batch times), got {}",
-                        r.arrival_s
+                        crate::io::short_number(r.arrival_s)
                     ),
                 });
             }

@@ -66,7 +66,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
         &load_workload(&a.traces.join("arxiv_summarization.csv"))?,
         ArrivalProcess::Poisson(1.0),
         0,
-    );
+    )?;
     let kinds = a.schedulers.as_slice();
     // The InferMax authors' setting for the 70B model: M = 100,000, C = 16,384, block 1.
     let knobs = Knobs {

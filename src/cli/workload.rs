@@ -102,7 +102,8 @@ pub(crate) fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
                 arrival: a.arrival.parse::<ArrivalProcess>().context("--arrival")?,
                 seed: a.seed,
             };
-            let w = workload::generate(&spec)?;
+            let w = workload::generate(&spec)
+                .with_context(|| format!("generating the workload (--arrival {})", a.arrival))?;
             workload::write_trace(&w, &a.out)?;
             out!("{}", WorkloadStats::of(&w).to_text());
             outln!("wrote {}", a.out.display());

@@ -167,7 +167,7 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
         .zip(ratios)
         .map(|(r, ratio)| {
             let mut row = vec![
-                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.scheduler.to_string()),
                 Cell::Text(r.status.name().to_string()),
             ];
             row.extend(ratio);
@@ -203,15 +203,17 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     t.push_str(&text_table(&headers, &cells));
     t.push_str("\nlimits each ran under (heuristics: the limits given and their own defaults):\n");
     for r in rows {
-        let _ = writeln!(t, "  {:<10} {}", r.scheduler, r.limits);
+        let _ = writeln!(t, "  {:<10} {}", r.scheduler.to_string(), r.limits);
     }
     if let Some(d) = distance_to_optimum_text(rows) {
         t.push('\n');
         t.push_str(&d);
     }
+    let names: Vec<String> = rows.iter().map(|r| r.scheduler.to_string()).collect();
     let splits: Vec<(&str, TimeBreakdown)> = rows
         .iter()
-        .map(|r| (r.scheduler.as_str(), r.time_split))
+        .zip(&names)
+        .map(|(r, name)| (name.as_str(), r.time_split))
         .collect();
     let label = match compare::reference(rows) {
         Reference::Optimum => "the proven optimum",
@@ -235,8 +237,14 @@ pub fn distance_to_optimum(rows: &[ComparisonRow]) -> Vec<(String, f64, f64)> {
         return Vec::new();
     }
     rows.iter()
-        .filter(|r| r.scheduler != crate::produce::OPTIMAL)
-        .filter_map(|r| Some((r.scheduler.clone(), r.ratio_to_optimum?, r.ratio_to_bound?)))
+        .filter(|r| !r.scheduler.is_solver())
+        .filter_map(|r| {
+            Some((
+                r.scheduler.to_string(),
+                r.ratio_to_optimum?,
+                r.ratio_to_bound?,
+            ))
+        })
         .collect()
 }
 
@@ -266,7 +274,7 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
         .zip(ratios)
         .map(|(r, ratio)| {
             let mut row = vec![
-                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.scheduler.to_string()),
                 Cell::Text(r.status.name().to_string()),
                 Cell::Time(Some(r.objective_s)),
             ];
@@ -301,7 +309,7 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
         .iter()
         .map(|r| {
             vec![
-                Cell::Text(r.scheduler.clone()),
+                Cell::Text(r.scheduler.to_string()),
                 Cell::Text(r.batches.to_string()),
                 Cell::Text(format!("{:.2}", r.mean_batch_size)),
                 Cell::Text(r.evictions.to_string()),
@@ -392,15 +400,19 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
     };
     let split: Vec<(String, [f64; 6])> = rows
         .iter()
-        .map(|r| (r.scheduler.clone(), r.time_split.terms()))
+        .map(|r| (r.scheduler.to_string(), r.time_split.terms()))
         .collect();
     table(&mut h, &split);
-    let solver = crate::produce::OPTIMAL;
-    if let Some(base) = rows.iter().find(|r| r.scheduler == solver) {
+    if let Some(base) = rows.iter().find(|r| r.scheduler.is_solver()) {
         let diffs: Vec<(String, [f64; 6])> = rows
             .iter()
-            .filter(|r| r.scheduler != solver)
-            .map(|r| (r.scheduler.clone(), r.time_split.minus(&base.time_split)))
+            .filter(|r| !r.scheduler.is_solver())
+            .map(|r| {
+                (
+                    r.scheduler.to_string(),
+                    r.time_split.minus(&base.time_split),
+                )
+            })
             .collect();
         if !diffs.is_empty() {
             let _ = writeln!(
@@ -444,7 +456,7 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
         html_escape(&setting.workload)
     );
     h.push_str(&headline_html(&rows, c.objective));
-    let ran_solver = rows.iter().any(|r| r.scheduler == crate::produce::OPTIMAL);
+    let ran_solver = rows.iter().any(|r| r.scheduler.is_solver());
     h.push_str(&setting_html(setting, ran_solver));
     h.push_str(&limits_html(&rows, c));
     h.push_str(&results_section_html(&rows, c.objective));
@@ -474,9 +486,9 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
     let mut h = String::new();
     let best_heuristic = rows
         .iter()
-        .filter(|r| r.scheduler != crate::produce::OPTIMAL)
+        .filter(|r| !r.scheduler.is_solver())
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
-    let optimal_row = rows.iter().find(|r| r.scheduler == crate::produce::OPTIMAL);
+    let optimal_row = rows.iter().find(|r| r.scheduler.is_solver());
     let proven = crate::compare::optimum_proven(rows);
     if let (Some(best_h), Some(opt)) = (best_heuristic, optimal_row)
         && let Some(ratio) = best_h.ratio_to_optimum
@@ -485,7 +497,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best heuristic, {}, is {:.2}% above the proven optimum</b>: its {} is {} versus {}.</p>",
-            html_escape(&best_h.scheduler),
+            html_escape(&best_h.scheduler.to_string()),
             (ratio - 1.0) * 100.0,
             objective_label(objective),
             fmt_s(best_h.objective_s),
@@ -498,7 +510,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best heuristic, {}, is at most {:.2}% above the optimum</b> (its {} {} against the proven lower bound {}). No schedule is proven optimal: the best the solver found ({}) is {}, {:.2}% below it; certified gap {:.2}%.</p>",
-            html_escape(&best_h.scheduler),
+            html_escape(&best_h.scheduler.to_string()),
             (to_bound - 1.0) * 100.0,
             objective_label(objective),
             fmt_s(best_h.objective_s),
@@ -512,7 +524,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best of the schedulers run is {}</b>, with {} {}. No solver ran, so how far any of them is from the optimum is not known (add <code>optimal</code> to <code>--schedulers</code> for a schedule, a proven bound and the gap).</p>",
-            html_escape(&best_h.scheduler),
+            html_escape(&best_h.scheduler.to_string()),
             objective_label(objective),
             fmt_s(best_h.objective_s),
         );
@@ -581,7 +593,7 @@ fn limits_html(rows: &[ComparisonRow], c: &Comparison) -> String {
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            html_escape(&r.scheduler),
+            html_escape(&r.scheduler.to_string()),
             limit_text(l.token_budget),
             limit_text(l.effective_prefill_budget()),
             limit_text(l.kv_capacity),

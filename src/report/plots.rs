@@ -393,7 +393,7 @@ pub fn latency_cdfs(runs: &[(&str, &Outcome)]) -> Svg {
 pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
     let reference = rows
         .iter()
-        .find(|r| r.scheduler == crate::produce::OPTIMAL)
+        .find(|r| r.scheduler.is_solver())
         .map(|r| r.objective_s)
         .or_else(|| rows.iter().map(|r| r.objective_s).reduce(f64::min))
         .unwrap_or(1.0);
@@ -446,7 +446,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
             y,
             xb - xa,
             frame.y1 - y,
-            svg::series_style(&r.scheduler, i).color,
+            svg::series_style(&r.scheduler.to_string(), i).color,
             1.0,
         );
         s.text(
@@ -461,7 +461,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         s.text(
             (xa + xb) / 2.0,
             frame.y1 + 16.0,
-            &r.scheduler,
+            &r.scheduler.to_string(),
             12.0,
             Anchor::Middle,
             0.0,

@@ -73,8 +73,8 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
         assert_eq!(s.points.len(), 2 * 3 * 3);
         assert_eq!(s.swept, vec!["M", "seed"]);
-        assert_eq!(s.points[0].scheduler, "optimal");
-        assert_eq!(s.points[1].scheduler, "vllm");
+        assert_eq!(s.points[0].scheduler.to_string(), "optimal");
+        assert_eq!(s.points[1].scheduler.to_string(), "vllm");
         assert_eq!(s.points[3].seed, 1);
         assert_eq!(s.points[9].m, Some(12));
         let keys: HashSet<String> = s.points.iter().map(Point::key).collect();
@@ -249,7 +249,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         assert_eq!(text.lines().next().unwrap(), RESULT_COLUMNS.join(","));
         assert_eq!(
-            (row.scheduler.as_str(), row.status),
+            (row.scheduler.to_string().as_str(), row.status),
             ("vllm", RunStatus::Heuristic)
         );
         assert_eq!(row.metric("objective_s"), row.makespan_s);
@@ -280,7 +280,7 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
                     for sched in ["vllm", "orca"] {
                         let p = &s.points[i];
                         assert_eq!(
-                            (p.index, p.m, p.c, p.seed, p.scheduler.as_str()),
+                            (p.index, p.m, p.c, p.seed, p.scheduler.to_string().as_str()),
                             (i, Some(m), Some(c), seed, sched)
                         );
                         i += 1;

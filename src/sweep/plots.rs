@@ -80,7 +80,7 @@ impl<'a> Rows<'a> {
         let ok: Vec<&ResultRow> = recs.iter().filter(|r| !r.failed()).collect();
         let mut optimum = BTreeMap::new();
         for r in &ok {
-            if r.scheduler == crate::produce::OPTIMAL
+            if r.scheduler.is_solver()
                 && let Some(v) = r.objective_s
             {
                 optimum.insert(
@@ -102,7 +102,7 @@ impl<'a> Rows<'a> {
         if self.several_objectives {
             format!("{} ({})", r.scheduler, r.objective)
         } else {
-            r.scheduler.clone()
+            r.scheduler.to_string()
         }
     }
 
@@ -121,7 +121,7 @@ impl<'a> Rows<'a> {
             };
         }
         let v = r.metric(metric)?;
-        let proven = r.scheduler != crate::produce::OPTIMAL || r.status.proven_optimal();
+        let proven = !r.scheduler.is_solver() || r.status.proven_optimal();
         // The optimal row's objective reaches down to its proven bound.
         let bound = (metric == "objective_s" && !proven)
             .then_some(r.best_bound_s)

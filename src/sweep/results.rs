@@ -1,6 +1,7 @@
 //! `results.csv`: its columns, its rows, and reading and writing it.
 
 use super::spec::o2s;
+use crate::produce::Contender;
 use crate::produce::RunStatus;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -88,8 +89,8 @@ pub struct ResultRow {
     pub seed: u64,
     /// Objective name.
     pub objective: String,
-    /// Scheduler as written in the spec.
-    pub scheduler: String,
+    /// The scheduler, written as in the spec.
+    pub scheduler: Contender,
     /// `heuristic`, the solver's status (`optimal`, `time-limit`, ...), or `error`.
     pub status: RunStatus,
     /// The objective's replayed value (s).

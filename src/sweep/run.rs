@@ -5,7 +5,7 @@ use super::plots::sweep_plots;
 use super::results::{ResultRow, header_line, read_results, row_line, write_results};
 use super::spec::{CONFIRM_GRID_RUNS, Point, Sweep};
 use crate::core::Summary;
-use crate::produce::{Contender, ProduceWith, RunStatus, produce};
+use crate::produce::{ProduceWith, RunStatus, produce};
 use crate::schedulers::Knobs;
 use crate::solver::{Objective, SolveOptions};
 use anyhow::{Context, Result, bail};
@@ -32,7 +32,7 @@ impl Sweep {
             qps: p.qps,
             seed: p.seed,
             objective: p.objective.clone(),
-            scheduler: p.scheduler.clone(),
+            scheduler: p.scheduler,
             status: RunStatus::Error,
             objective_s: None,
             makespan_s: None,
@@ -96,7 +96,7 @@ impl Sweep {
         let w = self.workload(p)?;
         let limits = self.limits(p)?;
         let objective: Objective = p.objective.parse().map_err(anyhow::Error::msg)?;
-        let contender: Contender = p.scheduler.parse().map_err(anyhow::Error::msg)?;
+        let contender = p.scheduler;
         let default = SolveOptions::default();
         let options = SolveOptions {
             time_limit_s: self.spec.time_limit.unwrap_or(default.time_limit_s),

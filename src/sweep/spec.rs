@@ -161,8 +161,8 @@ pub struct Point {
     pub seed: u64,
     /// Objective name.
     pub objective: String,
-    /// Scheduler name as written in the spec.
-    pub scheduler: String,
+    /// The scheduler (in files, its canonical spelling).
+    pub scheduler: Contender,
 }
 
 pub(super) fn o2s<T: ToString>(v: &Option<T>) -> String {
@@ -239,7 +239,7 @@ struct Grid {
     ns: Vec<usize>,
     qpss: Vec<Option<f64>>,
     seeds: Vec<u64>,
-    schedulers: Vec<String>,
+    schedulers: Vec<Contender>,
 }
 
 impl Grid {
@@ -308,7 +308,7 @@ impl Grid {
             qps: self.qpss[q],
             seed: self.seeds[seed],
             objective: self.objectives[o].clone(),
-            scheduler: self.schedulers[sched].clone(),
+            scheduler: self.schedulers[sched],
         }
     }
 }
@@ -574,7 +574,11 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
             .into_iter()
             .map(|s| s.expect("has a default"))
             .collect(),
-        schedulers: g.schedulers.clone(),
+        schedulers: g
+            .schedulers
+            .iter()
+            .map(|s| s.parse::<Contender>().map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()?,
     })
 }
 

@@ -140,7 +140,10 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
         .collect();
     let mut w = Workload::new(transformed)?;
     if let Some(a) = spec.arrival {
-        w = assign_arrivals(&w, a, spec.arrival_seed);
+        w = assign_arrivals(&w, a, spec.arrival_seed).map_err(|e| SampleError::Invalid {
+            field: "arrival",
+            reason: e.to_string(),
+        })?;
     }
     if spec.rebase_time {
         let t0 = w

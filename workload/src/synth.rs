@@ -276,8 +276,14 @@ pub fn generate(spec: &SynthSpec) -> Result<Workload, infersched_core::WorkloadE
     )
 }
 
-/// Replaces the arrival times of `workload` by draws of `arrival` with `seed`, in request order.
-pub fn assign_arrivals(workload: &Workload, arrival: ArrivalProcess, seed: u64) -> Workload {
+/// Replaces the arrival times of `workload` by draws of `arrival` with `seed`, in request
+/// order; an error when the draws leave the valid range (a rate so low that arrivals pass
+/// 1e10 s).
+pub fn assign_arrivals(
+    workload: &Workload,
+    arrival: ArrivalProcess,
+    seed: u64,
+) -> Result<Workload, infersched_core::WorkloadError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let times = arrival.times(workload.len(), &mut rng);
     Workload::new(
@@ -288,7 +294,6 @@ pub fn assign_arrivals(workload: &Workload, arrival: ArrivalProcess, seed: u64) 
             .map(|(r, t)| Request { arrival_s: t, ..*r })
             .collect(),
     )
-    .expect("same lengths, valid times")
 }
 
 #[cfg(test)]
