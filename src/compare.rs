@@ -48,33 +48,42 @@ pub struct Comparison {
     pub results: Vec<(Contender, Result<Outcome, String>)>,
 }
 
-/// Runs every contender (in parallel) and replays each schedule.
+/// Runs every contender and replays each schedule: the heuristics first (in parallel),
+/// then the solver (and any solver of a class), seeded with the heuristics' schedules: one
+/// run under its own defaults that is better and in the solver's class is the solver's
+/// answer, named as such, with the solver's bound.
 pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparison {
-    let mut results: Vec<(Contender, Result<Outcome, String>)> = spec
+    let heuristics: Vec<(Contender, Result<Outcome, String>)> = spec
         .contenders
         .par_iter()
-        .map(|&c| (c, run_one(w, cost, spec, c)))
+        .filter(|c| !c.is_solver())
+        .map(|&c| (c, run_one(w, cost, spec, &spec.solve, c)))
         .collect();
-    // The heuristics ran in parallel with the solver, under their own defaults: where one's
-    // schedule is better and in the solver's class, the solver's answer is that schedule.
-    let (optimal, heuristics): (Vec<_>, Vec<_>) = results
-        .iter_mut()
-        .partition(|(c, _)| matches!(c, Contender::Optimal(_)));
-    let schedules: Vec<(String, &crate::core::Schedule)> = heuristics
+    let seeds: Vec<(String, crate::core::Schedule)> = heuristics
         .iter()
-        .filter_map(|(c, r)| r.as_ref().ok().map(|o| (c.to_string(), &o.schedule)))
+        .filter_map(|(c, r)| {
+            let o = r.as_ref().ok()?;
+            let name = format!("{c} (its own schedule, replayed under these limits)");
+            Some((name, o.schedule.clone()))
+        })
         .collect();
-    let candidates: Vec<(&str, &crate::core::Schedule)> =
-        schedules.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-    for (_, result) in optimal {
-        if let Ok(o) = result {
-            crate::produce::adopt_better_schedule(w, cost, spec.objective, o, &candidates);
-        }
-    }
+    let seeded = SolveOptions {
+        seeds,
+        ..spec.solve.clone()
+    };
+    let solvers: Vec<(Contender, Result<Outcome, String>)> = spec
+        .contenders
+        .par_iter()
+        .filter(|c| c.is_solver())
+        .map(|&c| (c, run_one(w, cost, spec, &seeded, c)))
+        .collect();
+    // In the order of the contenders.
+    let mut all: Vec<_> = heuristics.into_iter().chain(solvers).collect();
+    all.sort_by_key(|(c, _)| spec.contenders.iter().position(|x| x == c));
     Comparison {
         objective: spec.objective,
         limits: spec.limits,
-        results,
+        results: all,
     }
 }
 
@@ -82,13 +91,14 @@ fn run_one(
     w: &Workload,
     cost: &LinearCostModel,
     spec: &CompareSpec,
+    solve: &SolveOptions,
     c: Contender,
 ) -> Result<Outcome, String> {
     let with = ProduceWith {
         knobs: &spec.knobs,
         limits: &spec.limits,
         objective: spec.objective,
-        solve: &spec.solve,
+        solve,
     };
     produce(w, cost, c, &with).map_err(|e| e.to_string())
 }

@@ -12,7 +12,7 @@ use crate::backend;
 use crate::bounds::CombinatorialBound;
 use crate::classes::{class_graph, entry_cost_ms, request_classes};
 use crate::graph::{ArcKind, StateGraph};
-use crate::report::{self, certified_gap};
+use crate::report::{self, Answer};
 use crate::store::Incumbent;
 use crate::{
     BoundMethod, ModelSize, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions,
@@ -735,10 +735,10 @@ pub(crate) fn solve_arc_flow(p: ArcFlowProblem<'_>) -> Result<SolveReport, Solve
 }
 
 /// The answer of the arc-flow solve.
-type Answer = Result<SolveReport, SolveError>;
+type ArcAnswer = Result<SolveReport, SolveError>;
 
 /// The answer of a stage that ends the solve early (boxed: it is large).
-type Early = Box<Answer>;
+type Early = Box<ArcAnswer>;
 
 /// Classes of identical requests: their members, one representative each, and its graph.
 struct Classes {
@@ -834,7 +834,7 @@ struct ArcFlowRun<'a> {
 
 impl ArcFlowRun<'_> {
     /// The best schedule found before the MILP, with the combinatorial bound and `note`.
-    fn without_milp(&self, note: String) -> Answer {
+    fn without_milp(&self, note: String) -> ArcAnswer {
         let p = self.p;
         report::best_found(
             p.w,
@@ -851,7 +851,7 @@ impl ArcFlowRun<'_> {
 
     /// Whatever came before (the portfolio, the counting search) and the model's build come
     /// off the time limit: past it the best heuristic is returned with the bound.
-    fn out_of_time(&self, stage: &str) -> Option<Answer> {
+    fn out_of_time(&self, stage: &str) -> Option<ArcAnswer> {
         let options = self.p.options;
         let used = self.p.started.elapsed().as_secs_f64();
         (used + MIN_HIGHS_S > options.time_limit_s).then(|| {
@@ -1049,29 +1049,23 @@ impl ArcFlowRun<'_> {
                 BoundMethod::Combinatorial(combinatorial.argument),
             )
         };
-        let best_bound = bound.min(replayed).max(0.0);
         Ok(SolveReport {
-            status,
-            method: SolveMethod::Milp,
-            objective,
-            constraints: p.options.constraints,
             milp_objective: milp_objective.map(|v| v - offset_s),
-            replayed_objective: replayed,
-            best_bound,
-            certified_gap: certified_gap(replayed, best_bound),
-            bound_method,
             note: (status == SolveStatus::NoSolution).then(|| {
                 format!("HiGHS found no schedule within {time_limit_s:.0} s: the best heuristic schedule is returned")
             }),
-            horizon,
-            horizon_proven_sufficient: false,
-            model: None,
-            build_s: 0.0,
-            solve_s: 0.0,
             nodes,
-            states_expanded: None,
-            warm_start: None,
-            schedule,
+            horizon,
+            ..SolveReport::from_answer(Answer {
+                status,
+                method: SolveMethod::Milp,
+                objective,
+                constraints: p.options.constraints,
+                schedule,
+                replayed,
+                bound,
+                bound_method,
+            })
         })
     }
 }

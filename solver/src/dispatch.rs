@@ -131,6 +131,13 @@ pub(crate) fn solve_in_class(
     let mut store = Store::new(p.checks(), p.combinatorial, options.observer.clone());
     let mut context = Context::default();
     for stage in STAGES {
+        // The caller's schedules come after the solver's own portfolio: a tie keeps the
+        // solver's schedule, a strictly better one is taken (and named by the answer).
+        if stage == Stage::ListSearch {
+            for (name, schedule) in &options.seeds {
+                store.offer_schedule(name.clone(), schedule.clone());
+            }
+        }
         if !applies(stage, &p, &store) {
             continue;
         }

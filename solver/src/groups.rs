@@ -24,7 +24,7 @@
 //! bound already sees the bursts, and one group's makespan says nothing of another's.
 
 use crate::bounds::{self, BoundArgument, CombinatorialBound};
-use crate::report::certified_gap;
+use crate::report::Answer;
 use crate::store::Incumbent;
 use crate::{
     BoundMethod, Objective, SolveError, SolveMethod, SolveOptions, SolveReport, SolveStatus,
@@ -141,30 +141,26 @@ pub(crate) fn solve_by_groups(
         .all(|g| g.report.status == SolveStatus::Optimal)
         && replayed <= best_bound * (1.0 + 1e-9);
     let note = note(&solved, warm_start.heuristic == whole.name);
+    let status = if proven {
+        SolveStatus::Optimal
+    } else {
+        SolveStatus::NotProven
+    };
     Ok(Some(SolveReport {
-        status: if proven {
-            SolveStatus::Optimal
-        } else {
-            SolveStatus::NotProven
-        },
-        method: SolveMethod::IndependentGroups,
-        objective,
-        constraints: options.constraints,
-        milp_objective: None,
-        replayed_objective: replayed,
-        best_bound,
-        certified_gap: certified_gap(replayed, best_bound),
-        bound_method,
         note: Some(note),
-        horizon: schedule.batches.len(),
-        horizon_proven_sufficient: false,
-        model: None,
         build_s: started.elapsed().as_secs_f64(),
         solve_s: solved.iter().map(|g| g.report.solve_s).sum(),
-        nodes: None,
-        states_expanded: None,
         warm_start: Some(warm_start),
-        schedule,
+        ..SolveReport::from_answer(Answer {
+            status,
+            method: SolveMethod::IndependentGroups,
+            objective,
+            constraints: options.constraints,
+            schedule,
+            replayed,
+            bound: value,
+            bound_method,
+        })
     }))
 }
 
@@ -211,6 +207,8 @@ fn solve_each(
             time_limit_s: left * share,
             observer: None,
             independent_groups: false,
+            // The whole workload's schedules do not fit a group's requests.
+            seeds: Vec::new(),
             ..options.clone()
         };
         match crate::solve(&sub, limits, cost, objective, &sub_options) {

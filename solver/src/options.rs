@@ -207,6 +207,11 @@ pub struct SolveOptions {
     /// it where the best heuristic schedule has served every earlier request before the
     /// next arrives, and solve each group on its own (module `groups`).
     pub independent_groups: bool,
+    /// Schedules the caller already has (e.g. `compare`'s heuristics, run under their own
+    /// defaults), each with its name: offered to the store before any method runs, so
+    /// each is replayed under these limits, kept only inside the class and when strictly
+    /// better, and the answer names the one it returns.
+    pub seeds: Vec<(String, Schedule)>,
 }
 
 /// What the arc-flow MILP takes per arc variable while HiGHS solves it (bytes of peak
@@ -246,6 +251,7 @@ impl Default for SolveOptions {
             plan_search_evaluations: 100_000,
             phase_relaxation: true,
             independent_groups: true,
+            seeds: Vec::new(),
         }
     }
 }

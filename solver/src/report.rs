@@ -171,6 +171,57 @@ pub struct SolveReport {
     pub schedule: Schedule,
 }
 
+/// What every answer states: its schedule, how it was found, its replayed value and the
+/// bound proven beside it.
+pub(crate) struct Answer {
+    /// How the solve ended.
+    pub status: SolveStatus,
+    /// The method that produced the schedule.
+    pub method: SolveMethod,
+    /// The objective and policy class solved.
+    pub objective: Objective,
+    /// The policy class.
+    pub constraints: PolicyConstraints,
+    /// The schedule and its replayed objective (seconds).
+    pub schedule: Schedule,
+    /// The replayed objective (seconds).
+    pub replayed: f64,
+    /// A lower bound (seconds) and what proves it.
+    pub bound: f64,
+    /// What proves the bound.
+    pub bound_method: BoundMethod,
+}
+
+impl SolveReport {
+    /// The one builder of a report: the best bound is `bound` capped at the schedule's
+    /// value (and at 0), the certified gap follows from them; the method's own details
+    /// (note, horizon, model size, times, warm start) start empty for it to fill.
+    pub(crate) fn from_answer(a: Answer) -> Self {
+        let best_bound = a.bound.min(a.replayed).max(0.0);
+        SolveReport {
+            status: a.status,
+            method: a.method,
+            objective: a.objective,
+            constraints: a.constraints,
+            milp_objective: None,
+            replayed_objective: a.replayed,
+            best_bound,
+            certified_gap: certified_gap(a.replayed, best_bound),
+            bound_method: a.bound_method,
+            note: None,
+            horizon: a.schedule.batches.len(),
+            horizon_proven_sufficient: false,
+            model: None,
+            build_s: 0.0,
+            solve_s: 0.0,
+            nodes: None,
+            states_expanded: None,
+            warm_start: None,
+            schedule: a.schedule,
+        }
+    }
+}
+
 /// The certified gap of a schedule whose replayed objective is `replayed` against a lower
 /// bound `bound`: `(replayed - bound) / replayed`, 0 for a zero objective.
 pub fn certified_gap(replayed: f64, bound: f64) -> f64 {
@@ -202,7 +253,6 @@ pub(crate) fn best_found(
     };
     let r = replay(w, limits, cost, &schedule)?;
     let replayed = objective.of_replay(&r);
-    let best_bound = bound.value_s.min(replayed).max(0.0);
     // Where the bound meets the schedule, the schedule is optimal: said so.
     let proven = replayed <= bound.value_s * (1.0 + 1e-9);
     let answer = if proven {
@@ -216,32 +266,27 @@ pub(crate) fn best_found(
             bound.argument.name()
         )
     };
+    let status = if proven {
+        SolveStatus::Optimal
+    } else {
+        SolveStatus::NotProven
+    };
     Ok(SolveReport {
-        status: if proven {
-            SolveStatus::Optimal
-        } else {
-            SolveStatus::NotProven
-        },
-        method: SolveMethod::BestHeuristic,
-        objective,
-        constraints: class,
-        milp_objective: None,
-        replayed_objective: replayed,
-        best_bound,
-        certified_gap: certified_gap(replayed, best_bound),
-        bound_method: BoundMethod::Combinatorial(bound.argument),
         note: Some(format!("{note}; {answer}")),
-        horizon: schedule.batches.len(),
-        horizon_proven_sufficient: false,
-        model: None,
         build_s: started.elapsed().as_secs_f64(),
-        solve_s: 0.0,
-        nodes: None,
-        states_expanded: None,
         warm_start: Some(WarmStart {
             heuristic: name,
             objective: replayed,
         }),
-        schedule,
+        ..SolveReport::from_answer(Answer {
+            status,
+            method: SolveMethod::BestHeuristic,
+            objective,
+            constraints: class,
+            schedule,
+            replayed,
+            bound: bound.value_s,
+            bound_method: BoundMethod::Combinatorial(bound.argument),
+        })
     })
 }

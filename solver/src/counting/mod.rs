@@ -30,6 +30,7 @@ use infersched_cost_model::LinearCostModel;
 use crate::bounds::BoundArgument;
 use crate::classes::{class_graph, request_classes};
 use crate::graph::{ArcKind, StateGraph};
+use crate::report::Answer;
 use crate::store::Incumbent;
 use crate::{
     BoundMethod, Objective, PolicyConstraints, SolveError, SolveMethod, SolveOptions, SolveReport,
@@ -495,28 +496,24 @@ pub(crate) fn incumbent_report(
 ) -> SolveReport {
     let value = best.objective_value(objective);
     SolveReport {
-        status: SolveStatus::Optimal,
-        method: SolveMethod::CountingSearch,
-        objective,
-        constraints: class,
-        milp_objective: None,
-        replayed_objective: value,
-        best_bound: value,
-        certified_gap: 0.0,
-        bound_method: BoundMethod::Exact,
         note: Some(note),
-        horizon: best.schedule.batches.len(),
         horizon_proven_sufficient: true,
-        model: None,
-        build_s: 0.0,
         solve_s: started.elapsed().as_secs_f64(),
-        nodes: None,
         states_expanded: Some(expanded as u64),
         warm_start: Some(WarmStart {
             heuristic: best.name.clone(),
             objective: value,
         }),
-        schedule: best.schedule.clone(),
+        ..SolveReport::from_answer(Answer {
+            status: SolveStatus::Optimal,
+            method: SolveMethod::CountingSearch,
+            objective,
+            constraints: class,
+            schedule: best.schedule.clone(),
+            replayed: value,
+            bound: value,
+            bound_method: BoundMethod::Exact,
+        })
     }
 }
 
@@ -570,25 +567,20 @@ pub(crate) fn solve_by_counting(
     };
     let solve_s = t_solve.elapsed().as_secs_f64();
     Ok(Some(SolveReport {
-        status: SolveStatus::Optimal,
-        method: SolveMethod::CountingSearch,
-        objective,
-        constraints: class,
-        milp_objective: None,
-        replayed_objective: replayed,
-        best_bound: replayed,
-        certified_gap: 0.0,
-        bound_method: BoundMethod::Exact,
-        note: None,
-        horizon: schedule.batches.len(),
         horizon_proven_sufficient: true,
-        model: None,
         build_s: t_solve.duration_since(started).as_secs_f64(),
         solve_s,
-        nodes: None,
         states_expanded: Some(expanded as u64),
-        warm_start: None,
-        schedule,
+        ..SolveReport::from_answer(Answer {
+            status: SolveStatus::Optimal,
+            method: SolveMethod::CountingSearch,
+            objective,
+            constraints: class,
+            schedule,
+            replayed,
+            bound: replayed,
+            bound_method: BoundMethod::Exact,
+        })
     }))
 }
 
