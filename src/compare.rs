@@ -130,8 +130,18 @@ impl From<&crate::core::Distribution> for Quantiles {
 /// One row of `comparison.csv` / `comparison.json`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ComparisonRow {
-    /// The scheduler (its name in tables and files is its [`Display`](std::fmt::Display)).
+    /// The contender that ran (`contender` in files).
+    #[serde(rename = "contender")]
     pub scheduler: Contender,
+    /// What the row is called in tables, plots and files (`scheduler` there): the
+    /// contender's name, except that the solver's schedule without a proof is
+    /// `best-found` (never `optimal`).
+    #[serde(rename = "scheduler")]
+    pub label: String,
+    /// The solver's method that produced the schedule (none for a heuristic).
+    pub method: Option<String>,
+    /// Whether the contender reads the true output lengths (the solver, MC-SF).
+    pub clairvoyant: bool,
     /// `heuristic`, or the solver's status (`optimal`, `time-limit`, `no-solution`,
     /// `not-proven`).
     pub status: RunStatus,
@@ -175,6 +185,27 @@ pub struct ComparisonRow {
     pub limits: Limits,
     /// Where its makespan goes (the cost model's terms and idle time).
     pub time_split: TimeBreakdown,
+}
+
+impl ComparisonRow {
+    /// The row's name for people: its label, with `*` where it is clairvoyant.
+    pub fn display_name(&self) -> String {
+        if self.clairvoyant {
+            format!("{}*", self.label)
+        } else {
+            self.label.clone()
+        }
+    }
+}
+
+/// The name a row goes by: the contender's, except that the solver's schedule without a
+/// proof is `best-found` (with its class: `best-found+no-evict`).
+pub fn row_label(c: Contender, status: RunStatus) -> String {
+    let name = c.to_string();
+    match name.strip_prefix(crate::produce::OPTIMAL) {
+        Some(class) if c.is_solver() && !status.proven_optimal() => format!("best-found{class}"),
+        _ => name,
+    }
 }
 
 /// Whether the rows hold a proven optimum (the `optimal` row with status `optimal`);
@@ -244,9 +275,13 @@ impl Comparison {
                 let s = &o.summary;
                 let v = self.objective.of(s);
                 let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0).map(|d| v / d);
+                let status = RunStatus::of(o);
                 ComparisonRow {
                     scheduler: contender,
-                    status: RunStatus::of(o),
+                    label: row_label(contender, status),
+                    method: o.solve.as_ref().map(|r| r.method.name().to_string()),
+                    clairvoyant: contender.clairvoyant(),
+                    status,
                     objective_s: v,
                     ratio_to_optimum: ratio(opt_value),
                     ratio_to_bound: ratio(bound),
@@ -315,6 +350,9 @@ pub const CSV_COLUMNS: &[&str] = &[
     "split_attention_s",
     "split_recomputation_s",
     "split_idle_s",
+    "contender",
+    "method",
+    "clairvoyant",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -337,8 +375,8 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            r.scheduler,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.label,
             r.status,
             objective.name(),
             r.objective_s,
@@ -370,6 +408,9 @@ pub fn write_csv(
                 .map(f64::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
+            r.scheduler,
+            r.method.as_deref().unwrap_or_default(),
+            r.clairvoyant,
         )?;
     }
     Ok(())
@@ -408,4 +449,35 @@ pub fn write_json(path: &Path, setting: &Setting, c: &Comparison) -> io::Result<
     });
     let text = serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n";
     write_bytes_atomic(path, text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solver::{PolicyConstraints, SolveStatus};
+
+    #[test]
+    fn an_unproven_solver_row_is_never_called_optimal() {
+        let no_evict = Contender::Optimal(PolicyConstraints {
+            no_evict: true,
+            ..PolicyConstraints::default()
+        });
+        let solver = |s| RunStatus::Solver(s);
+        assert_eq!(
+            row_label(Contender::OPTIMAL, solver(SolveStatus::Optimal)),
+            "optimal"
+        );
+        for status in [
+            SolveStatus::NotProven,
+            SolveStatus::TimeLimit,
+            SolveStatus::NoSolution,
+        ] {
+            assert_eq!(row_label(Contender::OPTIMAL, solver(status)), "best-found");
+            assert_eq!(row_label(no_evict, solver(status)), "best-found+no-evict");
+        }
+        let vllm = Contender::Heuristic(crate::schedulers::SchedulerKind::Vllm);
+        assert_eq!(row_label(vllm, RunStatus::Heuristic), "vllm");
+        let mcsf = Contender::Heuristic(crate::schedulers::SchedulerKind::Mcsf);
+        assert!(mcsf.clairvoyant() && Contender::OPTIMAL.clairvoyant() && !vllm.clairvoyant());
+    }
 }

@@ -128,6 +128,15 @@ impl Contender {
         matches!(self, Contender::Optimal(_))
     }
 
+    /// Whether it reads the requests' true output lengths (the offline solver, MC-SF):
+    /// its schedules are bounds on what an online scheduler can do, not ones it can run.
+    pub fn clairvoyant(self) -> bool {
+        match self {
+            Contender::Optimal(_) => true,
+            Contender::Heuristic(k) => k.clairvoyant(),
+        }
+    }
+
     /// Parses a comma-separated list, rejecting duplicates.
     pub fn parse_list(s: &str) -> Result<Vec<Contender>, String> {
         let mut out: Vec<Contender> = Vec::new();

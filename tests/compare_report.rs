@@ -82,6 +82,10 @@ fn compare_writes_a_consistent_well_formed_report() {
     let dir = tempfile::tempdir().unwrap();
     let paths = report::write_comparison(dir.path(), &w, &setting(&w, l), &c).unwrap();
     assert!(paths.iter().all(|p| p.exists()));
+    // The offline solver reads the true output lengths, and the table says so.
+    let text = report::comparison_text(&c.rows(), Objective::Makespan);
+    assert!(text.contains("optimal*"), "{text}");
+    assert!(text.contains("* clairvoyant (optimal)"), "{text}");
 
     // The table: header, one row per scheduler, ratios from the replayed objectives.
     let mut rdr = csv::Reader::from_path(dir.path().join("comparison.csv")).unwrap();
@@ -92,6 +96,11 @@ fn compare_writes_a_consistent_well_formed_report() {
     let col = |n: &str| CSV_COLUMNS.iter().position(|c| *c == n).unwrap();
     let opt_value: f64 = rows[0][col("objective_s")].parse().unwrap();
     assert_eq!(&rows[0][col("scheduler")], "optimal");
+    assert_eq!(&rows[0][col("contender")], "optimal");
+    assert_eq!(&rows[0][col("clairvoyant")], "true", "the offline solver");
+    assert!(!rows[0][col("method")].is_empty());
+    assert_eq!(&rows[1][col("clairvoyant")], "false");
+    assert_eq!(&rows[1][col("method")], "");
     assert_eq!(&rows[0][col("ratio_to_optimum")], "1");
     let mut recomputing = 0;
     for (row, (name, outcome)) in rows.iter().zip(c.succeeded()) {
@@ -698,6 +707,17 @@ fn without_a_proof_the_report_says_best_found_and_leads_with_the_bound() {
             .map(Result::unwrap)
             .collect();
     let col = |n: &str| CSV_COLUMNS.iter().position(|c| *c == n).unwrap();
+    // The unproven solver row is called what it is, with its method, never `optimal`.
+    let solver = rows
+        .iter()
+        .find(|r| &r[col("contender")] == "optimal")
+        .unwrap();
+    assert_eq!(&solver[col("scheduler")], "best-found");
+    assert_eq!(&solver[col("method")], "best-heuristic");
+    assert!(
+        stdout.contains("best-found*") && !stdout.contains("optimal*"),
+        "{stdout}"
+    );
     let vllm = rows
         .iter()
         .find(|r| &r[col("scheduler")] == "vllm")

@@ -112,6 +112,12 @@ pub struct Defaults {
 }
 
 impl SchedulerKind {
+    /// Whether the policy reads the requests' true output lengths, which no online
+    /// scheduler knows (MC-SF orders and admits by them).
+    pub fn clairvoyant(self) -> bool {
+        matches!(self, Self::Mcsf)
+    }
+
     /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
     /// vLLM-V1 C = 8192, R_max 256, block 16; Sarathi C = 512, R_max 128, block 16,
     /// watermark 1%; Orca and static: no token budget, R_max 256, block 1; MC-SF: no

@@ -156,9 +156,10 @@ pub struct SolveReport {
     pub horizon_proven_sufficient: bool,
     /// The MILP's size (None when no MILP was built).
     pub model: Option<ModelSize>,
-    /// Seconds to build the model.
+    /// Seconds before the answering method: heuristics, bounds, searches and the model's
+    /// build (`build_s + solve_s` is the solve's wall time, as [`crate::solve`] measures it).
     pub build_s: f64,
-    /// Seconds HiGHS ran.
+    /// Seconds of the answering method (HiGHS for the MILP, the search that proved it).
     pub solve_s: f64,
     /// HiGHS's branch-and-bound nodes, when it reports them.
     pub nodes: Option<i64>,

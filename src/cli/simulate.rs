@@ -84,6 +84,11 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         match result {
             Ok((summary, split, paths, limits)) => {
                 outln!("\n{} ({limits})", kind.name());
+                if kind.clairvoyant() {
+                    outln!(
+                        "  clairvoyant: it reads the true output lengths, which no online scheduler knows"
+                    );
+                }
                 out!("{}", infersched::output::summary_text(&summary));
                 out!("{}", infersched::output::time_split_text(&split));
                 if !paths.is_empty() {

@@ -159,6 +159,39 @@ fn ratio_columns(rows: &[ComparisonRow]) -> (Vec<&'static str>, Vec<Vec<Cell>>) 
     (vec![reference, "/bound"], cells)
 }
 
+/// What the marks of the table mean, and whether the best schedule came from a method that
+/// reads the true output lengths.
+pub fn clairvoyance_notes(rows: &[ComparisonRow]) -> Vec<String> {
+    let mut notes = Vec::new();
+    if rows.iter().any(|r| r.label.starts_with("best-found")) {
+        notes.push(
+            "best-found: the solver's best schedule, not proven optimal (its bound and gap are in the table)".to_string(),
+        );
+    }
+    let clairvoyant: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.clairvoyant)
+        .map(|r| r.label.as_str())
+        .collect();
+    if !clairvoyant.is_empty() {
+        notes.push(format!(
+            "* clairvoyant ({}): reads the true output lengths, which no online scheduler knows",
+            clairvoyant.join(", ")
+        ));
+    }
+    if let Some(best) = rows
+        .iter()
+        .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s))
+        .filter(|r| r.clairvoyant)
+    {
+        notes.push(format!(
+            "the best schedule ({}) came from a clairvoyant method",
+            best.label
+        ));
+    }
+    notes
+}
+
 /// The comparison table for the terminal.
 pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
     let (ratio_heads, ratios) = ratio_columns(rows);
@@ -167,7 +200,7 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
         .zip(ratios)
         .map(|(r, ratio)| {
             let mut row = vec![
-                Cell::Text(r.scheduler.to_string()),
+                Cell::Text(r.display_name()),
                 Cell::Text(r.status.name().to_string()),
             ];
             row.extend(ratio);
@@ -201,15 +234,19 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
         "batches",
     ]);
     t.push_str(&text_table(&headers, &cells));
+    for line in clairvoyance_notes(rows) {
+        t.push_str(&line);
+        t.push('\n');
+    }
     t.push_str("\nlimits each ran under (heuristics: the limits given and their own defaults):\n");
     for r in rows {
-        let _ = writeln!(t, "  {:<10} {}", r.scheduler.to_string(), r.limits);
+        let _ = writeln!(t, "  {:<10} {}", r.label, r.limits);
     }
     if let Some(d) = distance_to_optimum_text(rows) {
         t.push('\n');
         t.push_str(&d);
     }
-    let names: Vec<String> = rows.iter().map(|r| r.scheduler.to_string()).collect();
+    let names: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
     let splits: Vec<(&str, TimeBreakdown)> = rows
         .iter()
         .zip(&names)
@@ -219,10 +256,14 @@ pub fn comparison_text(rows: &[ComparisonRow], objective: Objective) -> String {
         Reference::Optimum => "the proven optimum",
         _ => "the solver's best schedule, not proven optimal,",
     };
+    let solver_label = rows
+        .iter()
+        .find(|r| r.scheduler.is_solver())
+        .map(|r| r.label.as_str());
     let _ = write!(
         t,
         "\nwhere the makespan goes (the cost model's terms, and idle time waiting for arrivals):\n{}",
-        crate::output::time_split_table(&splits, Some((crate::produce::OPTIMAL, label)))
+        crate::output::time_split_table(&splits, solver_label.map(|s| (s, label)))
     );
     t
 }
@@ -274,7 +315,7 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
         .zip(ratios)
         .map(|(r, ratio)| {
             let mut row = vec![
-                Cell::Text(r.scheduler.to_string()),
+                Cell::Text(r.display_name()),
                 Cell::Text(r.status.name().to_string()),
                 Cell::Time(Some(r.objective_s)),
             ];
@@ -309,7 +350,7 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
         .iter()
         .map(|r| {
             vec![
-                Cell::Text(r.scheduler.to_string()),
+                Cell::Text(r.display_name()),
                 Cell::Text(r.batches.to_string()),
                 Cell::Text(format!("{:.2}", r.mean_batch_size)),
                 Cell::Text(r.evictions.to_string()),
@@ -400,7 +441,7 @@ fn time_split_html(rows: &[ComparisonRow]) -> String {
     };
     let split: Vec<(String, [f64; 6])> = rows
         .iter()
-        .map(|r| (r.scheduler.to_string(), r.time_split.terms()))
+        .map(|r| (r.label.clone(), r.time_split.terms()))
         .collect();
     table(&mut h, &split);
     if let Some(base) = rows.iter().find(|r| r.scheduler.is_solver()) {
@@ -497,7 +538,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best heuristic, {}, is {:.2}% above the proven optimum</b>: its {} is {} versus {}.</p>",
-            html_escape(&best_h.scheduler.to_string()),
+            html_escape(&best_h.display_name()),
             (ratio - 1.0) * 100.0,
             objective_label(objective),
             fmt_s(best_h.objective_s),
@@ -510,7 +551,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best heuristic, {}, is at most {:.2}% above the optimum</b> (its {} {} against the proven lower bound {}). No schedule is proven optimal: the best the solver found ({}) is {}, {:.2}% below it; certified gap {:.2}%.</p>",
-            html_escape(&best_h.scheduler.to_string()),
+            html_escape(&best_h.display_name()),
             (to_bound - 1.0) * 100.0,
             objective_label(objective),
             fmt_s(best_h.objective_s),
@@ -524,7 +565,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
         let _ = writeln!(
             h,
             "<p><b>The best of the schedulers run is {}</b>, with {} {}. No solver ran, so how far any of them is from the optimum is not known (add <code>optimal</code> to <code>--schedulers</code> for a schedule, a proven bound and the gap).</p>",
-            html_escape(&best_h.scheduler.to_string()),
+            html_escape(&best_h.display_name()),
             objective_label(objective),
             fmt_s(best_h.objective_s),
         );
@@ -593,7 +634,7 @@ fn limits_html(rows: &[ComparisonRow], c: &Comparison) -> String {
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            html_escape(&r.scheduler.to_string()),
+            html_escape(&r.display_name()),
             limit_text(l.token_budget),
             limit_text(l.effective_prefill_budget()),
             limit_text(l.kv_capacity),
@@ -642,6 +683,9 @@ so it is an upper bound on how far a scheduler is from the true optimum.";
 {reference_text}</p>\n"
     );
     h.push_str(&results_html(rows, objective));
+    for line in clairvoyance_notes(rows) {
+        let _ = writeln!(h, "<p>{}</p>", html_escape(&line));
+    }
     let distances = distance_to_optimum(rows);
     if !distances.is_empty() {
         h.push_str(

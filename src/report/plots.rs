@@ -446,7 +446,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
             y,
             xb - xa,
             frame.y1 - y,
-            svg::series_style(&r.scheduler.to_string(), i).color,
+            svg::series_style(&r.label, i).color,
             1.0,
         );
         s.text(
@@ -461,7 +461,7 @@ pub fn objective_bars(rows: &[ComparisonRow], objective_name: &str) -> Svg {
         s.text(
             (xa + xb) / 2.0,
             frame.y1 + 16.0,
-            &r.scheduler.to_string(),
+            &r.display_name(),
             12.0,
             Anchor::Middle,
             0.0,

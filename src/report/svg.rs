@@ -124,6 +124,11 @@ const DASHES: [&str; 4] = ["", "7 3", "2 2", "9 3 2 3"];
 /// `vllm (makespan)`; a policy-constrained optimum such as `optimal+no-evict` keeps the
 /// optimum's colour with a dash of its own), else a palette style by `index`.
 pub fn series_style(name: &str, index: usize) -> Style {
+    // The solver's unproven answer keeps the solver's style.
+    let name = match name.strip_prefix("best-found") {
+        Some(rest) => &format!("{}{rest}", crate::produce::OPTIMAL),
+        None => name,
+    };
     let base = name.split([' ', '+']).next().unwrap_or(name);
     match SCHEDULER_STYLES.iter().find(|(n, _)| *n == base) {
         Some((_, style)) if base.len() == name.len() || name.as_bytes()[base.len()] == b' ' => {
