@@ -108,14 +108,16 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         infersched::report::comparison_text(&rows, objective)
     );
     if let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) {
+        let proven = r.status == infersched::solver::SolveStatus::Optimal;
         outln!(
-            "optimal: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%{}",
+            "{}: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%{}",
+            if proven { "optimal" } else { "best-found" },
             r.status.name(),
             r.method.name(),
             r.best_bound * 1e3,
             r.bound_method.name(),
             r.certified_gap * 100.0,
-            if r.status == infersched::solver::SolveStatus::Optimal {
+            if proven {
                 ""
             } else {
                 "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
