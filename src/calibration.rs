@@ -88,6 +88,16 @@ pub fn write_calibration(
     all: &[Sample],
 ) -> io::Result<(Calibration, Vec<PathBuf>)> {
     std::fs::create_dir_all(dir)?;
+    let outputs = [
+        "samples.csv",
+        "validation.csv",
+        "run.json",
+        "coefficients.json",
+        "validation.svg",
+        "validation.png",
+    ]
+    .map(|f| dir.join(f));
+    crate::core::io::refuse_links(&outputs)?;
     let c = calibrate(all).map_err(io::Error::other)?;
     let (fit_rows, validation_rows): (Vec<Sample>, Vec<Sample>) = all
         .iter()

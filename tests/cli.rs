@@ -1460,8 +1460,21 @@ fn the_sweep_lock_never_follows_a_link_nor_truncates_a_file_it_did_not_write() {
         std::fs::read_to_string(&precious).unwrap(),
         "the user's data\n"
     );
-    // A stale lock of an earlier sweep (its process id) is taken over.
+    // Nor is a plot that is a link.
     std::fs::remove_file(out.join("results.csv")).unwrap();
+    std::fs::create_dir(out.join("plots")).unwrap();
+    let plot = out.join("plots").join("makespan_s-vs-M.svg");
+    std::os::unix::fs::symlink(&precious, &plot).unwrap();
+    let o = sweep(&out);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("symbolic link"), "{}", stderr(&o));
+    assert!(!out.join("results.csv").exists(), "refused before running");
+    std::fs::remove_file(&plot).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "the user's data\n"
+    );
+    // A stale lock of an earlier sweep (its process id) is taken over.
     std::fs::write(&lock, "4242").unwrap();
     let o = sweep(&out);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -1691,6 +1704,27 @@ fn calibrate_from_samples_checks_the_recorded_run_before_writing_anything() {
         let err = stderr(&o);
         assert!(err.contains("run.json") && err.contains(field), "{err}");
         assert!(!out.exists(), "nothing written for {field} = {broken}");
+    }
+    // An output that is a link is not written through.
+    #[cfg(unix)]
+    {
+        std::fs::write(recorded.join("run.json"), run_json.to_string()).unwrap();
+        let out = dir.path().join("linked");
+        std::fs::create_dir(&out).unwrap();
+        let precious = dir.path().join("precious.json");
+        std::fs::write(&precious, "{}").unwrap();
+        std::os::unix::fs::symlink(&precious, out.join("coefficients.json")).unwrap();
+        let o = run(&[
+            "calibrate",
+            "--from-samples",
+            recorded.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stderr(&o).contains("symbolic link"), "{}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "{}");
+        assert!(!out.join("samples.csv").exists(), "nothing written");
     }
 }
 

@@ -155,6 +155,24 @@ pub fn remove_stale_temp_files(dir: &Path) {
     }
 }
 
+/// Refuses output paths that are symbolic links, for commands that write only files of
+/// their own (a sweep's directory, a calibration run): an error naming the first link.
+pub fn refuse_links<P: AsRef<Path>>(paths: &[P]) -> io::Result<()> {
+    for p in paths {
+        let p = p.as_ref();
+        if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a symbolic link; this command writes only files of its own, never through a link (remove it or choose another output directory)",
+                    p.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The file a symbolic link points to (following chains), whether or not it exists yet.
 fn resolve_link(link: &Path) -> io::Result<std::path::PathBuf> {
     let mut path = link.to_path_buf();
@@ -245,6 +263,10 @@ mod tests {
         fs::write(&target, b"old").unwrap();
         let link = dir.path().join("link.txt");
         std::os::unix::fs::symlink("target.txt", &link).unwrap();
+        // Commands that write only their own files refuse it instead.
+        let e = refuse_links(&[target.clone(), link.clone()]).unwrap_err();
+        assert!(e.to_string().contains("link.txt is a symbolic link"), "{e}");
+        assert!(refuse_links(&[target.clone(), dir.path().join("absent")]).is_ok());
         write_bytes_atomic(&link, b"new").unwrap();
         assert!(
             fs::symlink_metadata(&link)

@@ -62,6 +62,19 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
     plots
 }
 
+/// Every path the plots of `sweep` may be written to in `dir` (and `dir` itself).
+pub fn plot_paths(sweep: &Sweep, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![dir.to_path_buf()];
+    for &param in sweep.swept.iter().filter(|p| **p != "seed") {
+        for &(metric, _) in PLOTTED_METRICS {
+            for ext in ["svg", "png"] {
+                paths.push(dir.join(format!("{metric}-vs-{param}.{ext}")));
+            }
+        }
+    }
+    paths
+}
+
 /// Per run: its value, the other end of its bar, whether it is proven.
 type Runs = Vec<(f64, Option<f64>, bool)>;
 
