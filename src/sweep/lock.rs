@@ -4,18 +4,6 @@ use anyhow::{Context, Result, bail};
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
-/// Refuses a path that is a symbolic link: the sweep never writes through one (it could
-/// point at any file of the user's).
-pub(super) fn refuse_link(path: &Path) -> Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => bail!(
-            "{} is a symbolic link; the sweep does not write through links (remove it or choose another --out)",
-            path.display()
-        ),
-        _ => Ok(()),
-    }
-}
-
 /// Takes the exclusive lock of a sweep's output directory (`.infersched-sweep.lock`, with
 /// the holder's process id inside), or says who holds it. The OS releases the lock when
 /// the file is closed or the process dies, so a killed sweep never leaves it held.
@@ -23,7 +11,7 @@ pub(super) fn refuse_link(path: &Path) -> Result<()> {
 /// but a process id (what a sweep writes): anything else is refused, never truncated.
 pub(super) fn lock_output_dir(out: &Path) -> Result<std::fs::File> {
     let path = out.join(".infersched-sweep.lock");
-    refuse_link(&path)?;
+    crate::core::io::refuse_links(&[&path])?;
     let mut options = std::fs::OpenOptions::new();
     options.read(true).write(true).create(true).truncate(false);
     #[cfg(unix)]

@@ -108,7 +108,7 @@ pub fn merge(
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let _lock = lock_output_dir(out)?;
     let results_path = out.join("results.csv");
-    super::lock::refuse_link(&results_path)?;
+    crate::core::io::refuse_links(&[&results_path])?;
     crate::core::io::refuse_links(&super::plots::plot_paths(sweep, &out.join("plots")))?;
     if results_path.exists() {
         bail!(

@@ -219,7 +219,7 @@ pub(super) fn row_line(row: &ResultRow) -> Result<Vec<u8>> {
 /// short by a kill is moved to `results.csv.cut` (appended there, so nothing is lost) and
 /// the file truncated to its last complete line; anything else is refused untouched.
 pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
-    super::lock::refuse_link(path)?;
+    crate::core::io::refuse_links(&[path])?;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let complete = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(i) => i + 1,
@@ -241,7 +241,7 @@ pub fn read_results(path: &Path) -> Result<Vec<ResultRow>> {
     let rows = parse_results(path, &bytes[..complete])?;
     if complete < bytes.len() {
         let cut = path.with_extension("csv.cut");
-        super::lock::refuse_link(&cut)?;
+        crate::core::io::refuse_links(&[&cut])?;
         let mut keep = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

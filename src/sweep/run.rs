@@ -197,7 +197,7 @@ pub fn run(
     // Held until this function returns: one sweep per output directory at a time.
     let _lock = lock_output_dir(out)?;
     let results_path = out.join("results.csv");
-    super::lock::refuse_link(&results_path)?;
+    crate::core::io::refuse_links(&[&results_path])?;
     crate::core::io::refuse_links(&super::plots::plot_paths(sweep, &out.join("plots")))?;
     let points = match shard_of {
         Some((k, n)) => shard(&sweep.points, k, n),
