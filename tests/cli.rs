@@ -387,6 +387,26 @@ fn fit_writes_a_usable_cost_model() {
     let o = run(&["cost-model", "show", "llama2-7b-a100"]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("KV capacity M = "));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("all-reduces"));
+    // A tensor-parallel roofline shows its all-reduces over both links, the one it
+    // includes marked.
+    let o = run(&["cost-model", "show", "roofline:h100:llama3-70b:tp8:pcie"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("tensor parallel 8: two all-reduces per layer"),
+        "{text}"
+    );
+    let pcie = text
+        .lines()
+        .find(|l| l.starts_with("    over pcie"))
+        .unwrap();
+    let nvlink = text
+        .lines()
+        .find(|l| l.starts_with("    over nvlink"))
+        .unwrap();
+    assert!(pcie.contains("(in this model's tokens term)"), "{pcie}");
+    assert!(!nvlink.contains("in this model"), "{nvlink}");
 
     // mlp.csv with a Vidur-format attention.csv: one file with every feature's theta.
     let attention = dir.path().join("attention.csv");

@@ -1,6 +1,6 @@
 //! The `roofline` cost model: first-order coefficients from a model's shape and a GPU's
 //! datasheet (peak dense bf16 FLOP/s, memory bandwidth), usable anywhere as
-//! `roofline:GPU:MODEL[:tpN]`, e.g. `roofline:h200:llama2-7b` (InferMax's "theoretical
+//! `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]`, e.g. `roofline:h200:llama2-7b` (InferMax's "theoretical
 //! hardware bound").
 //!
 //! Per layer and GPU (tensor parallel degree t, bytes per element b), each term the time of
@@ -12,7 +12,15 @@
 //! * `prefill_attn`: causal attention FLOPs, `2 * n_h * d / t / FLOPS` per unit
 //!   (the feature counts `c^2 + 2 c m`, twice the query-key pairs; QK and PV cost `2 d` each);
 //! * `prefill_ctx`: reading the cached context of a chunk, `2 * n_kv * d * b / t / BW` per token;
-//! * per-batch and per-request biases (kernel launches, scheduling) are 0: a roofline has none.
+//! * per-batch and per-request biases (kernel launches, scheduling) are 0: a roofline has none;
+//! * with `t > 1`, tensor parallelism's communication: two all-reduces per layer (after
+//!   attention and after the MLP) of the batch's activations, `tokens x hidden x b` bytes
+//!   each; a ring all-reduce sends `2 (t - 1) / t` of them from every GPU, so `tokens` gains
+//!   `2 * 2 (t - 1) / t * hidden * b / link` per token, `link` the GPU's bandwidth in one
+//!   direction over NVLink (default) or PCIe ([`Link`]). Added to the compute, as vLLM
+//!   runs them (no overlap); launch latencies are left out, as every other bias. On NVSwitch
+//!   systems with in-network reduction (NVLink SHARP) an all-reduce can send less than a
+//!   ring's volume, so there the communication term is a ring's, not a strict floor.
 //!
 //! It is a lower bound on real kernel time, not a prediction: at small batches real GEMMs
 //! reach a fraction of the peak, and launch overheads that a calibration measures are missing.
@@ -31,29 +39,87 @@ pub struct Datasheet {
     pub peak_flops: f64,
     /// Memory bandwidth in bytes/s.
     pub bandwidth: f64,
+    /// NVLink bandwidth per GPU in one direction (bytes/s): half the datasheet's
+    /// bidirectional total.
+    pub nvlink: f64,
+    /// PCIe x16 bandwidth per GPU in one direction (bytes/s), likewise.
+    pub pcie: f64,
+}
+
+/// The link tensor-parallel all-reduces run over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// NVLink (the SXM boards the datasheets describe).
+    NvLink,
+    /// PCIe x16 (boards without NVLink).
+    Pcie,
+}
+
+impl Link {
+    /// Name in specs: `nvlink`, `pcie`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NvLink => "nvlink",
+            Self::Pcie => "pcie",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [Self::NvLink, Self::Pcie]
+            .into_iter()
+            .find(|l| l.name() == s)
+    }
+}
+
+impl Datasheet {
+    /// The bandwidth of `link` per GPU in one direction (bytes/s).
+    pub fn link_bandwidth(&self, link: Link) -> f64 {
+        match link {
+            Link::NvLink => self.nvlink,
+            Link::Pcie => self.pcie,
+        }
+    }
+}
+
+/// Tensor parallelism's communication per token and layer (seconds): two ring all-reduces
+/// of `hidden x dtype` bytes, each sending `2 (tp - 1) / tp` of them from every GPU over a
+/// link of `link_bandwidth` bytes/s; 0 at `tp = 1`.
+pub fn all_reduce_s_per_token(model: &ModelSpec, tp: u32, link_bandwidth: f64) -> f64 {
+    let t = f64::from(tp.max(1));
+    let bytes = f64::from(model.hidden) * f64::from(model.dtype_bytes);
+    2.0 * 2.0 * (t - 1.0) / t * bytes / link_bandwidth
 }
 
 impl Datasheet {
     /// The datasheet of a GPU by short name: `a100`, `h100`, `h200`.
     pub fn named(name: &str) -> Option<Self> {
         match name {
-            // A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2,039 GB/s HBM2e.
+            // A100 SXM4 80GB: 312 TFLOP/s bf16 dense, 2,039 GB/s HBM2e, NVLink 3 600 GB/s
+            // and PCIe 4 x16 64 GB/s (both directions together).
             "a100" => Some(Self {
                 gpu: GpuSpec::a100_80gb(),
                 peak_flops: 312e12,
                 bandwidth: 2.039e12,
+                nvlink: 300e9,
+                pcie: 32e9,
             }),
-            // H100 SXM5 80GB: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3.
+            // H100 SXM5 80GB: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3, NVLink 4 900 GB/s and
+            // PCIe 5 x16 128 GB/s (both directions together).
             "h100" => Some(Self {
                 gpu: GpuSpec::h100_80gb(),
                 peak_flops: 989.4e12,
                 bandwidth: 3.35e12,
+                nvlink: 450e9,
+                pcie: 64e9,
             }),
-            // H200 SXM 141GB: 989.4 TFLOP/s bf16 dense, 4.8 TB/s HBM3e.
+            // H200 SXM 141GB: 989.4 TFLOP/s bf16 dense, 4.8 TB/s HBM3e, NVLink 4 900 GB/s and
+            // PCIe 5 x16 128 GB/s (both directions together).
             "h200" => Some(Self {
                 gpu: GpuSpec::h200(),
                 peak_flops: 989.4e12,
                 bandwidth: 4.8e12,
+                nvlink: 450e9,
+                pcie: 64e9,
             }),
             _ => None,
         }
@@ -75,8 +141,15 @@ pub fn model_named(name: &str) -> Option<ModelSpec> {
     }
 }
 
-/// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp`.
+/// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp` over
+/// NVLink.
 pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostModel {
+    roofline_over(model, sheet, tp, Link::NvLink)
+}
+
+/// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp`, its
+/// all-reduces over `link`.
+pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) -> LinearCostModel {
     let t = f64::from(tp.max(1));
     let h = f64::from(model.hidden);
     let q = f64::from(model.heads) * f64::from(model.head_dim);
@@ -90,9 +163,10 @@ pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostMode
         "one".to_string(),
         layer_params * b / t / sheet.bandwidth * ms,
     );
+    let communication = all_reduce_s_per_token(model, tp, sheet.link_bandwidth(link));
     theta.insert(
         "tokens".to_string(),
-        2.0 * layer_params / t / sheet.peak_flops * ms,
+        (2.0 * layer_params / t / sheet.peak_flops + communication) * ms,
     );
     let kv_read = 2.0 * kv * b / t / sheet.bandwidth * ms;
     theta.insert("decode_kv".to_string(), kv_read);
@@ -105,17 +179,26 @@ pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostMode
         "roofline:{}:{}{}",
         sheet.gpu.name,
         model.name,
-        if tp > 1 {
-            format!(":tp{tp}")
-        } else {
-            String::new()
+        match (tp > 1, link) {
+            (false, _) => String::new(),
+            (true, Link::NvLink) => format!(":tp{tp}"),
+            (true, Link::Pcie) => format!(":tp{tp}:pcie"),
         }
     );
+    let over = if tp > 1 {
+        format!(
+            ", two all-reduces per layer over {} at {:.0} GB/s per direction",
+            link.name(),
+            sheet.link_bandwidth(link) / 1e9
+        )
+    } else {
+        String::new()
+    };
     let file = CoefficientFile {
         format: COST_MODEL_FORMAT.to_string(),
         name: name.clone(),
         description: format!(
-            "Roofline bound of {} on {} (TP {tp}): weights and KV reads at {:.0} GB/s, GEMM and attention FLOPs at {:.1} TFLOP/s bf16",
+            "Roofline bound of {} on {} (TP {tp}): weights and KV reads at {:.0} GB/s, GEMM and attention FLOPs at {:.1} TFLOP/s bf16{over}",
             model.name,
             sheet.gpu.name,
             sheet.bandwidth / 1e9,
@@ -130,7 +213,8 @@ pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostMode
         tensor_parallel: tp.max(1),
         provenance: Provenance {
             method: "roofline".into(),
-            source: "GPU datasheet peak bf16 FLOP/s and memory bandwidth; model shape".into(),
+            source: "GPU datasheet peak bf16 FLOP/s, memory and NVLink/PCIe bandwidth; model shape"
+                .into(),
             notes: Some(
                 "a lower bound on kernel time: no launch overheads, GEMMs and attention at peak"
                     .into(),
@@ -207,7 +291,8 @@ pub fn check_against_roofline(m: &LinearCostModel) -> Option<Vec<RooflineCheck>>
     )
 }
 
-/// Parses `roofline:GPU:MODEL[:tpN]`; `Ok(None)` if `spec` is not a roofline spec.
+/// Parses `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]`; `Ok(None)` if `spec` is not a roofline
+/// spec.
 pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let Some(rest) = spec.strip_prefix("roofline:") else {
         return Ok(None);
@@ -215,12 +300,12 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let parts: Vec<&str> = rest.split(':').collect();
     let usage = || {
         format!(
-            "\"{spec}\": expected roofline:GPU:MODEL[:tpN] with GPU one of {} and MODEL one of {}",
+            "\"{spec}\": expected roofline:GPU:MODEL[:tpN[:nvlink|pcie]] with GPU one of {} and MODEL one of {}",
             ROOFLINE_GPUS.join(", "),
             ROOFLINE_MODELS.join(", ")
         )
     };
-    if !(2..=3).contains(&parts.len()) {
+    if !(2..=4).contains(&parts.len()) {
         return Err(usage());
     }
     let sheet = Datasheet::named(parts[0]).ok_or_else(usage)?;
@@ -244,7 +329,15 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
             tp
         }
     };
-    Ok(Some(roofline(&model, &sheet, tp)))
+    let link = match parts.get(3) {
+        None => Link::NvLink,
+        Some(l) => Link::parse(l).ok_or_else(|| {
+            format!(
+                "\"{spec}\": the fourth part must be nvlink or pcie, the link of the all-reduces"
+            )
+        })?,
+    };
+    Ok(Some(roofline_over(&model, &sheet, tp, link)))
 }
 
 #[cfg(test)]
@@ -294,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn long_prefill_is_compute_bound_and_tp_divides_the_work() {
+    fn long_prefill_is_compute_bound_and_tp_divides_the_work_but_adds_its_all_reduces() {
         let one = parse_roofline("roofline:a100:llama3-8b").unwrap().unwrap();
         let four = parse_roofline("roofline:a100:llama3-8b:tp4")
             .unwrap()
@@ -302,11 +395,55 @@ mod tests {
         let mut f = BatchFeatures::default();
         f.add_prefill(4096, 0);
         let (t1, t4) = (one.batch_time_s(&f), four.batch_time_s(&f));
-        assert!((t1 / t4 - 4.0).abs() < 1e-9);
+        // A quarter of the compute per GPU, plus 4,096 tokens' all-reduces in 32 layers over
+        // NVLink 3 (300 GB/s per direction): TP 4 is not 4x faster for free.
+        let model = model_named("llama3-8b").unwrap();
+        let comm = 4096.0 * 32.0 * all_reduce_s_per_token(&model, 4, 300e9);
+        assert!((t4 - (t1 / 4.0 + comm)).abs() < 1e-12, "{t4} {t1} {comm}");
+        assert!(t1 / t4 < 3.9 && t1 / t4 > 3.0, "{}", t1 / t4);
         // 8B-class model: ~2 * 7e9 FLOPs per token; 4096 tokens at 312 TFLOP/s ~ 0.18 s.
         assert!(t1 > 0.15 && t1 < 0.3, "{t1}");
         assert_eq!(four.file.tensor_parallel, 4);
         assert_eq!(one.file.provenance.method, "roofline");
+    }
+
+    #[test]
+    fn tensor_parallel_pays_two_ring_all_reduces_per_layer_over_its_link() {
+        let model = model_named("llama3-70b").unwrap();
+        let sheet = Datasheet::named("h100").unwrap();
+        let tokens = |m: &LinearCostModel| m.file.theta["tokens"];
+        // TP 1 communicates nothing: the tokens term is the GEMM FLOPs alone.
+        let one = roofline(&model, &sheet, 1);
+        let gemm_ms = tokens(&one);
+        // TP 8 over NVLink 4: 2 all-reduces x 2 (7 / 8) x 8,192 x 2 bytes / 450 GB/s per
+        // token and layer, 0.1274 us, beside an eighth of the GEMMs.
+        let eight = roofline(&model, &sheet, 8);
+        let comm_ms: f64 = 2.0 * 2.0 * 7.0 / 8.0 * 8192.0 * 2.0 / 450e9 * 1e3;
+        assert!((comm_ms - 1.274e-4).abs() < 1e-7, "{comm_ms}");
+        assert!((tokens(&eight) - (gemm_ms / 8.0 + comm_ms)).abs() < 1e-12);
+        // PCIe 5 (64 GB/s per direction) is 7x slower for the same bytes, and the spec says so.
+        let pcie = parse_roofline("roofline:h100:llama3-70b:tp8:pcie")
+            .unwrap()
+            .unwrap();
+        let pcie_comm = tokens(&pcie) - gemm_ms / 8.0;
+        assert!((pcie_comm / comm_ms - 450.0 / 64.0).abs() < 1e-9);
+        assert_eq!(pcie.name, "roofline:h100-80gb:llama3-70b:tp8:pcie");
+        assert_eq!(
+            parse_roofline("roofline:h100:llama3-70b:tp8")
+                .unwrap()
+                .unwrap()
+                .file
+                .theta,
+            eight.file.theta
+        );
+        // Nothing else changes with the link.
+        for f in ["one", "decode_kv", "prefill_ctx", "prefill_attn"] {
+            assert_eq!(pcie.file.theta[f], eight.file.theta[f], "{f}");
+        }
+        assert_eq!(all_reduce_s_per_token(&model, 1, 450e9), 0.0);
+        let err = parse_roofline("roofline:h100:llama3-70b:tp8:infiniband").unwrap_err();
+        assert!(err.contains("fourth part must be nvlink or pcie"), "{err}");
+        assert!(parse_roofline("roofline:h100:llama3-70b:tp8:pcie:x").is_err());
     }
 
     #[test]

@@ -21,6 +21,47 @@ pub(crate) struct ShowArgs {
     pub(crate) utilization: f64,
 }
 
+/// Tensor parallelism's all-reduces for the model, GPU and degree of `m`, at the link
+/// bandwidths of the GPU's datasheet (nothing at TP 1 or without a known model and GPU).
+fn show_communication(m: &LinearCostModel) -> Result<()> {
+    let f = &m.file;
+    let (Some(model), Some(gpu)) = (&f.model, &f.gpu) else {
+        return Ok(());
+    };
+    let Some(sheet) = cost_model::roofline::datasheet_of(gpu) else {
+        return Ok(());
+    };
+    if f.tensor_parallel <= 1 {
+        return Ok(());
+    }
+    use cost_model::roofline::{Link, all_reduce_s_per_token};
+    outln!(
+        "  tensor parallel {}: two all-reduces per layer of hidden {} x {} bytes per token, a ring sending 2 (T - 1) / T of them per GPU:",
+        f.tensor_parallel,
+        model.hidden,
+        model.dtype_bytes
+    );
+    for link in [Link::NvLink, Link::Pcie] {
+        let per_token =
+            all_reduce_s_per_token(model, f.tensor_parallel, sheet.link_bandwidth(link))
+                * f64::from(model.layers);
+        outln!(
+            "    over {:<7}({:>4.0} GB/s per direction) {:e} s per token (whole model){}",
+            link.name(),
+            sheet.link_bandwidth(link) / 1e9,
+            per_token,
+            if f.provenance.method == "roofline"
+                && f.name.ends_with(":pcie") == (link == Link::Pcie)
+            {
+                "  (in this model's tokens term)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
     let f = &m.file;
     outln!("{}: {}", m.name, f.description);
@@ -46,6 +87,7 @@ pub(crate) fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
             model.weight_bytes_per_gpu(f.tensor_parallel) as f64 / (1u64 << 30) as f64
         );
     }
+    show_communication(m)?;
     match cost_model::check_against_roofline(m) {
         Some(checks) => {
             outln!("  against the roofline of its model and GPU (the physical floor):");
@@ -99,7 +141,7 @@ pub(crate) fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
                 outln!("{name:<22}{}", m.file.description);
             }
             outln!(
-                "roofline:GPU:MODEL[:tpN]  datasheet roofline bound; GPU: {}; MODEL: {}",
+                "roofline:GPU:MODEL[:tpN[:nvlink|pcie]]  datasheet roofline bound; GPU: {}; MODEL: {}",
                 cost_model::roofline::ROOFLINE_GPUS.join(", "),
                 cost_model::roofline::ROOFLINE_MODELS.join(", ")
             );
