@@ -247,7 +247,36 @@ pub fn summary_text(s: &Summary) -> String {
         _ => format!("peak {} tokens (M unlimited)", s.peak_kv_tokens),
     };
     line(&mut t, "KV", kv);
+    if let Some(r) = &s.slo {
+        slo_lines(&mut t, r);
+    }
     t
+}
+
+/// The SLO lines of [`summary_text`]: attainment and goodput, then each SLO's aggregate.
+fn slo_lines(t: &mut String, r: &crate::core::SloReport) {
+    let per_s = |x: Option<f64>, unit: &str| x.map_or("n/a".into(), |x| format!("{x:.2} {unit}/s"));
+    t.push_str(&format!(
+        "  {:<22}{:.1}% of requests meet every SLO ({}); goodput {}, {}\n",
+        "SLO attainment",
+        r.attainment * 100.0,
+        r.good_requests,
+        per_s(r.goodput_requests_per_s, "requests"),
+        per_s(r.goodput_tokens_per_s, "output tokens")
+    ));
+    for s in &r.slos {
+        t.push_str(&format!(
+            "  {:<22}{} {} (met by {:.1}% of requests)\n",
+            "",
+            s.slo,
+            match (s.value_s, s.holds) {
+                (None, _) => "holds: no values".to_string(),
+                (Some(v), true) => format!("holds: {}", ms(v)),
+                (Some(v), false) => format!("MISSED: {}", ms(v)),
+            },
+            s.met_by * 100.0
+        ));
+    }
 }
 
 /// The short names of the time-split terms in tables, in [`TimeBreakdown::terms`] order.

@@ -2202,6 +2202,95 @@ fn simulate_without_out_prints_and_writes_nothing() {
 }
 
 #[test]
+fn slos_give_attainment_and_goodput_in_simulate_and_replay_and_nothing_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    let with = dir.path().join("with");
+    let workload = example("arxiv-4.csv");
+    let sim = |out: &Path, slos: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--workload",
+            &workload,
+            "--scheduler",
+            "vllm",
+            "--kv-capacity",
+            "64",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        for s in slos {
+            args.extend(["--slo", s]);
+        }
+        run(&args)
+    };
+    assert!(sim(&plain, &[]).status.success());
+    let summary = |d: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
+    };
+    let base = summary(&plain);
+    assert!(base.get("slo").is_none(), "no SLO asked for, none written");
+    // An E2E threshold between the smallest and the largest E2E: some requests meet it.
+    let e2es: Vec<f64> = std::fs::read_to_string(plain.join("requests.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(10).unwrap().parse().unwrap())
+        .collect();
+    let (lo, hi) = e2es
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(lo < hi, "{e2es:?}");
+    let threshold = format!("e2e-max={}ms", (lo + hi) / 2.0 * 1e3);
+    let o = sim(&with, &[&threshold, "ttft-mean=1000s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SLO attainment"), "{}", stdout(&o));
+    let slo = &summary(&with)["slo"];
+    let met = e2es.iter().filter(|&&t| t <= (lo + hi) / 2.0).count();
+    assert_eq!(slo["good_requests"].as_u64().unwrap() as usize, met);
+    assert_eq!(
+        slo["attainment"].as_f64().unwrap(),
+        met as f64 / e2es.len() as f64
+    );
+    assert_eq!(slo["all_hold"], false);
+    assert_eq!(slo["slos"][0]["holds"], false);
+    assert_eq!(slo["slos"][1]["holds"], true);
+    // Everything else in the summary is what it was without SLOs.
+    let mut rest = summary(&with);
+    rest.as_object_mut().unwrap().remove("slo");
+    assert_eq!(rest, base);
+    // replay reads the same SLOs of the same schedule the same way.
+    let again = dir.path().join("again");
+    let o = run(&[
+        "replay",
+        "--workload",
+        &workload,
+        "--schedule",
+        with.join("schedule.json").to_str().unwrap(),
+        "--kv-capacity",
+        "64",
+        "--slo",
+        &threshold,
+        "--slo",
+        "ttft-mean=1000s",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(summary(&again)["slo"], *slo);
+    // A malformed SLO is refused before anything runs, naming it.
+    let bad = dir.path().join("bad");
+    let o = sim(&bad, &["ttft-p90=2"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("SLO \"ttft-p90=2\": time \"2\" has no unit"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad.exists());
+}
+
+#[test]
 fn compare_can_skip_plots_and_traces() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

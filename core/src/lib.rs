@@ -22,6 +22,7 @@ pub mod replay;
 pub mod request;
 pub mod request_state;
 pub mod schedule;
+pub mod slo;
 
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
@@ -34,3 +35,4 @@ pub use replay::{
 pub use request::{Request, Workload, WorkloadError};
 pub use request_state::{RequestState, Step};
 pub use schedule::{Action, Batch, Entry, SCHEDULE_FORMAT, Schedule, ScheduleError};
+pub use slo::{Slo, SloMetric, SloParseError, SloReport, SloResult, SloStatistic};

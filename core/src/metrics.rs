@@ -144,6 +144,9 @@ pub struct Summary {
     pub queueing_delay_s: Distribution,
     /// The objective values.
     pub objectives: Objectives,
+    /// What the schedule attains of the SLOs asked for (`--slo`); None when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::slo::SloReport>,
 }
 
 impl Summary {
@@ -224,6 +227,7 @@ impl Summary {
                 mean_ttft_s: ttft.mean,
                 throughput_tok_s: throughput,
             },
+            slo: None,
         }
     }
 }

@@ -20,6 +20,12 @@ pub(crate) struct ReplayArgs {
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms,
+    /// tpot-mean=50ms; METRIC ttft, tbt, tpot or e2e; STATISTIC mean, max or pN); repeat
+    /// for several. The summary then gives the share of requests meeting every one on their
+    /// own values, the goodput, and whether each holds over all requests.
+    #[arg(long = "slo", value_name = "SLO")]
+    pub(crate) slo: Vec<infersched::core::Slo>,
     /// Also run every batch on an NVIDIA GPU, in order, through all the layers of this
     /// model (llama2-7b, llama3-8b, llama3-70b or a model-spec JSON file) over a paged KV
     /// cache carried from batch to batch, and compare the measured times and metrics with
@@ -75,7 +81,10 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
             a.workload.display()
         )
     })?;
-    let summary = Summary::from_replay(&r);
+    let mut summary = Summary::from_replay(&r);
+    if !a.slo.is_empty() {
+        summary.slo = Some(infersched::core::SloReport::of(&r, &a.slo));
+    }
     let split = TimeBreakdown::of(cost, w, &schedule, &r);
     let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
         .with_context(|| format!("writing results to {}", a.out.display()))?;

@@ -24,6 +24,12 @@ pub(crate) struct SimulateArgs {
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) knobs: KnobArgs,
+    /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms,
+    /// tpot-mean=50ms; METRIC ttft, tbt, tpot or e2e; STATISTIC mean, max or pN); repeat
+    /// for several. Each summary then gives the share of requests meeting every one on
+    /// their own values, the goodput, and whether each holds over all requests.
+    #[arg(long = "slo", value_name = "SLO")]
+    pub(crate) slo: Vec<infersched::core::Slo>,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
     /// schedulers run one at a time when together they would not fit [default: the memory
     /// available].
@@ -57,7 +63,10 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         kinds
             .par_iter()
             .map(|kind| -> Result<_> {
-                let o = produce_heuristic(&w, &cost, *kind, &knobs)?;
+                let mut o = produce_heuristic(&w, &cost, *kind, &knobs)?;
+                if !a.slo.is_empty() {
+                    o.summary.slo = Some(infersched::core::SloReport::of(&o.replay, &a.slo));
+                }
                 let Some(out) = &a.out else {
                     return Ok((o.summary, o.time_split, Vec::new(), o.limits));
                 };
