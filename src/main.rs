@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use cli::bench::BenchArgs;
 use cli::calibrate::CalibrateArgs;
+use cli::capacity::CapacityArgs;
 use cli::compare::CompareArgs;
 use cli::cost_model::CostModelCommand;
 use cli::fit::FitArgs;
@@ -66,6 +67,8 @@ enum Command {
     Sweep(SweepArgs),
     /// Measure a layer's kernels on an NVIDIA GPU and fit the cost-model coefficients.
     Calibrate(CalibrateArgs),
+    /// The highest request rate at which each scheduler meets a set of SLOs on a trace.
+    Capacity(CapacityArgs),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         Command::Compare(a) => cli::compare::cmd_compare(a),
         Command::Calibrate(a) => cli::calibrate::cmd_calibrate(a),
         Command::Sweep(a) => cli::sweep::cmd_sweep(a),
+        Command::Capacity(a) => cli::capacity::cmd_capacity(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

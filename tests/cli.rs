@@ -2291,6 +2291,106 @@ fn slos_give_attainment_and_goodput_in_simulate_and_replay_and_nothing_without()
 }
 
 #[test]
+fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "40",
+        "--input",
+        "fixed:512",
+        "--output",
+        "fixed:32",
+        "--arrival",
+        "poisson:5",
+        "--seed",
+        "1",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("cap");
+    let capacity = |workload: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "capacity",
+            "--workload",
+            workload.to_str().unwrap(),
+            "--scheduler",
+            "vllm-v1,sarathi",
+            "--cost-model",
+            "llama3-8b-h100-fa2",
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let o = capacity(
+        &w,
+        &["--slo", "ttft-p90=300ms", "--out", out.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
+        assert_eq!(row[0], name);
+        assert_eq!(row[1], "found", "{text}");
+        let (rate, above): (f64, f64) = (row[2].parse().unwrap(), row[3].parse().unwrap());
+        assert!(
+            rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
+            "{text}"
+        );
+        assert_eq!(row[4], "ttft-p90=0.3s");
+        assert!(row[7].parse::<usize>().unwrap() <= 64);
+    }
+    assert!(
+        stdout(&o).contains("requests/s (misses at"),
+        "{}",
+        stdout(&o)
+    );
+    // Without SLOs, or with arrivals all at once, it says why and writes nothing.
+    let o = capacity(&w, &[]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--slo"),
+        "{}",
+        stderr(&o)
+    );
+    let at_once = dir.path().join("static.csv");
+    let o = run(&[
+        "workload",
+        "generate",
+        "--requests",
+        "8",
+        "--input",
+        "fixed:64",
+        "--output",
+        "fixed:8",
+        "--arrival",
+        "static",
+        "--out",
+        at_once.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let none = dir.path().join("none");
+    let o = capacity(
+        &at_once,
+        &["--slo", "ttft-p90=1s", "--out", none.to_str().unwrap()],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("arrive at one instant"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!none.exists());
+}
+
+#[test]
 fn compare_can_skip_plots_and_traces() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

@@ -315,6 +315,8 @@ pub struct Replay {
     pub requests: Vec<RequestRecord>,
     /// Every gap between consecutive tokens of a request (TBT samples).
     pub tbt_gaps_s: Vec<f64>,
+    /// The request (index) of each gap in `tbt_gaps_s`.
+    pub tbt_gap_requests: Vec<u32>,
 }
 
 impl Replay {
@@ -502,6 +504,7 @@ struct Replayer<'a> {
     kv_used: u64,
     running: u64,
     tbt_gaps_s: Vec<f64>,
+    tbt_gap_requests: Vec<u32>,
     batches: Vec<BatchRecord>,
 }
 
@@ -536,6 +539,7 @@ impl<'a> Replayer<'a> {
             kv_used: 0,
             running: 0,
             tbt_gaps_s: Vec::new(),
+            tbt_gap_requests: Vec::new(),
             batches: Vec::with_capacity(batches),
         }
     }
@@ -735,6 +739,7 @@ impl<'a> Replayer<'a> {
                 let gap = end_s - self.last_token_s[i];
                 rec.max_tbt_s = rec.max_tbt_s.max(gap);
                 self.tbt_gaps_s.push(gap);
+                self.tbt_gap_requests.push(i as u32);
             }
             self.last_token_s[i] = end_s;
             if self.state[i].generated == self.reqs[i].output_tokens {
@@ -778,6 +783,7 @@ impl<'a> Replayer<'a> {
             batches: self.batches,
             requests: self.records,
             tbt_gaps_s: self.tbt_gaps_s,
+            tbt_gap_requests: self.tbt_gap_requests,
         })
     }
 }

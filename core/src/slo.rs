@@ -59,14 +59,22 @@ impl SloMetric {
         }
     }
 
-    /// The values the aggregate statistic is taken over.
-    fn values(self, replay: &Replay) -> Vec<f64> {
+    /// The values the aggregate statistic is taken over, of the requests `measured`.
+    fn values(self, replay: &Replay, measured: &[bool]) -> Vec<f64> {
         match self {
-            Self::Tbt => replay.tbt_gaps_s.clone(),
+            Self::Tbt => replay
+                .tbt_gaps_s
+                .iter()
+                .zip(&replay.tbt_gap_requests)
+                .filter(|(_, r)| measured[**r as usize])
+                .map(|(g, _)| *g)
+                .collect(),
             _ => replay
                 .requests
                 .iter()
-                .filter_map(|r| self.of_request(r))
+                .zip(measured)
+                .filter(|(_, m)| **m)
+                .filter_map(|(r, _)| self.of_request(r))
                 .collect(),
         }
     }
@@ -231,13 +239,34 @@ pub struct SloReport {
 }
 
 impl SloReport {
-    /// Evaluates `slos` on a replay.
+    /// Evaluates `slos` on a replay, every request measured.
     pub fn of(replay: &Replay, slos: &[Slo]) -> Self {
-        let reqs = &replay.requests;
+        Self::of_requests(replay, slos, &vec![true; replay.requests.len()])
+    }
+
+    /// Evaluates `slos` on the requests of a replay with `measured[i]` (the others, e.g. a
+    /// warm-up, count nowhere: not in attainment, goodput or the aggregates).
+    ///
+    /// # Panics
+    /// If `measured` is not one flag per request.
+    pub fn of_requests(replay: &Replay, slos: &[Slo], measured: &[bool]) -> Self {
+        assert_eq!(
+            measured.len(),
+            replay.requests.len(),
+            "one flag per request"
+        );
+        let reqs: Vec<&RequestRecord> = replay
+            .requests
+            .iter()
+            .zip(measured)
+            .filter(|(_, m)| **m)
+            .map(|(r, _)| r)
+            .collect();
         let meets =
             |r: &RequestRecord, s: &Slo| s.metric.of_request(r).is_none_or(|v| v <= s.threshold_s);
         let good: Vec<&RequestRecord> = reqs
             .iter()
+            .copied()
             .filter(|r| slos.iter().all(|s| meets(r, s)))
             .collect();
         let share = |k: usize| {
@@ -252,7 +281,7 @@ impl SloReport {
         let results: Vec<SloResult> = slos
             .iter()
             .map(|s| {
-                let value_s = s.statistic.of(s.metric.values(replay));
+                let value_s = s.statistic.of(s.metric.values(replay, measured));
                 SloResult {
                     slo: s.to_string(),
                     value_s,
@@ -372,5 +401,23 @@ mod tests {
         let tight = SloReport::of(&r, &[parse("tpot-p50=10.9ms")]);
         assert_eq!(tight.good_requests, 1);
         assert!(!tight.slos[0].holds);
+        // Measuring request 1 alone: its TTFT misses, it has no gaps, nothing of 0 counts.
+        let one = SloReport::of_requests(
+            &r,
+            &[parse("ttft-max=50ms"), parse("tbt-max=1ms")],
+            &[false, true],
+        );
+        assert_eq!(one.good_requests, 0);
+        assert!(close(one.slos[0].value_s.unwrap(), 0.057));
+        assert_eq!(one.slos[1].value_s, None);
+        assert!(one.slos[1].holds && close(one.slos[1].met_by, 1.0));
+        // Request 0 alone meets both: its TTFT 20 ms and its gaps are under tbt-max=12ms.
+        let zero = SloReport::of_requests(
+            &r,
+            &[parse("ttft-max=50ms"), parse("tbt-max=12ms")],
+            &[true, false],
+        );
+        assert!(zero.all_hold && close(zero.attainment, 1.0));
+        assert!(close(zero.slos[1].value_s.unwrap(), 0.011));
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 pub(crate) mod bench;
 pub(crate) mod calibrate;
+pub(crate) mod capacity;
 pub(crate) mod compare;
 pub(crate) mod cost_model;
 pub(crate) mod fit;

@@ -1,0 +1,411 @@
+//! `capacity`: the highest request rate at which a scheduler meets a set of SLOs on a trace
+//! (docs/commands.md, "capacity").
+//!
+//! **Rate.** A trace of `n` requests whose arrivals span `D` seconds runs at `(n - 1) / D`
+//! requests per second; at rate `r` its arrivals are compressed (or stretched) by the same
+//! factor, the first at 0, so bursts and gaps keep their shape. Token counts are the
+//! trace's.
+//!
+//! **The rule.** At each probed rate the scheduler is simulated on every request and the
+//! replay judged on the *measured* requests: all but the first `warmup` and the last
+//! `cooldown` shares of them in arrival order (the queue starts empty and drains at the
+//! end). The SLOs *hold* when every SLO's aggregate over the measured requests is within its
+//! threshold (`core::slo`).
+//!
+//! **The search.** A rate that holds at `max_rate` is reported as at least that; one that
+//! misses at `min_rate` as below it; otherwise a geometric bisection keeps a rate that holds
+//! and one above it that misses until they are within `tolerance` of each other (at most
+//! `max_probes` simulations), and reports both with the SLOs missed at the upper one (the
+//! binding ones). It assumes that SLOs missed at a rate are missed at every higher one, as
+//! queueing makes them for the policies here; the result says which rates were probed.
+
+use rayon::prelude::*;
+use thiserror::Error;
+
+use crate::core::{Slo, SloReport, Workload, WorkloadError};
+use crate::cost_model::LinearCostModel;
+use crate::produce::{ProduceError, produce_heuristic};
+use crate::schedulers::{Knobs, SchedulerKind};
+
+/// What is asked: the SLOs, the measured requests, the rates and the precision.
+#[derive(Debug, Clone)]
+pub struct CapacitySpec {
+    /// The SLOs (at least one).
+    pub slos: Vec<Slo>,
+    /// Share of requests, first in arrival order, left out of the SLOs (in [0, 1)).
+    pub warmup: f64,
+    /// Share of requests, last in arrival order, left out likewise.
+    pub cooldown: f64,
+    /// Lowest rate probed (requests/s, > 0).
+    pub min_rate: f64,
+    /// Highest rate probed (requests/s, > `min_rate`).
+    pub max_rate: f64,
+    /// Relative precision: the bisection stops when `above / rate <= 1 + tolerance`.
+    pub tolerance: f64,
+    /// Most simulations per scheduler.
+    pub max_probes: usize,
+}
+
+/// Why a capacity search cannot run.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CapacityError {
+    /// A setting out of its range.
+    #[error("{0}")]
+    Spec(String),
+    /// The workload has no rate to scale.
+    #[error(
+        "the workload's {n} requests arrive at one instant ({at} s): capacity scales the trace's arrival rate, so it needs arrivals spread in time (e.g. workload sample of a trace, or workload generate --arrival poisson:QPS)"
+    )]
+    NoArrivalSpan {
+        /// Requests.
+        n: usize,
+        /// Their common arrival.
+        at: f64,
+    },
+    /// Scaled arrivals left the range of times.
+    #[error("at {rate} requests/s: {source}")]
+    Scaled {
+        /// The rate.
+        rate: f64,
+        /// Why the workload was refused.
+        source: WorkloadError,
+    },
+    /// A simulation failed.
+    #[error("{0}")]
+    Produce(#[from] ProduceError),
+}
+
+/// Where the SLOs stop holding.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Capacity {
+    /// They hold at `rate` and miss at `above` (within the tolerance, or the probes ran out).
+    Found {
+        /// Highest rate probed that holds.
+        rate: f64,
+        /// Lowest rate probed that misses.
+        above: f64,
+        /// The SLOs missed at `above`.
+        binding: Vec<String>,
+    },
+    /// They hold at the highest rate probed.
+    AtLeast {
+        /// That rate.
+        rate: f64,
+    },
+    /// They miss at the lowest rate probed.
+    Below {
+        /// That rate.
+        rate: f64,
+        /// The SLOs missed there.
+        missed: Vec<String>,
+    },
+}
+
+/// One scheduler's answer.
+#[derive(Debug, Clone)]
+pub struct CapacityResult {
+    /// The scheduler.
+    pub scheduler: SchedulerKind,
+    /// Where its SLOs stop holding.
+    pub capacity: Capacity,
+    /// The SLO report at the highest rate that holds (None if none did).
+    pub report: Option<SloReport>,
+    /// Rates probed, in order, with whether the SLOs held.
+    pub probes: Vec<(f64, bool)>,
+}
+
+impl CapacitySpec {
+    fn check(&self) -> Result<(), CapacityError> {
+        let bad = |m: String| Err(CapacityError::Spec(m));
+        if self.slos.is_empty() {
+            return bad("capacity needs at least one SLO (--slo)".into());
+        }
+        if !(0.0..1.0).contains(&self.warmup) || !(0.0..1.0).contains(&self.cooldown) {
+            return bad(format!(
+                "--warmup and --cooldown are shares of the requests in [0, 1), got {} and {}",
+                self.warmup, self.cooldown
+            ));
+        }
+        let rates_ok = self.min_rate > 0.0
+            && self.min_rate.is_finite()
+            && self.max_rate > self.min_rate
+            && self.max_rate.is_finite();
+        if !rates_ok {
+            return bad(format!(
+                "rates: expected 0 < --min-rate < --max-rate, finite, got {} and {}",
+                self.min_rate, self.max_rate
+            ));
+        }
+        if !(self.tolerance > 0.0 && self.tolerance.is_finite()) {
+            return bad(format!("--tolerance: expected > 0, got {}", self.tolerance));
+        }
+        if self.max_probes < 2 {
+            return bad("at least 2 probes (the lowest and the highest rate)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The trace's own rate: `(n - 1)` arrivals after the first over the span of arrivals.
+pub fn trace_rate(w: &Workload) -> Result<f64, CapacityError> {
+    let reqs = w.requests();
+    let first = reqs
+        .iter()
+        .map(|r| r.arrival_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = reqs.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+    if reqs.len() < 2 || last <= first {
+        return Err(CapacityError::NoArrivalSpan {
+            n: reqs.len(),
+            at: first,
+        });
+    }
+    Ok((reqs.len() - 1) as f64 / (last - first))
+}
+
+/// `w` with its arrivals scaled to `rate` requests/s, the first at 0.
+pub fn at_rate(w: &Workload, rate: f64) -> Result<Workload, CapacityError> {
+    let factor = trace_rate(w)? / rate;
+    let first = w
+        .requests()
+        .iter()
+        .map(|r| r.arrival_s)
+        .fold(f64::INFINITY, f64::min);
+    let requests = w
+        .requests()
+        .iter()
+        .map(|r| crate::core::Request {
+            arrival_s: (r.arrival_s - first) * factor,
+            ..*r
+        })
+        .collect();
+    Workload::new(requests).map_err(|source| CapacityError::Scaled { rate, source })
+}
+
+/// Which requests the SLOs are judged on: all but the first `warmup` and last `cooldown`
+/// shares in arrival order (ties by index); at least one.
+pub fn measured(w: &Workload, warmup: f64, cooldown: f64) -> Result<Vec<bool>, CapacityError> {
+    let n = w.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let reqs = w.requests();
+    order.sort_by(|&a, &b| {
+        reqs[a]
+            .arrival_s
+            .total_cmp(&reqs[b].arrival_s)
+            .then(a.cmp(&b))
+    });
+    let skip_first = (warmup * n as f64).floor() as usize;
+    let skip_last = (cooldown * n as f64).floor() as usize;
+    if skip_first + skip_last >= n {
+        return Err(CapacityError::Spec(format!(
+            "--warmup {warmup} and --cooldown {cooldown} leave none of the {n} requests to measure"
+        )));
+    }
+    let mut mask = vec![false; n];
+    for &i in &order[skip_first..n - skip_last] {
+        mask[i] = true;
+    }
+    Ok(mask)
+}
+
+/// The capacity of each scheduler in `kinds` (in parallel), in their order.
+pub fn capacities(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kinds: &[SchedulerKind],
+    knobs: &Knobs,
+    spec: &CapacitySpec,
+) -> Vec<Result<CapacityResult, CapacityError>> {
+    kinds
+        .par_iter()
+        .map(|&k| capacity(w, cost, k, knobs, spec))
+        .collect()
+}
+
+/// The capacity of one scheduler (see the module's rule and search).
+pub fn capacity(
+    w: &Workload,
+    cost: &LinearCostModel,
+    scheduler: SchedulerKind,
+    knobs: &Knobs,
+    spec: &CapacitySpec,
+) -> Result<CapacityResult, CapacityError> {
+    spec.check()?;
+    trace_rate(w)?;
+    let mask = measured(w, spec.warmup, spec.cooldown)?;
+    let mut probes = Vec::new();
+    let mut probe = |rate: f64| -> Result<SloReport, CapacityError> {
+        let o = produce_heuristic(&at_rate(w, rate)?, cost, scheduler, knobs)?;
+        let report = SloReport::of_requests(&o.replay, &spec.slos, &mask);
+        probes.push((rate, report.all_hold));
+        Ok(report)
+    };
+    let missed = |r: &SloReport| -> Vec<String> {
+        r.slos
+            .iter()
+            .filter(|s| !s.holds)
+            .map(|s| s.slo.clone())
+            .collect()
+    };
+    let top = probe(spec.max_rate)?;
+    if top.all_hold {
+        return Ok(CapacityResult {
+            scheduler,
+            capacity: Capacity::AtLeast {
+                rate: spec.max_rate,
+            },
+            report: Some(top),
+            probes,
+        });
+    }
+    let bottom = probe(spec.min_rate)?;
+    if !bottom.all_hold {
+        return Ok(CapacityResult {
+            scheduler,
+            capacity: Capacity::Below {
+                rate: spec.min_rate,
+                missed: missed(&bottom),
+            },
+            report: None,
+            probes,
+        });
+    }
+    let (mut lo, mut hi) = ((spec.min_rate, bottom), (spec.max_rate, top));
+    let mut left = spec.max_probes - 2;
+    while hi.0 / lo.0 > 1.0 + spec.tolerance && left > 0 {
+        let mid = (lo.0 * hi.0).sqrt();
+        let r = probe(mid)?;
+        left -= 1;
+        if r.all_hold {
+            lo = (mid, r);
+        } else {
+            hi = (mid, r);
+        }
+    }
+    Ok(CapacityResult {
+        scheduler,
+        capacity: Capacity::Found {
+            rate: lo.0,
+            above: hi.0,
+            binding: missed(&hi.1),
+        },
+        report: Some(lo.1),
+        probes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Request;
+
+    fn trace(n: usize, gap_s: f64) -> Workload {
+        Workload::new(
+            (0..n)
+                .map(|i| Request {
+                    input_tokens: 512,
+                    output_tokens: 32,
+                    arrival_s: 5.0 + i as f64 * gap_s,
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn spec(slos: &[&str]) -> CapacitySpec {
+        CapacitySpec {
+            slos: slos.iter().map(|s| s.parse().unwrap()).collect(),
+            warmup: 0.1,
+            cooldown: 0.1,
+            min_rate: 0.01,
+            max_rate: 10_000.0,
+            tolerance: 0.01,
+            max_probes: 60,
+        }
+    }
+
+    #[test]
+    fn rates_scale_arrivals_from_zero_keeping_their_shape() {
+        let w = trace(5, 0.5);
+        assert!((trace_rate(&w).unwrap() - 2.0).abs() < 1e-12);
+        let fast = at_rate(&w, 8.0).unwrap();
+        let times: Vec<f64> = fast.requests().iter().map(|r| r.arrival_s).collect();
+        assert_eq!(times, vec![0.0, 0.125, 0.25, 0.375, 0.5]);
+        assert!((trace_rate(&fast).unwrap() - 8.0).abs() < 1e-9);
+        let at_once = Workload::new(vec![w.requests()[0]; 3]).unwrap();
+        let e = trace_rate(&at_once).unwrap_err().to_string();
+        assert!(e.contains("arrive at one instant"), "{e}");
+        // The warm-up and cool-down leave the middle requests.
+        assert_eq!(
+            measured(&trace(10, 1.0), 0.2, 0.1).unwrap(),
+            [vec![false; 2], vec![true; 7], vec![false]].concat()
+        );
+        assert!(measured(&trace(3, 1.0), 0.7, 0.34).is_err());
+        assert_eq!(
+            measured(&trace(3, 1.0), 0.5, 0.5).unwrap(),
+            vec![false, true, false]
+        );
+    }
+
+    #[test]
+    fn the_reported_rate_holds_and_the_rate_just_above_misses() {
+        let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
+        let w = trace(60, 0.1);
+        let knobs = Knobs::default();
+        let s = spec(&["ttft-p90=500ms", "tbt-p99=100ms"]);
+        for kind in [SchedulerKind::VllmV1, SchedulerKind::Sarathi] {
+            let r = capacity(&w, &cost, kind, &knobs, &s).unwrap();
+            let Capacity::Found {
+                rate,
+                above,
+                binding,
+            } = r.capacity.clone()
+            else {
+                panic!("{kind:?}: {:?}", r.capacity);
+            };
+            assert!(above / rate <= 1.0 + s.tolerance + 1e-12, "{rate} {above}");
+            assert!(!binding.is_empty());
+            // Checked from outside: simulate at the rate (holds) and 5% above (misses).
+            let mask = measured(&w, s.warmup, s.cooldown).unwrap();
+            let judge = |x: f64| {
+                let o = produce_heuristic(&at_rate(&w, x).unwrap(), &cost, kind, &knobs).unwrap();
+                SloReport::of_requests(&o.replay, &s.slos, &mask).all_hold
+            };
+            assert!(judge(rate), "{kind:?} at {rate}");
+            assert!(!judge(rate * 1.05), "{kind:?} 5% above {rate}");
+            assert!(r.probes.len() <= s.max_probes);
+            assert!(r.report.unwrap().all_hold);
+        }
+    }
+
+    #[test]
+    fn out_of_range_answers_and_settings_say_so() {
+        let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
+        let w = trace(20, 0.1);
+        let knobs = Knobs::default();
+        let run = |s: &CapacitySpec| capacity(&w, &cost, SchedulerKind::VllmV1, &knobs, s);
+        // A TTFT no request can have, even alone: below the lowest rate.
+        let r = run(&spec(&["ttft-max=1us"])).unwrap();
+        assert!(
+            matches!(&r.capacity, Capacity::Below { missed, .. } if missed == &["ttft-max=0.000001s"]),
+            "{:?}",
+            r.capacity
+        );
+        // A TTFT any rate meets: at least the highest rate, one probe.
+        let r = run(&spec(&["ttft-max=1000s"])).unwrap();
+        assert_eq!(r.capacity, Capacity::AtLeast { rate: 10_000.0 });
+        assert_eq!(r.probes.len(), 1);
+        let mut bad = spec(&["ttft-max=1s"]);
+        bad.min_rate = 0.0;
+        assert!(run(&bad).unwrap_err().to_string().contains("--min-rate"));
+        let mut none = spec(&[]);
+        none.slos.clear();
+        assert!(
+            run(&none)
+                .unwrap_err()
+                .to_string()
+                .contains("at least one SLO")
+        );
+    }
+}
