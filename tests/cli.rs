@@ -2337,21 +2337,60 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
         .map(|l| l.split(',').collect())
         .collect();
     assert_eq!(rows.len(), 2, "{text}");
-    for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
-        assert_eq!(row[0], name);
-        assert_eq!(row[1], "found", "{text}");
-        let (rate, above): (f64, f64) = (row[2].parse().unwrap(), row[3].parse().unwrap());
-        assert!(
-            rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
-            "{text}"
-        );
-        assert_eq!(row[4], "ttft-p90=0.3s");
-        assert!(row[7].parse::<usize>().unwrap() <= 64);
-    }
     assert!(
         stdout(&o).contains("requests/s (misses at"),
         "{}",
         stdout(&o)
+    );
+    for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
+        assert_eq!(row[0], "llama3-8b-h100-fa2");
+        assert_eq!(row[1], name);
+        assert_eq!(row[6], "found", "{text}");
+        let (rate, above): (f64, f64) = (row[7].parse().unwrap(), row[8].parse().unwrap());
+        assert!(
+            rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
+            "{text}"
+        );
+        assert_eq!(row[9], "ttft-p90=0.3s");
+        assert!(row[12].parse::<usize>().unwrap() <= 64);
+    }
+    // A grid: every token budget with every scheduler, the budget in its column.
+    let grid = dir.path().join("grid");
+    let o = capacity(
+        &w,
+        &[
+            "--slo",
+            "ttft-p90=300ms",
+            "--grid",
+            "token-budget=256,4096",
+            "--out",
+            grid.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(grid.join("capacity.csv")).unwrap();
+    let budgets: Vec<(String, String)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            (c[1].to_string(), c[2].to_string())
+        })
+        .collect();
+    let expected = [
+        ("vllm-v1", "256"),
+        ("sarathi", "256"),
+        ("vllm-v1", "4096"),
+        ("sarathi", "4096"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(budgets, expected);
+    let o = capacity(&w, &["--slo", "ttft-p90=1s", "--grid", "budget=1,2"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown knob \"budget\""),
+        "{}",
+        stderr(&o)
     );
     // Without SLOs, or with arrivals all at once, it says why and writes nothing.
     let o = capacity(&w, &[]);

@@ -3,11 +3,13 @@
 use super::{KnobArgs, load_workload, named};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use infersched::capacity::{Capacity, CapacityResult, CapacitySpec, capacities, trace_rate};
-use infersched::core::Slo;
-use infersched::cost_model;
-use infersched::schedulers::SchedulerKind;
+use infersched::capacity::{Capacity, CapacityResult, CapacitySpec, capacity, trace_rate};
+use infersched::core::{Limits, Slo, Workload};
+use infersched::cost_model::{self, LinearCostModel};
+use infersched::schedulers::{Knobs, SchedulerKind};
+use rayon::prelude::*;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 #[derive(Args)]
 pub(crate) struct CapacityArgs {
@@ -17,11 +19,18 @@ pub(crate) struct CapacityArgs {
     /// Scheduler, or a comma-separated list searched in parallel.
     #[arg(long, required = true, value_delimiter = ',', value_parser = named::<SchedulerKind>())]
     pub(crate) scheduler: Vec<SchedulerKind>,
-    /// Cost-model preset name or coefficient JSON file.
-    #[arg(long, default_value = "llama2-7b-a100")]
-    pub(crate) cost_model: String,
+    /// Cost-model preset name or coefficient JSON file, or a comma-separated list (each a
+    /// configuration axis, e.g. two GPUs).
+    #[arg(long, default_value = "llama2-7b-a100", value_delimiter = ',')]
+    pub(crate) cost_model: Vec<String>,
     #[command(flatten)]
     pub(crate) knobs: KnobArgs,
+    /// A configuration axis, KNOB=V1,V2,...: token-budget, prefill-budget or max-running
+    /// (e.g. --grid token-budget=512,2048,8192 --grid max-running=64,256); every
+    /// combination with every scheduler and cost model is searched, each value replacing
+    /// the flag's.
+    #[arg(long = "grid", value_name = "KNOB=VALUES")]
+    pub(crate) grid: Vec<GridAxis>,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
     /// at least one; a rate is sustained when every one holds over the measured requests.
     #[arg(long = "slo", value_name = "SLO", required = true)]
@@ -49,17 +58,113 @@ pub(crate) struct CapacityArgs {
     pub(crate) out: Option<PathBuf>,
 }
 
+/// The knobs a `--grid` axis can vary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GridKnob {
+    TokenBudget,
+    PrefillBudget,
+    MaxRunning,
+}
+
+/// One `--grid` axis: a knob and its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GridAxis {
+    knob: GridKnob,
+    values: Vec<u64>,
+}
+
+impl FromStr for GridAxis {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected = "expected KNOB=V1,V2,... with KNOB token-budget, prefill-budget or max-running and positive integer values";
+        let (name, values) = text
+            .split_once('=')
+            .ok_or_else(|| format!("\"{text}\": no '='; {expected}"))?;
+        let knob = match name {
+            "token-budget" => GridKnob::TokenBudget,
+            "prefill-budget" => GridKnob::PrefillBudget,
+            "max-running" => GridKnob::MaxRunning,
+            _ => return Err(format!("\"{text}\": unknown knob \"{name}\"; {expected}")),
+        };
+        let values = values
+            .split(',')
+            .map(|v| v.parse::<u64>().ok().filter(|v| *v > 0))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| format!("\"{text}\": a value is not a positive integer; {expected}"))?;
+        Ok(Self { knob, values })
+    }
+}
+
+impl GridAxis {
+    fn set(&self, knobs: &mut Knobs, value: u64) {
+        match self.knob {
+            GridKnob::TokenBudget => knobs.token_budget = Some(value),
+            GridKnob::PrefillBudget => knobs.prefill_budget = Some(value),
+            GridKnob::MaxRunning => knobs.max_running = Some(value),
+        }
+    }
+}
+
+/// One configuration searched: a cost model, a scheduler and its knobs.
+struct Configuration<'a> {
+    cost: &'a LinearCostModel,
+    kind: SchedulerKind,
+    knobs: Knobs,
+    limits: Limits,
+}
+
+/// Every combination of cost models, grid values and schedulers, in that order.
+fn configurations<'a>(
+    a: &CapacityArgs,
+    w: &Workload,
+    costs: &'a [LinearCostModel],
+) -> Result<Vec<Configuration<'a>>> {
+    let mut out = Vec::new();
+    for cost in costs {
+        let base = a.knobs.knobs(w, cost)?;
+        let mut points = vec![base];
+        for axis in &a.grid {
+            points = points
+                .iter()
+                .flat_map(|p| {
+                    axis.values.iter().map(move |&v| {
+                        let mut k = *p;
+                        axis.set(&mut k, v);
+                        k
+                    })
+                })
+                .collect();
+        }
+        for knobs in points {
+            for &kind in &a.scheduler {
+                let limits = kind.limits(&knobs, w);
+                out.push(Configuration {
+                    cost,
+                    kind,
+                    knobs,
+                    limits,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "scheduler,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes";
+const CSV_HEADER: &str = "cost_model,scheduler,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
-    let cost = cost_model::resolve(&a.cost_model)?;
+    let costs = a
+        .cost_model
+        .iter()
+        .map(|c| cost_model::resolve(c))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut seen = std::collections::HashSet::new();
     if let Some(dup) = a.scheduler.iter().find(|k| !seen.insert(**k)) {
         bail!("--scheduler: {} is listed twice", dup.name());
     }
-    let knobs = a.knobs.knobs(&w, &cost)?;
     let spec = CapacitySpec {
         slos: a.slo.clone(),
         warmup: a.warmup,
@@ -73,12 +178,15 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     if let Some(out) = &a.out {
         infersched::core::io::refuse_links(&[out.join("capacity.csv")])?;
     }
-    let results = capacities(&w, &cost, &a.scheduler, &knobs, &spec);
+    let configs = configurations(a, &w, &costs)?;
+    let results: Vec<_> = configs
+        .par_iter()
+        .map(|c| capacity(&w, c.cost, c.kind, &c.knobs, &spec))
+        .collect();
     outln!(
-        "{} requests from {} (its own rate {own:.3} requests/s), cost model {}; SLOs {}; measured: all but the first {}% and last {}% by arrival",
+        "{} requests from {} (its own rate {own:.3} requests/s); SLOs {}; measured: all but the first {}% and last {}% by arrival",
         w.len(),
         a.workload.display(),
-        cost.name,
         a.slo
             .iter()
             .map(|s| s.to_string())
@@ -88,10 +196,25 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         a.cooldown * 100.0
     );
     let mut rows = Vec::new();
-    for (kind, r) in a.scheduler.iter().zip(results) {
-        let r = r.with_context(|| kind.name().to_string())?;
-        outln!("  {}", line(&r));
-        rows.push(csv_row(&r));
+    let mut failed = 0;
+    for (c, r) in configs.iter().zip(results) {
+        let head = format!("{}, {} ({})", c.cost.name, c.kind.name(), c.limits);
+        match r {
+            Ok(r) => {
+                outln!("  {head}: {}", line(&r));
+                rows.push(csv_row(c, Some(&r)));
+            }
+            // A configuration that cannot serve the trace (a prompt over C without
+            // chunking) is reported as such; the others go on.
+            Err(e) => {
+                failed += 1;
+                outln!("  {head}: error: {e}");
+                rows.push(csv_row(c, None));
+            }
+        }
+    }
+    if failed == configs.len() {
+        bail!("every configuration failed (see above)");
     }
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -118,24 +241,34 @@ fn line(r: &CapacityResult) -> String {
             above,
             binding,
         } => format!(
-            "{:<10} {rate:.3} requests/s (misses at {above:.3}: {}; {probes} simulations)",
-            r.scheduler.name(),
+            "{rate:.3} requests/s (misses at {above:.3}: {}; {probes} simulations)",
             binding.join(", ")
         ),
         Capacity::AtLeast { rate } => format!(
-            "{:<10} at least {rate:.3} requests/s: the SLOs hold at the highest rate probed (--max-rate)",
-            r.scheduler.name()
+            "at least {rate:.3} requests/s: the SLOs hold at the highest rate probed (--max-rate)"
         ),
         Capacity::Below { rate, missed } => format!(
-            "{:<10} below {rate:.3} requests/s: {} missed even at the lowest rate probed (--min-rate)",
-            r.scheduler.name(),
+            "below {rate:.3} requests/s: {} missed even at the lowest rate probed (--min-rate)",
             missed.join(", ")
         ),
     }
 }
 
-/// One row of capacity.csv.
-fn csv_row(r: &CapacityResult) -> String {
+/// One row of capacity.csv (`result` `error` where the search failed).
+fn csv_row(c: &Configuration<'_>, r: Option<&CapacityResult>) -> String {
+    let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
+    let head = format!(
+        "{},{},{},{},{},{}",
+        c.cost.name,
+        c.kind.name(),
+        limit(c.limits.token_budget),
+        limit(c.limits.prefill_budget),
+        limit(c.limits.max_running),
+        limit(c.limits.kv_capacity)
+    );
+    let Some(r) = r else {
+        return format!("{head},error,,,,,,0");
+    };
     let (result, rate, above, binding) = match &r.capacity {
         Capacity::Found {
             rate,
@@ -162,8 +295,7 @@ fn csv_row(r: &CapacityResult) -> String {
         .and_then(|s| s.goodput_requests_per_s)
         .map_or(String::new(), |g| g.to_string());
     format!(
-        "{},{result},{rate},{above},{binding},{attainment},{goodput},{}",
-        r.scheduler.name(),
+        "{head},{result},{rate},{above},{binding},{attainment},{goodput},{}",
         r.probes.len()
     )
 }
