@@ -18,6 +18,7 @@ pub mod io;
 pub mod limits;
 pub mod metrics;
 pub mod names;
+pub mod quantile;
 pub mod replay;
 pub mod request;
 pub mod request_state;

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::metrics::quantile_sorted;
+use crate::quantile::quantile_sorted;
 use crate::replay::{Replay, RequestRecord};
 
 /// The latency an SLO is about.

@@ -248,7 +248,7 @@ fn line(r: &CapacityResult) -> String {
             "at least {rate:.3} requests/s: the SLOs hold at the highest rate probed (--max-rate)"
         ),
         Capacity::Below { rate, missed } => format!(
-            "below {rate:.3} requests/s: {} missed even at the lowest rate probed (--min-rate)",
+            "below {rate:.3} requests/s: {} missed even at the lowest rate probed (--min-rate), where requests run nearly alone",
             missed.join(", ")
         ),
     }
