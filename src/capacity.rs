@@ -19,7 +19,6 @@
 //! binding ones). It assumes that SLOs missed at a rate are missed at every higher one, as
 //! queueing makes them for the policies here; the result says which rates were probed.
 
-use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::core::{Slo, SloReport, Workload, WorkloadError};
@@ -207,20 +206,6 @@ pub fn measured(w: &Workload, warmup: f64, cooldown: f64) -> Result<Vec<bool>, C
         mask[i] = true;
     }
     Ok(mask)
-}
-
-/// The capacity of each scheduler in `kinds` (in parallel), in their order.
-pub fn capacities(
-    w: &Workload,
-    cost: &LinearCostModel,
-    kinds: &[SchedulerKind],
-    knobs: &Knobs,
-    spec: &CapacitySpec,
-) -> Vec<Result<CapacityResult, CapacityError>> {
-    kinds
-        .par_iter()
-        .map(|&k| capacity(w, cost, k, knobs, spec))
-        .collect()
 }
 
 /// The capacity of one scheduler (see the module's rule and search).

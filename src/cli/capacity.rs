@@ -161,10 +161,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         .iter()
         .map(|c| cost_model::resolve(c))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = a.scheduler.iter().find(|k| !seen.insert(**k)) {
-        bail!("--scheduler: {} is listed twice", dup.name());
-    }
+    super::refuse_repeated_schedulers(&a.scheduler)?;
     let spec = CapacitySpec {
         slos: a.slo.clone(),
         warmup: a.warmup,

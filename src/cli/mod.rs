@@ -398,6 +398,17 @@ pub(crate) fn kv_capacity_for(
 }
 
 /// Paths for a "wrote ..." line.
+/// Refuses a `--scheduler` list naming one scheduler twice.
+pub(crate) fn refuse_repeated_schedulers(
+    kinds: &[infersched::schedulers::SchedulerKind],
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    if let Some(dup) = kinds.iter().find(|k| !seen.insert(**k)) {
+        bail!("--scheduler: {} is listed twice", dup.name());
+    }
+    Ok(())
+}
+
 pub(crate) fn path_list(paths: &[PathBuf]) -> String {
     paths
         .iter()

@@ -50,10 +50,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
     let kinds = &a.scheduler;
-    let mut seen = std::collections::HashSet::new();
-    if let Some(dup) = kinds.iter().find(|k| !seen.insert(**k)) {
-        bail!("--scheduler: {} is listed twice", dup.name());
-    }
+    super::refuse_repeated_schedulers(kinds)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
     let several = kinds.len() > 1;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
