@@ -13,6 +13,7 @@
 //!   plots (SVG and PNG), Chrome traces and `report.html`;
 //! * [`calibration`]: `calibrate`'s fit, validation and output files (also from recorded samples);
 //! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
+//! * [`cluster`]: a cluster's files (`routing.csv`, a folder per replica) and its load table;
 //! * [`capacity`]: the highest request rate at which each scheduler meets a set of SLOs;
 //!
 //! Features (all on by default): `png` (PNG copies of plots, resvg), `sweep` (the sweep
@@ -49,6 +50,7 @@ pub use infersched_workload as workload;
 #[cfg(feature = "calibrate")]
 pub mod calibration;
 pub mod capacity;
+pub mod cluster;
 pub mod compare;
 #[cfg(feature = "calibrate")]
 pub mod gpu_replay;

@@ -3,9 +3,12 @@
 //! through [`produce`], so the same flags give the same schedule and the same metrics in
 //! every command, and no producer's own numbers are trusted.
 
-use crate::core::{Limits, Replay, ReplayError, Schedule, Summary, Workload, replay};
+use crate::core::{
+    ClusterError, ClusterReplay, Limits, Replay, ReplayError, Routing, Schedule, Summary, Workload,
+    replay, replay_cluster,
+};
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
-use crate::schedulers::{Knobs, SchedulerKind, SimError};
+use crate::schedulers::{Knobs, Router, SchedulerKind, SimError, simulate_cluster};
 use crate::solver::{
     Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, SolveStatus,
 };
@@ -272,6 +275,14 @@ pub enum ProduceError {
     /// runs); the message says how much each needs.
     #[error("too large: {0}")]
     TooLarge(String),
+    /// The cluster replay rejected a simulated cluster: a bug in the simulation.
+    #[error("internal error: the replay rejects {producer}'s cluster: {source}")]
+    ClusterRejected {
+        /// Who produced it.
+        producer: String,
+        /// The rule it breaks.
+        source: ClusterError,
+    },
     /// The replay rejected the producer's schedule: a bug in the producer.
     #[error("internal error: the replay rejects {producer}'s schedule: {source}")]
     Rejected {
@@ -369,6 +380,53 @@ pub fn produce_heuristic(
     check_schedule_memory(w, &kind.limits(knobs, w), 1, kind.name())?;
     let sim = kind.simulate(w, knobs, cost)?;
     outcome(w, cost, kind.name(), sim.schedule, sim.limits, None)
+}
+
+/// A heuristic run on every replica of a cluster: where each request went, each
+/// replica's schedule (in the workload's request ids), and the replays.
+#[derive(Debug, Clone)]
+pub struct ClusterOutcome {
+    /// The replica of each request.
+    pub routing: Routing,
+    /// Each replica's schedule.
+    pub schedules: Vec<Schedule>,
+    /// The independent replay of every replica's schedule, and of the cluster.
+    pub replay: ClusterReplay,
+    /// The cluster's metrics (with the load on each replica).
+    pub summary: Summary,
+    /// The limits every replica ran under.
+    pub limits: Limits,
+}
+
+/// Simulates heuristic `kind` with `knobs` on each of `replicas` replicas, requests routed
+/// by `router`, and replays every replica's schedule (`core::replay_cluster`).
+pub fn produce_cluster(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    replicas: u32,
+    router: Router,
+) -> Result<ClusterOutcome, ProduceError> {
+    let limits = kind.limits(knobs, w);
+    check_schedule_memory(w, &limits, 1, kind.name())?;
+    let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(knobs, w)).collect();
+    let sim = simulate_cluster(w, &limits, &mut policies, cost, router)?;
+    let schedules: Vec<Schedule> = sim.replicas.into_iter().map(|s| s.schedule).collect();
+    let replay = replay_cluster(w, &limits, cost, &sim.routing, &schedules).map_err(|e| {
+        ProduceError::ClusterRejected {
+            producer: format!("{} behind {router}", kind.name()),
+            source: e,
+        }
+    })?;
+    let summary = Summary::of_cluster(&replay, &router.name());
+    Ok(ClusterOutcome {
+        routing: sim.routing,
+        schedules,
+        replay,
+        summary,
+        limits,
+    })
 }
 
 /// Solves for `objective` under `limits` with `options` and replays the solver's schedule.

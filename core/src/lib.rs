@@ -12,6 +12,7 @@
 //!   schedule) alone it recomputes every state and time, or rejects the schedule naming
 //!   the batch, the request and the rule broken. All metrics ([`Summary`]) come from it.
 
+pub mod cluster;
 pub mod cost;
 pub mod instance;
 pub mod io;
@@ -25,6 +26,7 @@ pub mod request_state;
 pub mod schedule;
 pub mod slo;
 
+pub use cluster::{ClusterError, ClusterReplay, Routing, replay_cluster};
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
 pub use limits::{Infeasibility, Limits, LimitsError};

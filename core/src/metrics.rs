@@ -140,6 +140,11 @@ pub struct Summary {
     /// What the schedule attains of the SLOs asked for (`--slo`); None when none were.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo: Option<crate::slo::SloReport>,
+    /// A cluster's replicas and the load on each (`--replicas`); None for one replica.
+    /// The times above are then the cluster's: `busy_s` and `idle_s` summed over the
+    /// replicas, the KV figures those of the fullest replica's batches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterLoad>,
 }
 
 impl Summary {
@@ -221,7 +226,18 @@ impl Summary {
                 throughput_tok_s: throughput,
             },
             slo: None,
+            cluster: None,
         }
+    }
+
+    /// The summary of a cluster's replay: the merged replay's, with the idle time summed
+    /// over the replicas and the load on each.
+    pub fn of_cluster(cluster: &crate::cluster::ClusterReplay, router: &str) -> Self {
+        let mut s = Self::from_replay(&cluster.merged);
+        let replicas = cluster.replicas.len() as f64;
+        s.idle_s = (replicas * s.makespan_s - s.busy_s).max(0.0);
+        s.cluster = Some(crate::cluster::ClusterLoad::of(cluster, router));
+        s
     }
 }
 

@@ -214,6 +214,31 @@ pub enum ReplayError {
     },
 }
 
+impl ReplayError {
+    /// The same error with every request id `k` it names replaced by `ids[k]` (a replay of
+    /// part of a workload, renumbered `0..`, told in the workload's ids; ids outside `ids`
+    /// are kept).
+    pub fn with_request_ids(mut self, ids: &[u32]) -> Self {
+        use ReplayError as E;
+        let request = match &mut self {
+            E::DuplicateEntry { request, .. }
+            | E::EvictAndProcess { request, .. }
+            | E::ZeroTokens { request, .. }
+            | E::FinishedRequestScheduled { request, .. }
+            | E::EvictWithoutKv { request, .. }
+            | E::KnownTokenLimit { request, .. }
+            | E::KvCapacity { request, .. }
+            | E::BeforeArrival { request, .. }
+            | E::NeverFinished { request, .. } => request,
+            _ => return self,
+        };
+        if let Some(&id) = ids.get(*request as usize) {
+            *request = id;
+        }
+        self
+    }
+}
+
 /// What replay computed for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {

@@ -5,9 +5,11 @@
 //! independent replay, never by the simulator. Ties are broken by arrival time, then
 //! request id, so runs are deterministic.
 
+pub mod cluster;
 pub mod policies;
 pub mod sim;
 
+pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster};
 pub use policies::{McsfOrder, PolicyOptions, Victim};
 pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate, simulate_instance};
 

@@ -14,6 +14,7 @@
 use infersched_core::{
     Batch, BatchFeatures, CostModel, Entry, Limits, Request, Schedule, Workload,
 };
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use thiserror::Error;
 
@@ -33,6 +34,18 @@ pub enum SimError {
         request: u32,
         /// Why.
         reason: String,
+    },
+    /// A cluster needs 1 to [`infersched_core::cluster::MAX_REPLICAS`] replicas.
+    #[error("a cluster needs 1 to {max} replicas, got {0}", max = infersched_core::cluster::MAX_REPLICAS)]
+    Replicas(usize),
+    /// One replica of a cluster failed (request ids in its state are the replica's own,
+    /// numbered in the order they were routed to it).
+    #[error("replica {replica}: {source}")]
+    Replica {
+        /// The replica.
+        replica: u32,
+        /// What went wrong there.
+        source: Box<SimError>,
     },
     /// The simulation stopped making progress.
     #[error("{policy} made no progress at t = {time_s} s after {batches} batches: {state}")]
@@ -70,9 +83,20 @@ struct ReqState {
     scheduled_in: usize,
 }
 
+impl ReqState {
+    const PENDING: ReqState = ReqState {
+        held: 0,
+        generated: 0,
+        alloc_blocks: 0,
+        status: Status::Pending,
+        scheduled_in: usize::MAX,
+    };
+}
+
 /// The state a policy reads and changes while it builds the next batch.
 pub struct Simulator<'w> {
-    reqs: &'w [Request],
+    // The whole workload, or (one replica of a cluster) the requests routed to it so far.
+    reqs: Cow<'w, [Request]>,
     st: Vec<ReqState>,
     pending: Vec<u32>,
     next_pending: usize,
@@ -125,23 +149,22 @@ pub trait Policy {
 }
 
 impl<'w> Simulator<'w> {
-    fn new(workload: &'w Workload, limits: Limits) -> Self {
-        let reqs = workload.requests();
+    pub(crate) fn new(workload: &'w Workload, limits: Limits) -> Self {
+        let mut sim = Self::empty(limits);
+        sim.reqs = Cow::Borrowed(workload.requests());
+        sim.st = vec![ReqState::PENDING; workload.len()];
+        sim.pending = workload.fcfs_order();
+        sim
+    }
+
+    /// A simulator with no requests yet (a cluster's replica before any routing).
+    pub(crate) fn empty(limits: Limits) -> Self {
         let block = u64::from(limits.block_size);
         let total_blocks = limits.kv_capacity.map_or(u64::MAX / 4, |m| m / block);
         Self {
-            reqs,
-            st: vec![
-                ReqState {
-                    held: 0,
-                    generated: 0,
-                    alloc_blocks: 0,
-                    status: Status::Pending,
-                    scheduled_in: usize::MAX,
-                };
-                reqs.len()
-            ],
-            pending: workload.fcfs_order(),
+            reqs: Cow::Owned(Vec::new()),
+            st: Vec::new(),
+            pending: Vec::new(),
             next_pending: 0,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -168,7 +191,7 @@ impl<'w> Simulator<'w> {
     }
     /// All requests.
     pub fn requests(&self) -> &[Request] {
-        self.reqs
+        &self.reqs
     }
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
@@ -261,6 +284,11 @@ impl<'w> Simulator<'w> {
     pub fn extra_blocks(&self, i: u32, target_tokens: u64) -> u64 {
         self.blocks_for(target_tokens)
             .saturating_sub(self.st[i as usize].alloc_blocks)
+    }
+    /// Requests given to the simulator that have not arrived yet (or, in a cluster, that
+    /// were routed here and are not yet in the waiting queue).
+    pub fn pending_count(&self) -> usize {
+        self.pending.len() - self.next_pending
     }
     /// Current simulated time.
     pub fn now(&self) -> f64 {
@@ -414,7 +442,22 @@ pub fn simulate(
     cost: &dyn CostModel,
 ) -> Result<Simulation, SimError> {
     limits.validate()?;
-    let mut sim = Simulator::new(workload, *limits);
+    let sim = Simulator::new(workload, *limits);
+    check_servable(workload, limits, policy, &sim)?;
+    let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
+    let mut run = Run::new(sim, base_tokens);
+    while run.step(policy, cost)? != Step::Idle {}
+    Ok(run.finish(policy))
+}
+
+/// Refuses, before anything runs, a request that no schedule of `policy` under `limits`
+/// can serve.
+pub(crate) fn check_servable(
+    workload: &Workload,
+    limits: &Limits,
+    policy: &dyn Policy,
+    sim: &Simulator<'_>,
+) -> Result<(), SimError> {
     if let Err(e) = limits.check_feasible(workload) {
         let infersched_core::Infeasibility::KvTooSmall { request, .. } = &e;
         return Err(SimError::Unservable {
@@ -423,89 +466,163 @@ pub fn simulate(
             reason: e.to_string(),
         });
     }
-    policy.check(&sim)?;
-    let n = workload.len();
-    let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
-    let token_cap = base_tokens.saturating_mul(64).saturating_add(1 << 20);
-    let mut processed_total = 0u64;
-    let mut finished = 0usize;
-    let mut batches = Vec::new();
-    let mut accounts = Vec::new();
-    let mut idle_rounds = 0;
-    while finished < n {
+    policy.check(sim)
+}
+
+/// What one [`Run::step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Ran a batch (possibly of evictions only).
+    Batch,
+    /// Nothing was waiting or running: time moved to the next arrival.
+    Waited,
+    /// Every request given to the simulator has finished.
+    Idle,
+}
+
+/// A simulation in progress: the simulator, the batches so far and the loop's guards.
+pub(crate) struct Run<'w> {
+    pub(crate) sim: Simulator<'w>,
+    batches: Vec<Batch>,
+    accounts: Vec<BatchAccount>,
+    /// Sum of `I + O - 1` over the requests given so far (the livelock guard's scale).
+    base_tokens: u64,
+    processed_total: u64,
+    pub(crate) finished: usize,
+    idle_rounds: u32,
+    /// Requests that finished in the last batch, and the KV blocks they freed.
+    pub(crate) last_finished: usize,
+    pub(crate) last_freed_blocks: u64,
+}
+
+impl<'w> Run<'w> {
+    pub(crate) fn new(sim: Simulator<'w>, base_tokens: u64) -> Self {
+        Self {
+            sim,
+            batches: Vec::new(),
+            accounts: Vec::new(),
+            base_tokens,
+            processed_total: 0,
+            finished: 0,
+            idle_rounds: 0,
+            last_finished: 0,
+            last_freed_blocks: 0,
+        }
+    }
+
+    /// Adds request `r` (a cluster's replica): it arrives at `r.arrival_s`, which is no
+    /// earlier than any request added before. Returns its id in this simulation.
+    pub(crate) fn add_request(&mut self, r: Request) -> u32 {
+        let id = self.sim.reqs.len() as u32;
+        self.sim.reqs.to_mut().push(r);
+        self.sim.st.push(ReqState::PENDING);
+        self.sim.pending.push(id);
+        self.base_tokens += r.max_kv_tokens();
+        id
+    }
+
+    /// The end of the last batch run (0 before any).
+    pub(crate) fn last_end_s(&self) -> f64 {
+        self.batches.last().and_then(|b| b.end_s).unwrap_or(0.0)
+    }
+
+    /// One turn of the loop: admit arrivals, let the policy build a batch, run it.
+    pub(crate) fn step(
+        &mut self,
+        policy: &mut dyn Policy,
+        cost: &dyn CostModel,
+    ) -> Result<Step, SimError> {
+        let sim = &mut self.sim;
         sim.admit_arrivals();
+        if sim.waiting.is_empty() && sim.running.is_empty() && sim.next_pending == sim.pending.len()
+        {
+            return Ok(Step::Idle);
+        }
         sim.entries.clear();
         sim.features = BatchFeatures::default();
         sim.batch_tokens = 0;
         sim.batch_prefill_tokens = 0;
         sim.generated_now.clear();
-        policy.next_batch(&mut sim);
+        policy.next_batch(sim);
         if sim.batch_tokens == 0 {
-            let stalled = |sim: &Simulator<'_>, note: &str| SimError::Stalled {
-                policy: policy.name(),
-                time_s: sim.now,
-                batches: batches.len(),
-                state: format!("{note}; {}", sim.describe()),
-            };
             if sim.entries.is_empty() {
                 // Idle only while nothing is waiting or running: wait for the next arrival.
                 let next = sim.pending.get(sim.next_pending).copied();
                 match next {
                     Some(i) if sim.waiting.is_empty() && sim.running.is_empty() => {
                         sim.now = sim.now.max(sim.reqs[i as usize].arrival_s);
-                        continue;
+                        return Ok(Step::Waited);
                     }
                     _ => {
-                        return Err(stalled(
-                            &sim,
+                        return Err(self.stalled(
+                            policy,
                             "the policy scheduled nothing while work was waiting",
                         ));
                     }
                 }
             }
             // A batch of evictions only is a legal zero-time step, but not twice in a row.
-            idle_rounds += 1;
-            if idle_rounds > 1 {
-                return Err(stalled(
-                    &sim,
-                    "two batches in a row evicted without processing",
-                ));
+            self.idle_rounds += 1;
+            if self.idle_rounds > 1 {
+                return Err(self.stalled(policy, "two batches in a row evicted without processing"));
             }
         } else {
-            idle_rounds = 0;
+            self.idle_rounds = 0;
         }
-        processed_total += sim.batch_tokens;
-        if processed_total > token_cap {
-            return Err(SimError::Stalled {
-                policy: policy.name(),
-                time_s: sim.now,
-                batches: batches.len(),
-                state: format!(
-                    "recomputation livelock: {processed_total} tokens processed for {base_tokens} needed; {}",
-                    sim.describe()
-                ),
-            });
+        self.check_livelock(policy)?;
+        self.run_batch(cost);
+        Ok(Step::Batch)
+    }
+
+    fn stalled(&self, policy: &dyn Policy, note: &str) -> SimError {
+        SimError::Stalled {
+            policy: policy.name(),
+            time_s: self.sim.now,
+            batches: self.batches.len(),
+            state: format!("{note}; {}", self.sim.describe()),
         }
+    }
+
+    fn check_livelock(&mut self, policy: &dyn Policy) -> Result<(), SimError> {
+        self.processed_total += self.sim.batch_tokens;
+        let token_cap = self.base_tokens.saturating_mul(64).saturating_add(1 << 20);
+        if self.processed_total <= token_cap {
+            return Ok(());
+        }
+        let note = format!(
+            "recomputation livelock: {} tokens processed for {} needed",
+            self.processed_total, self.base_tokens
+        );
+        Err(self.stalled(policy, &note))
+    }
+
+    /// Times the batch built, emits its tokens and frees the requests it finished.
+    fn run_batch(&mut self, cost: &dyn CostModel) {
+        let sim = &mut self.sim;
         let start = sim.now;
         let end = start + cost.batch_time_s(&sim.features);
-        accounts.push(BatchAccount {
+        self.accounts.push(BatchAccount {
             kv_tokens: sim.actual_kv,
             running: sim.running.len() as u64,
         });
+        self.last_finished = 0;
+        self.last_freed_blocks = 0;
         for k in 0..sim.generated_now.len() {
             let i = sim.generated_now[k];
             let idx = i as usize;
             if sim.st[idx].generated == sim.reqs[idx].output_tokens {
                 sim.st[idx].status = Status::Finished;
                 sim.used_blocks -= sim.st[idx].alloc_blocks;
+                self.last_freed_blocks += sim.st[idx].alloc_blocks;
                 sim.st[idx].alloc_blocks = 0;
                 sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
                 sim.st[idx].held = 0;
                 sim.running.retain(|&r| r != i);
-                finished += 1;
+                self.last_finished += 1;
             }
         }
-        batches.push(Batch {
+        self.finished += self.last_finished;
+        self.batches.push(Batch {
             entries: std::mem::take(&mut sim.entries),
             start_s: Some(start),
             end_s: Some(end),
@@ -513,11 +630,15 @@ pub fn simulate(
         sim.now = end;
         sim.batch_index += 1;
     }
-    let mut schedule = Schedule::new(batches);
-    schedule.meta = Some(serde_json::json!({"producer": policy.name()}));
-    Ok(Simulation {
-        schedule,
-        accounts,
-        limits: *limits,
-    })
+
+    /// The finished simulation.
+    pub(crate) fn finish(self, policy: &dyn Policy) -> Simulation {
+        let mut schedule = Schedule::new(self.batches);
+        schedule.meta = Some(serde_json::json!({"producer": policy.name()}));
+        Simulation {
+            schedule,
+            accounts: self.accounts,
+            limits: self.sim.limits,
+        }
+    }
 }

@@ -13,8 +13,14 @@ pub(crate) struct ReplayArgs {
     #[arg(long)]
     pub(crate) workload: PathBuf,
     /// Schedule file (infersched-schedule/1 JSON, or CSV batch,request,tokens).
-    #[arg(long)]
-    pub(crate) schedule: PathBuf,
+    #[arg(long, required_unless_present = "cluster")]
+    pub(crate) schedule: Option<PathBuf>,
+    /// A cluster's folder instead of one schedule (as `simulate --replicas N --out DIR`
+    /// writes it: routing.csv and replica-K/schedule.json): checks that every request is
+    /// routed to one replica and each replica's schedule serves exactly those, under the
+    /// limits, and writes the cluster's outputs (and replica-K/ folders) to --out.
+    #[arg(long, conflicts_with_all = ["schedule", "on_gpu"])]
+    pub(crate) cluster: Option<PathBuf>,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = "llama2-7b-a100")]
     pub(crate) cost_model: String,
@@ -73,11 +79,18 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     let instance = Instance::new(w, limits, cost)
         .with_context(|| format!("{} under these limits", a.workload.display()))?;
     let (w, cost) = (instance.workload(), instance.cost());
-    let schedule = Schedule::read(&a.schedule)?;
+    let Some(schedule_path) = &a.schedule else {
+        let dir = a
+            .cluster
+            .as_deref()
+            .expect("clap requires --schedule or --cluster");
+        return replay_cluster(a, &instance, dir);
+    };
+    let schedule = Schedule::read(schedule_path)?;
     let r = instance.replay(&schedule).with_context(|| {
         format!(
             "{} is not a valid schedule for {}",
-            a.schedule.display(),
+            schedule_path.display(),
             a.workload.display()
         )
     })?;
@@ -90,7 +103,7 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(
         "schedule {} is valid for {} under cost model {}",
-        a.schedule.display(),
+        schedule_path.display(),
         a.workload.display(),
         cost.name
     );
@@ -101,6 +114,58 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         on_gpu(a, model, &instance, &schedule, &r)?;
     }
     Ok(())
+}
+
+/// `replay --cluster DIR`: every replica's schedule replayed, the cluster summarised.
+fn replay_cluster(
+    a: &ReplayArgs,
+    instance: &Instance<cost_model::LinearCostModel>,
+    dir: &std::path::Path,
+) -> Result<()> {
+    let w = instance.workload();
+    let (routing, schedules) = infersched::cluster::read_cluster(dir, w)?;
+    let r = infersched::core::replay_cluster(
+        w,
+        instance.limits(),
+        instance.cost(),
+        &routing,
+        &schedules,
+    )
+    .with_context(|| {
+        format!(
+            "{} is not a valid cluster for {}",
+            dir.display(),
+            a.workload.display()
+        )
+    })?;
+    let router = routing_rule(&schedules);
+    let mut summary = Summary::of_cluster(&r, &router);
+    if !a.slo.is_empty() {
+        summary.slo = Some(infersched::core::SloReport::of(&r.merged, &a.slo));
+    }
+    let paths =
+        infersched::cluster::write_cluster_outputs(&a.out, w, &routing, &schedules, &r, &summary)
+            .with_context(|| format!("writing results to {}", a.out.display()))?;
+    outln!(
+        "the cluster in {} ({} replicas) is valid for {} under cost model {}",
+        dir.display(),
+        schedules.len(),
+        a.workload.display(),
+        instance.cost().name
+    );
+    out!("{}", infersched::output::summary_text(&summary));
+    out!("{}", infersched::cluster::load_table(&summary));
+    outln!("wrote {} files under {}", paths.len(), a.out.display());
+    Ok(())
+}
+
+/// The router a cluster's schedules name (`meta.router`), or `given`: the replay checks
+/// the routing itself, not the rule that made it.
+fn routing_rule(schedules: &[Schedule]) -> String {
+    schedules
+        .iter()
+        .find_map(|s| s.meta.as_ref()?.get("router")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| "given".to_string())
 }
 
 /// `--on-gpu`: the schedule's batches timed on the GPU, replayed with those times, and

@@ -30,6 +30,16 @@ pub(crate) struct SimulateArgs {
     /// their own values, the goodput, and whether each holds over all requests.
     #[arg(long = "slo", value_name = "SLO")]
     pub(crate) slo: Vec<infersched::core::Slo>,
+    /// Replicas of the model, each running the scheduler on the requests routed to it
+    /// (a cluster: `--out` then writes routing.csv, the cluster's requests.csv and
+    /// summary.json, and replica-K/ with each replica's schedule and replay).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
+    pub(crate) replicas: u32,
+    /// How arriving requests are spread over the replicas: round-robin,
+    /// least-outstanding (fewest unfinished), least-waiting (fewest waiting: Vidur's LOR),
+    /// least-kv (fewest KV blocks allocated), power-of-two[:SEED] or random[:SEED].
+    #[arg(long, default_value = "round-robin", requires = "replicas")]
+    pub(crate) router: infersched::schedulers::Router,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
     /// schedulers run one at a time when together they would not fit [default: the memory
     /// available].
@@ -54,6 +64,9 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let knobs = a.knobs.knobs(&w, &cost)?;
     let several = kinds.len() > 1;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
+    if a.replicas > 1 {
+        return simulate_cluster(a, &w, &cost, &knobs, jobs);
+    }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     type Simulated = (Summary, TimeBreakdown, Vec<PathBuf>, Limits);
     let results: Vec<Result<Simulated>> = pool.install(|| {
@@ -205,4 +218,92 @@ fn write_outputs(
         paths.push(trace_path);
     }
     Ok(paths)
+}
+
+/// `simulate --replicas N` (N > 1): each scheduler on a cluster of N replicas.
+fn simulate_cluster(
+    a: &SimulateArgs,
+    w: &Workload,
+    cost: &cost_model::LinearCostModel,
+    knobs: &Knobs,
+    jobs: usize,
+) -> Result<()> {
+    if a.trace {
+        bail!(
+            "--trace: Chrome traces of a cluster (one per replica) are not written yet; drop --trace or use --replicas 1"
+        );
+    }
+    let kinds = &a.scheduler;
+    let several = kinds.len() > 1;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
+    let results: Vec<Result<(Summary, Vec<PathBuf>)>> = pool.install(|| {
+        kinds
+            .par_iter()
+            .map(|kind| -> Result<_> {
+                let o = infersched::produce::produce_cluster(
+                    w, cost, *kind, knobs, a.replicas, a.router,
+                )?;
+                let mut summary = o.summary;
+                if !a.slo.is_empty() {
+                    summary.slo = Some(infersched::core::SloReport::of(&o.replay.merged, &a.slo));
+                }
+                let Some(out) = &a.out else {
+                    return Ok((summary, Vec::new()));
+                };
+                let dir = if several {
+                    out.join(kind.name())
+                } else {
+                    out.clone()
+                };
+                let paths = infersched::cluster::write_cluster_outputs(
+                    &dir,
+                    w,
+                    &o.routing,
+                    &o.schedules,
+                    &o.replay,
+                    &summary,
+                )
+                .with_context(|| format!("writing results to {}", dir.display()))?;
+                Ok((summary, paths))
+            })
+            .collect()
+    });
+    outln!(
+        "{} requests from {}, cost model {}, {} replicas behind {}",
+        w.len(),
+        a.workload.display(),
+        cost.name,
+        a.replicas,
+        a.router
+    );
+    let mut failed = 0;
+    let mut rows = Vec::new();
+    for (kind, result) in kinds.iter().zip(results) {
+        match result {
+            Ok((summary, paths)) => {
+                outln!("\n{} on each replica", kind.name());
+                out!("{}", infersched::output::summary_text(&summary));
+                out!("{}", infersched::cluster::load_table(&summary));
+                if !paths.is_empty() {
+                    outln!(
+                        "  wrote {} files under {}",
+                        paths.len(),
+                        a.out.as_deref().unwrap_or(Path::new(".")).display()
+                    );
+                }
+                rows.push((kind.name(), summary));
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("\nerror: {}: {}", kind.name(), describe(&e));
+            }
+        }
+    }
+    if rows.len() > 1 {
+        outln!("\n{}", infersched::output::comparison_table(&rows));
+    }
+    if failed > 0 {
+        bail!("{failed} of {} schedulers failed", kinds.len());
+    }
+    Ok(())
 }

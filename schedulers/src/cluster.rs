@@ -1,0 +1,425 @@
+//! Replicas behind a router: each arriving request is sent to one replica by a routing rule
+//! that reads the replicas' state at its arrival, and each replica runs its own policy on
+//! the requests routed to it.
+//!
+//! The replicas are simulated side by side in time: before a request arriving at `t` is
+//! routed, every replica runs each batch it starts before `t` (no replica can start a batch
+//! before `t` knowing of it, as none could in the single-replica loop), so the router sees
+//! each replica as it is at `t`: the requests it has not finished (those finishing in a
+//! batch still running at `t` count as unfinished), its waiting queue, its KV blocks.
+
+use crate::sim::{Run, Simulation, Simulator, Step, check_servable};
+use crate::{Policy, SimError};
+use infersched_core::cluster::MAX_REPLICAS;
+use infersched_core::{CostModel, Limits, Routing, Workload};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::fmt;
+
+/// How arriving requests are spread over the replicas. Ties go to the lowest index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Router {
+    /// Requests in arrival order to replicas 0, 1, ..., N - 1, 0, ... (Vidur's round robin).
+    RoundRobin,
+    /// To the replica with the fewest requests routed to it and not finished.
+    LeastOutstanding,
+    /// To the replica with the fewest requests waiting (routed and not yet admitted, or
+    /// evicted): Vidur's "least outstanding requests" (LOR), which counts its replica
+    /// schedulers' request queues.
+    LeastWaiting,
+    /// To the replica with the fewest KV blocks allocated.
+    LeastKv,
+    /// Two distinct replicas drawn at random; the one with fewer unfinished requests.
+    PowerOfTwo {
+        /// Seed of the draws.
+        seed: u64,
+    },
+    /// A replica drawn uniformly at random.
+    Random {
+        /// Seed of the draws.
+        seed: u64,
+    },
+}
+
+/// The names `--router` accepts (`power-of-two` and `random` take `:SEED`, default 0).
+pub const ROUTER_NAMES: &[&str] = &[
+    "round-robin",
+    "least-outstanding",
+    "least-waiting",
+    "least-kv",
+    "power-of-two[:SEED]",
+    "random[:SEED]",
+];
+
+impl Router {
+    /// The name, with the seed where it has one (`random:7`).
+    pub fn name(self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Router {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Router::RoundRobin => f.write_str("round-robin"),
+            Router::LeastOutstanding => f.write_str("least-outstanding"),
+            Router::LeastWaiting => f.write_str("least-waiting"),
+            Router::LeastKv => f.write_str("least-kv"),
+            Router::PowerOfTwo { seed } => write!(f, "power-of-two:{seed}"),
+            Router::Random { seed } => write!(f, "random:{seed}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Router {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, seed) = match s.split_once(':') {
+            Some((n, seed)) => (n, Some(seed)),
+            None => (s, None),
+        };
+        let seeded = || -> Result<u64, String> {
+            seed.map_or(Ok(0), |t| {
+                t.parse().map_err(|_| {
+                    format!("router {name}: seed \"{t}\" is not a non-negative integer")
+                })
+            })
+        };
+        let plain = |r: Router| match seed {
+            None => Ok(r),
+            Some(_) => Err(format!("router {name} takes no seed")),
+        };
+        match name {
+            "round-robin" => plain(Router::RoundRobin),
+            "least-outstanding" => plain(Router::LeastOutstanding),
+            "least-waiting" => plain(Router::LeastWaiting),
+            "least-kv" => plain(Router::LeastKv),
+            "power-of-two" => Ok(Router::PowerOfTwo { seed: seeded()? }),
+            "random" => Ok(Router::Random { seed: seeded()? }),
+            _ => Err(format!(
+                "unknown router \"{}\": expected one of {}",
+                s.chars().take(80).collect::<String>(),
+                ROUTER_NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// A simulated cluster: where each request went and each replica's simulation.
+#[derive(Debug, Clone)]
+pub struct ClusterSimulation {
+    /// The replica of each request (routed at its arrival).
+    pub routing: Routing,
+    /// Per replica, its simulation; schedules name requests by the workload's ids.
+    pub replicas: Vec<Simulation>,
+}
+
+/// One replica as the router sees it at time `t`.
+struct Load {
+    unfinished: usize,
+    waiting: usize,
+    kv_blocks: u64,
+}
+
+fn load_at(run: &Run<'_>, t: f64) -> Load {
+    // A batch still running at `t` has not yet finished its requests nor freed their KV.
+    let late = run.last_end_s() > t;
+    let sim = &run.sim;
+    Load {
+        unfinished: sim.requests().len() - run.finished + if late { run.last_finished } else { 0 },
+        waiting: sim.waiting().len() + sim.pending_count(),
+        kv_blocks: sim.total_blocks() - sim.free_blocks()
+            + if late { run.last_freed_blocks } else { 0 },
+    }
+}
+
+/// The index of the least `key` (the first of equals).
+fn least<K: Ord>(keys: impl Iterator<Item = K>) -> usize {
+    keys.enumerate()
+        .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map_or(0, |(i, _)| i)
+}
+
+struct RouterState {
+    router: Router,
+    next: usize,
+    rng: ChaCha8Rng,
+}
+
+impl RouterState {
+    fn new(router: Router) -> Self {
+        let seed = match router {
+            Router::PowerOfTwo { seed } | Router::Random { seed } => seed,
+            _ => 0,
+        };
+        Self {
+            router,
+            next: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// The replica for a request arriving at `t`.
+    fn pick(&mut self, runs: &[Run<'_>], t: f64) -> usize {
+        let n = runs.len();
+        let loads = || runs.iter().map(move |r| load_at(r, t));
+        match self.router {
+            Router::RoundRobin => {
+                let r = self.next % n;
+                self.next += 1;
+                r
+            }
+            Router::LeastOutstanding => least(loads().map(|l| l.unfinished)),
+            Router::LeastWaiting => least(loads().map(|l| l.waiting)),
+            Router::LeastKv => least(loads().map(|l| l.kv_blocks)),
+            Router::Random { .. } => self.rng.random_range(0..n),
+            Router::PowerOfTwo { .. } if n == 1 => 0,
+            Router::PowerOfTwo { .. } => {
+                let a = self.rng.random_range(0..n);
+                let b = (a + 1 + self.rng.random_range(0..n - 1)) % n;
+                let (a, b) = (a.min(b), a.max(b));
+                if load_at(&runs[b], t).unfinished < load_at(&runs[a], t).unfinished {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+}
+
+/// Runs `run` on until its next batch would start at or after `until` (or, with `None`,
+/// until every request given to it has finished).
+fn advance(
+    run: &mut Run<'_>,
+    policy: &mut dyn Policy,
+    cost: &dyn CostModel,
+    until: Option<f64>,
+) -> Result<(), SimError> {
+    while until.is_none_or(|t| run.sim.now() < t) {
+        if run.step(policy, cost)? == Step::Idle {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Simulates a cluster of `policies.len()` replicas, replica `r` running `policies[r]`
+/// under `limits` with batch times from `cost`, requests routed by `router` as they
+/// arrive. Every replica's schedule names requests by the workload's ids.
+pub fn simulate_cluster(
+    workload: &Workload,
+    limits: &Limits,
+    policies: &mut [Box<dyn Policy>],
+    cost: &dyn CostModel,
+    router: Router,
+) -> Result<ClusterSimulation, SimError> {
+    limits.validate()?;
+    let replicas = policies.len();
+    let Some(first) = policies
+        .first()
+        .filter(|_| replicas as u64 <= u64::from(MAX_REPLICAS))
+    else {
+        return Err(SimError::Replicas(replicas));
+    };
+    check_servable(
+        workload,
+        limits,
+        first.as_ref(),
+        &Simulator::new(workload, *limits),
+    )?;
+    let mut runs: Vec<Run<'_>> = policies
+        .iter()
+        .map(|_| Run::new(Simulator::empty(*limits), 0))
+        .collect();
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); policies.len()];
+    let mut replica_of = vec![0u32; workload.len()];
+    let mut state = RouterState::new(router);
+    let replica_error = |r: usize| {
+        move |e| SimError::Replica {
+            replica: r as u32,
+            source: Box::new(e),
+        }
+    };
+    for g in workload.fcfs_order() {
+        let request = workload.requests()[g as usize];
+        for (r, (run, policy)) in runs.iter_mut().zip(policies.iter_mut()).enumerate() {
+            advance(run, policy.as_mut(), cost, Some(request.arrival_s))
+                .map_err(replica_error(r))?;
+        }
+        let r = state.pick(&runs, request.arrival_s);
+        runs[r].add_request(request);
+        members[r].push(g);
+        replica_of[g as usize] = r as u32;
+    }
+    let mut replicas = Vec::with_capacity(runs.len());
+    for (r, ((mut run, policy), ids)) in runs
+        .into_iter()
+        .zip(policies.iter_mut())
+        .zip(&members)
+        .enumerate()
+    {
+        advance(&mut run, policy.as_mut(), cost, None).map_err(replica_error(r))?;
+        let mut simulation = run.finish(policy.as_ref());
+        simulation.schedule.meta = Some(serde_json::json!({
+            "producer": policy.name(),
+            "replica": r,
+            "router": router.name(),
+        }));
+        for batch in &mut simulation.schedule.batches {
+            for e in &mut batch.entries {
+                e.request = ids[e.request as usize];
+            }
+        }
+        replicas.push(simulation);
+    }
+    let routing = Routing::new(replicas.len() as u32, replica_of)
+        .expect("each request routed to one of the replicas");
+    Ok(ClusterSimulation { routing, replicas })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Knobs;
+    use crate::SchedulerKind;
+    use infersched_core::{BatchFeatures, Request};
+
+    /// Every batch takes one second.
+    struct Second;
+    impl CostModel for Second {
+        fn batch_time_s(&self, _: &BatchFeatures) -> f64 {
+            1.0
+        }
+    }
+
+    fn run(reqs: &[(u32, u32, f64)], replicas: usize, router: Router) -> Vec<u32> {
+        let w = Workload::new(
+            reqs.iter()
+                .map(|&(i, o, t)| Request {
+                    input_tokens: i,
+                    output_tokens: o,
+                    arrival_s: t,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let knobs = Knobs {
+            block_size: Some(1),
+            ..Knobs::default()
+        };
+        let kind = SchedulerKind::Vllm;
+        let limits = kind.limits(&knobs, &w);
+        let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(&knobs, &w)).collect();
+        let c = simulate_cluster(&w, &limits, &mut policies, &Second, router).unwrap();
+        c.routing.replica_of().to_vec()
+    }
+
+    #[test]
+    fn routers_parse_and_print_their_names() {
+        for s in [
+            "round-robin",
+            "least-outstanding",
+            "least-waiting",
+            "least-kv",
+            "random:7",
+            "power-of-two:0",
+        ] {
+            assert_eq!(s.parse::<Router>().unwrap().name(), s);
+        }
+        assert_eq!("random".parse::<Router>(), Ok(Router::Random { seed: 0 }));
+        let e = "round-robin:3".parse::<Router>().unwrap_err();
+        assert!(e.contains("takes no seed"), "{e}");
+        let e = "random:x".parse::<Router>().unwrap_err();
+        assert!(e.contains("seed \"x\""), "{e}");
+        let e = "fastest".parse::<Router>().unwrap_err();
+        assert!(
+            e.contains("unknown router \"fastest\"") && e.contains("least-kv"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn round_robin_takes_requests_in_arrival_order() {
+        // Arrival order 3, 1, 2, 0, 4 -> replicas 0, 1, 0, 1, 0.
+        let reqs = [
+            (4, 2, 0.3),
+            (4, 2, 0.1),
+            (4, 2, 0.2),
+            (4, 2, 0.0),
+            (4, 2, 0.4),
+        ];
+        assert_eq!(run(&reqs, 2, Router::RoundRobin), [1, 1, 0, 0, 0]);
+        // More replicas than requests: the rest stay idle.
+        assert_eq!(run(&reqs[..2], 4, Router::RoundRobin), [1, 0]);
+    }
+
+    #[test]
+    fn least_outstanding_counts_a_request_until_its_batch_ends() {
+        // A (3 one-second batches from t = 0) on replica 0; B arrives at 0.5 and goes to
+        // the idle replica 1, whose batch [0.5, 1.5] finishes it.
+        let a = (1, 3, 0.0);
+        let b = (1, 1, 0.5);
+        // At 1.2 B is still running: 1 and 1 unfinished, the tie goes to replica 0.
+        assert_eq!(
+            run(&[a, b, (1, 1, 1.2)], 2, Router::LeastOutstanding),
+            [0, 1, 0]
+        );
+        // At 1.5 B has finished: replica 1 has none.
+        assert_eq!(
+            run(&[a, b, (1, 1, 1.5)], 2, Router::LeastOutstanding),
+            [0, 1, 1]
+        );
+        // Two replicas: power of two draws both, so it is least-outstanding.
+        assert_eq!(
+            run(&[a, b, (1, 1, 1.2)], 2, Router::PowerOfTwo { seed: 3 }),
+            [0, 1, 0]
+        );
+        assert_eq!(
+            run(&[a, b, (1, 1, 1.5)], 2, Router::PowerOfTwo { seed: 9 }),
+            [0, 1, 1]
+        );
+    }
+
+    #[test]
+    fn least_kv_weighs_the_memory_each_replica_holds() {
+        // A holds 10+ KV tokens on replica 0; B 2 on replica 1, still running at 0.6.
+        let reqs = [(10, 5, 0.0), (2, 1, 0.5), (1, 1, 0.6)];
+        assert_eq!(run(&reqs, 2, Router::LeastKv), [0, 1, 1]);
+        assert_eq!(run(&reqs, 2, Router::LeastOutstanding), [0, 1, 0]);
+    }
+
+    #[test]
+    fn least_waiting_counts_requests_not_yet_admitted() {
+        // A runs on replica 0 (admitted at once, so nothing waits there); B goes to 0 too
+        // (ties to the lowest), and waits there until A's batch ends; C sees 1 waiting on
+        // replica 0 and none on replica 1.
+        let reqs = [(1, 3, 0.0), (1, 1, 0.5), (1, 1, 0.6)];
+        assert_eq!(run(&reqs, 2, Router::LeastWaiting), [0, 0, 1]);
+    }
+
+    #[test]
+    fn random_routers_repeat_with_their_seed() {
+        let reqs: Vec<_> = (0..40).map(|k| (3, 2, f64::from(k) * 0.1)).collect();
+        let a = run(&reqs, 3, Router::Random { seed: 1 });
+        assert_eq!(a, run(&reqs, 3, Router::Random { seed: 1 }));
+        assert_ne!(a, run(&reqs, 3, Router::Random { seed: 2 }));
+        assert!((0..3).all(|r| a.contains(&r)));
+        let p = run(&reqs, 3, Router::PowerOfTwo { seed: 1 });
+        assert_eq!(p, run(&reqs, 3, Router::PowerOfTwo { seed: 1 }));
+    }
+
+    #[test]
+    fn a_cluster_needs_replicas() {
+        let w = Workload::new(vec![Request {
+            input_tokens: 1,
+            output_tokens: 1,
+            arrival_s: 0.0,
+        }])
+        .unwrap();
+        let limits = Limits::unlimited();
+        let e = simulate_cluster(&w, &limits, &mut [], &Second, Router::RoundRobin).unwrap_err();
+        assert_eq!(e, SimError::Replicas(0));
+        assert!(e.to_string().contains("1 to 4096 replicas, got 0"), "{e}");
+    }
+}

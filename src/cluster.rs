@@ -1,0 +1,115 @@
+//! A cluster's files and text: `routing.csv`, the cluster's `requests.csv` and
+//! `summary.json`, and a folder per replica (`replica-K/`: its schedule in the workload's
+//! request ids and its replay's outputs); and reading such a folder back for `replay`.
+
+use crate::core::io::write_atomic;
+use crate::core::{ClusterReplay, Routing, Schedule, Summary, Workload};
+use crate::output::{Cell, text_table, write_requests_csv};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The folder of replica `r` under a cluster's output folder.
+pub fn replica_dir(dir: &Path, r: usize) -> PathBuf {
+    dir.join(format!("replica-{r}"))
+}
+
+/// Writes `routing.csv`: `request,replica,routed_at_s` (requests are routed as they arrive).
+pub fn write_routing_csv(w: &Workload, routing: &Routing, out: &mut dyn Write) -> io::Result<()> {
+    out.write_all(b"request,replica,routed_at_s\n")?;
+    for (i, (r, req)) in routing.replica_of().iter().zip(w.requests()).enumerate() {
+        writeln!(out, "{i},{r},{}", req.arrival_s)?;
+    }
+    Ok(())
+}
+
+/// Writes a cluster's outputs into `dir`; returns the paths written.
+pub fn write_cluster_outputs(
+    dir: &Path,
+    w: &Workload,
+    routing: &Routing,
+    schedules: &[Schedule],
+    replay: &ClusterReplay,
+    summary: &Summary,
+) -> io::Result<Vec<PathBuf>> {
+    let mut paths = vec![
+        dir.join("routing.csv"),
+        dir.join("requests.csv"),
+        dir.join("summary.json"),
+    ];
+    write_atomic(&paths[0], |out| write_routing_csv(w, routing, out))?;
+    write_atomic(&paths[1], |out| write_requests_csv(&replay.merged, out))?;
+    write_atomic(&paths[2], |out| {
+        serde_json::to_writer_pretty(&mut *out, summary)?;
+        out.write_all(b"\n")
+    })?;
+    for (r, (schedule, one)) in schedules.iter().zip(&replay.replicas).enumerate() {
+        let sub = replica_dir(dir, r);
+        let path = sub.join("schedule.json");
+        schedule.write(&path).map_err(io::Error::other)?;
+        paths.push(path);
+        if let Some(one) = one {
+            let s = Summary::from_replay(one);
+            paths.extend(crate::output::write_replay_outputs(&sub, one, &s)?);
+        }
+    }
+    Ok(paths)
+}
+
+/// Reads a cluster's folder as `simulate --replicas --out DIR` writes it: `routing.csv`
+/// and `replica-0/schedule.json`, `replica-1/schedule.json`, ... (as many replicas as
+/// there are such folders in a row from 0).
+pub fn read_cluster(dir: &Path, w: &Workload) -> anyhow::Result<(Routing, Vec<Schedule>)> {
+    use anyhow::Context;
+    let mut schedules = Vec::new();
+    while replica_dir(dir, schedules.len()).is_dir() {
+        let path = replica_dir(dir, schedules.len()).join("schedule.json");
+        schedules.push(Schedule::read(&path)?);
+    }
+    if schedules.is_empty() {
+        anyhow::bail!(
+            "{}: no replica-0/ folder (a cluster folder holds routing.csv and replica-0/schedule.json, replica-1/schedule.json, ...)",
+            dir.display()
+        );
+    }
+    let routing_path = dir.join("routing.csv");
+    let routing = Routing::read_csv(&routing_path, w.len(), schedules.len() as u32)
+        .with_context(|| format!("reading the routing of {}", dir.display()))?;
+    Ok((routing, schedules))
+}
+
+/// A table of the load on each replica.
+pub fn load_table(summary: &Summary) -> String {
+    let Some(c) = &summary.cluster else {
+        return String::new();
+    };
+    let rows: Vec<Vec<Cell>> = c
+        .per_replica
+        .iter()
+        .map(|l| {
+            vec![
+                Cell::Text(l.replica.to_string()),
+                Cell::Text(l.requests.to_string()),
+                Cell::Text(l.batches.to_string()),
+                Cell::Time(Some(l.busy_s)),
+                Cell::Time(Some(l.makespan_s)),
+                Cell::Time(l.mean_e2e_s),
+                Cell::Text(l.peak_kv_tokens.to_string()),
+            ]
+        })
+        .collect();
+    let headers = [
+        "replica",
+        "requests",
+        "batches",
+        "busy",
+        "makespan",
+        "mean e2e",
+        "peak KV tokens",
+    ];
+    format!(
+        "{} replicas, router {}\n{}",
+        c.replicas,
+        c.router,
+        text_table(&headers, &rows)
+    )
+}

@@ -1,0 +1,95 @@
+//! Property tests of clusters: on random workloads and limits, for every policy and router,
+//! every request is routed to exactly one replica and each replica's schedule replays
+//! (`replay_cluster`), and a cluster of one replica is the single-replica simulation.
+
+use infersched::core::{Summary, Workload, replay_cluster};
+use infersched::cost_model::preset;
+use infersched::schedulers::{Knobs, Router, SCHEDULER_NAMES, SchedulerKind, simulate_cluster};
+use proptest::prelude::*;
+
+fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
+    let request = (1u32..40, 1u32..12, prop_oneof![Just(0.0), 0.0f64..0.3]);
+    (
+        prop::collection::vec(request, 1..14),
+        prop::option::of(1u64..64),
+        0u64..40,
+        prop::option::of(1u64..6),
+        1u32..5,
+    )
+        .prop_map(|(rs, c, m_slack, r_max, block)| {
+            let w = infersched_test_kit::workload(&rs);
+            let need = infersched_test_kit::largest_kv_need(&w);
+            let b = u64::from(block);
+            let knobs = Knobs {
+                token_budget: c,
+                kv_capacity: Some(need.div_ceil(b) * b + m_slack),
+                max_running: r_max,
+                block_size: Some(block),
+                ..Knobs::default()
+            };
+            (w, knobs)
+        })
+}
+
+const ROUTERS: [Router; 6] = [
+    Router::RoundRobin,
+    Router::LeastOutstanding,
+    Router::LeastWaiting,
+    Router::LeastKv,
+    Router::PowerOfTwo { seed: 5 },
+    Router::Random { seed: 5 },
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(60))]
+
+    #[test]
+    fn every_request_is_served_once_and_every_replica_replays(
+        (w, knobs) in arb_case(),
+        replicas in 1usize..5,
+    ) {
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        for name in SCHEDULER_NAMES {
+            let kind: SchedulerKind = name.parse().unwrap();
+            let limits = kind.limits(&knobs, &w);
+            for router in ROUTERS {
+                let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(&knobs, &w)).collect();
+                let sim = match simulate_cluster(&w, &limits, &mut policies, &cost, router) {
+                    Ok(s) => s,
+                    // A policy that cannot serve a request refuses before routing anything.
+                    Err(e) => {
+                        prop_assert!(kind.simulate(&w, &knobs, &cost).is_err(), "{kind:?} {router}: {e}");
+                        continue;
+                    }
+                };
+                let schedules: Vec<_> = sim.replicas.iter().map(|s| s.schedule.clone()).collect();
+                let r = replay_cluster(&w, &limits, &cost, &sim.routing, &schedules)
+                    .map_err(|e| TestCaseError::fail(format!("{name} {router} x{replicas}: {e}")))?;
+                let members = sim.routing.members();
+                prop_assert_eq!(members.iter().map(Vec::len).sum::<usize>(), w.len());
+                for (k, one) in r.replicas.iter().enumerate() {
+                    prop_assert_eq!(one.is_some(), !members[k].is_empty());
+                }
+                let s = Summary::of_cluster(&r, &router.name());
+                prop_assert_eq!(s.requests, w.len());
+                let load = s.cluster.unwrap();
+                prop_assert_eq!(load.per_replica.iter().map(|l| l.requests).sum::<usize>(), w.len());
+                prop_assert!(load.per_replica.iter().all(|l| l.makespan_s <= s.makespan_s));
+            }
+        }
+    }
+
+    #[test]
+    fn one_replica_is_the_single_replica_simulation((w, knobs) in arb_case()) {
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        for name in SCHEDULER_NAMES {
+            let kind: SchedulerKind = name.parse().unwrap();
+            let Ok(single) = kind.simulate(&w, &knobs, &cost) else { continue };
+            let limits = kind.limits(&knobs, &w);
+            let mut policies = vec![kind.policy(&knobs, &w)];
+            let c = simulate_cluster(&w, &limits, &mut policies, &cost, Router::LeastKv).unwrap();
+            prop_assert_eq!(&c.replicas[0].schedule.batches, &single.schedule.batches, "{}", name);
+            prop_assert_eq!(&c.replicas[0].accounts, &single.accounts);
+        }
+    }
+}
