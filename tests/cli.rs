@@ -2623,3 +2623,153 @@ fn schedules_that_cannot_fit_in_memory_are_refused_before_anything_runs() {
         assert!(e.contains(&format!("{name}: too large")), "{name}: {e}");
     }
 }
+
+#[test]
+fn simulate_on_replicas_writes_a_cluster_that_replay_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(60, dir.path());
+    let out = dir.path().join("cluster");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            "vllm-v1",
+            "--cost-model",
+            "llama3-8b-h100-fa2",
+            "--replicas",
+            "3",
+            "--router",
+            "least-outstanding",
+        ];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let o = bin()
+        .args(args(&["--out", out.to_str().unwrap()]))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("3 replicas behind least-outstanding"),
+        "{}",
+        stdout(&o)
+    );
+    let routing = std::fs::read_to_string(out.join("routing.csv")).unwrap();
+    assert_eq!(routing.lines().count(), 61);
+    assert!(routing.starts_with("request,replica,routed_at_s\n0,0,"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let per_replica = summary["cluster"]["per_replica"].as_array().unwrap();
+    assert_eq!(per_replica.len(), 3);
+    let routed: u64 = per_replica
+        .iter()
+        .map(|r| r["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(routed, 60);
+    for r in 0..3 {
+        let s = std::fs::read_to_string(out.join(format!("replica-{r}/schedule.json"))).unwrap();
+        assert!(s.contains("\"router\":\"least-outstanding\""), "{s:.200}");
+    }
+    // The replay judges the folder on its own and computes the same metrics.
+    let again = dir.path().join("replayed");
+    let o = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+        "--token-budget",
+        "8192",
+        "--block-size",
+        "16",
+        "--kv-capacity",
+        &summary["kv_capacity"].as_u64().unwrap().to_string(),
+        "--cluster",
+        out.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let replayed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(replayed["mean_e2e_s"], summary["mean_e2e_s"]);
+    assert_eq!(
+        replayed["cluster"]["per_replica"],
+        summary["cluster"]["per_replica"]
+    );
+    // A schedule moved to another replica is caught, naming the request.
+    let routing = routing.replacen("\n0,0,", "\n0,1,", 1);
+    std::fs::write(out.join("routing.csv"), routing).unwrap();
+    let o = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+        "--cluster",
+        out.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("replica 0, batch 0: request 0 is routed to replica 1"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn simulate_refuses_a_cluster_it_cannot_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(4, dir.path());
+    let w = w.to_str().unwrap();
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w,
+        "--scheduler",
+        "vllm",
+        "--replicas",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--replicas"), "{}", stderr(&o));
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w,
+        "--scheduler",
+        "vllm",
+        "--replicas",
+        "2",
+        "--router",
+        "nearest",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown router \"nearest\""),
+        "{}",
+        stderr(&o)
+    );
+    // More replicas than requests: the rest stay idle.
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w,
+        "--scheduler",
+        "vllm",
+        "--replicas",
+        "6",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("6 replicas behind round-robin"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -289,4 +289,118 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
             }
         }
     }
+
+    const CLUSTERS: &str = r#"
+[workload]
+n = 6
+I = 8
+O = 3
+arrival = "poisson:50"
+[grid]
+clusters = [{ replicas = 2 }, { replicas = 3, cost_model = "llama3-8b-h100-fa2" }]
+routers = ["round-robin", "least-kv"]
+schedulers = ["vllm", "sarathi"]
+"#;
+
+    #[test]
+    fn clusters_and_routers_are_grid_axes() {
+        let s = Sweep::parse(CLUSTERS, Path::new(".")).unwrap();
+        assert_eq!(s.points.len(), 2 * 2 * 2);
+        assert_eq!(s.swept, vec!["cost_model", "replicas", "router"]);
+        let p = &s.points[7];
+        let c = p.cluster.as_ref().unwrap();
+        assert_eq!((c.replicas, c.router.name().as_str()), (3, "least-kv"));
+        assert_eq!(
+            p.key(),
+            "M=;C=;P=;R_max=;I=fixed:8;O=fixed:3;n=6;qps=;seed=0;cost_model=llama3-8b-h100-fa2;replicas=3;router=least-kv;objective=makespan;scheduler=sarathi"
+        );
+        assert_eq!(s.cost_of(p).name, "llama3-8b-h100-fa2");
+        assert_eq!(s.cost_of(&s.points[0]).name, "llama2-7b-a100");
+        // Without cluster axes the keys are what they always were.
+        let plain = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        assert!(
+            plain
+                .points
+                .iter()
+                .all(|p| p.cluster.is_none() && !p.key().contains("replicas"))
+        );
+        // A row runs its cluster: the replicas' load adds up to the requests.
+        let row = s.run_point(p);
+        assert!(!row.failed(), "{row:?}");
+        assert_eq!(
+            (row.replicas, row.router.as_deref()),
+            (Some(3), Some("least-kv"))
+        );
+        assert_eq!(row.param("replicas"), "3");
+        let w = s.workload(p).unwrap();
+        let kind = crate::schedulers::SchedulerKind::Sarathi;
+        let knobs = crate::schedulers::Knobs::matching(&s.limits(p).unwrap());
+        let o =
+            crate::produce::produce_cluster(&w, s.cost_of(p), kind, &knobs, 3, c.router).unwrap();
+        assert_eq!(row.makespan_s, Some(o.summary.makespan_s));
+    }
+
+    #[test]
+    fn bad_clusters_name_the_key() {
+        let with = |grid: &str| {
+            err(&format!(
+                "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\n{grid}\n"
+            ))
+        };
+        let e = with("clusters = [{ replicas = 0 }]\nschedulers = [\"vllm\"]");
+        assert!(
+            e.contains("grid.clusters[0].replicas: expected 1 to 4096, got 0"),
+            "{e}"
+        );
+        let e = with("clusters = [{ replicas = 2 }]\nschedulers = [\"optimal\", \"vllm\"]");
+        assert!(
+            e.contains("optimal solves one replica; grid.clusters[0] has 2"),
+            "{e}"
+        );
+        let e = with("routers = [\"round-robin\", \"closest\"]\nschedulers = [\"vllm\"]");
+        assert!(
+            e.contains("grid.routers[1]: unknown router \"closest\""),
+            "{e}"
+        );
+        let e = with(
+            "clusters = [{ replicas = 2, cost_model = \"no-such-gpu\" }]\nschedulers = [\"vllm\"]",
+        );
+        assert!(
+            e.contains("grid.clusters[0].cost_model = \"no-such-gpu\""),
+            "{e}"
+        );
+        let e = with("clusters = [{ replicas = 2 }, { replicas = 2 }]\nschedulers = [\"vllm\"]");
+        assert!(e.contains("grid.clusters[1]: repeats"), "{e}");
+        let e = with("clusters = [{ replica = 2 }]\nschedulers = [\"vllm\"]");
+        assert!(e.contains("replica"), "{e}");
+    }
+
+    #[test]
+    fn results_of_the_version_before_clusters_still_read() {
+        let legacy: Vec<&str> = RESULT_COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| !matches!(*c, "cost_model" | "replicas" | "router"))
+            .collect();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        let row = s.run_point(&s.points[1]);
+        let mut w = csv::WriterBuilder::new()
+            .has_headers(false)
+            .from_writer(Vec::new());
+        w.serialize(&row).unwrap();
+        let line = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        // The same row without the three empty cluster cells.
+        let cells: Vec<&str> = line.trim_end().split(',').collect();
+        let seed = RESULT_COLUMNS.iter().position(|c| *c == "seed").unwrap();
+        let old: Vec<&str> = cells[..=seed]
+            .iter()
+            .chain(&cells[seed + 4..])
+            .copied()
+            .collect();
+        let text = format!("{}\n{}\n", legacy.join(","), old.join(","));
+        let rows = parse_results(Path::new("old.csv"), text.as_bytes()).unwrap();
+        assert_eq!(rows, vec![row]);
+        let bad = format!("{}\n", legacy[1..].join(","));
+        assert!(parse_results(Path::new("old.csv"), bad.as_bytes()).is_err());
+    }
 }

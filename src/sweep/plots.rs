@@ -31,8 +31,7 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
     let rows = Rows::new(recs);
     let mut plots = Vec::new();
     let title = sweep.spec.name.clone().unwrap_or("sweep".into());
-    // Seeds are replicates: averaged over, not plotted against.
-    for &param in sweep.swept.iter().filter(|p| **p != "seed") {
+    for &param in plotted_params(sweep) {
         for &(metric, label) in PLOTTED_METRICS {
             if metric == "ratio_to_optimal" && rows.optimum.is_empty() {
                 continue;
@@ -62,10 +61,19 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
     plots
 }
 
+/// The swept parameters plotted against: seeds are replicates (averaged over), cost
+/// models and routers are names (each its own line instead).
+fn plotted_params(sweep: &Sweep) -> impl Iterator<Item = &&'static str> {
+    sweep
+        .swept
+        .iter()
+        .filter(|p| !matches!(**p, "seed" | "cost_model" | "router"))
+}
+
 /// Every path the plots of `sweep` may be written to in `dir` (and `dir` itself).
 pub fn plot_paths(sweep: &Sweep, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut paths = vec![dir.to_path_buf()];
-    for &param in sweep.swept.iter().filter(|p| **p != "seed") {
+    for &param in plotted_params(sweep) {
         for &(metric, _) in PLOTTED_METRICS {
             for ext in ["svg", "png"] {
                 paths.push(dir.join(format!("{metric}-vs-{param}.{ext}")));
@@ -111,12 +119,32 @@ impl<'a> Rows<'a> {
         }
     }
 
-    fn series_name(&self, r: &ResultRow) -> String {
-        if self.several_objectives {
-            format!("{} ({})", r.scheduler, r.objective)
-        } else {
-            r.scheduler.to_string()
+    /// The line a row belongs to in a plot against `param`: its scheduler, with its
+    /// objective where the sweep has several, after its cluster (replicas, cost model,
+    /// router; `param` itself left out) where the grid has clusters (`4 x
+    /// roofline:h100:llama3-8b, round-robin: vllm-v1`), so each cluster has a colour.
+    fn series_name(&self, r: &ResultRow, param: &str) -> String {
+        let mut cluster = Vec::new();
+        if let Some(n) = r.replicas.filter(|_| param != "replicas") {
+            cluster.push(format!("{n} x"));
         }
+        if let Some(c) = r.cost_model.as_ref().filter(|_| param != "cost_model") {
+            cluster.push(c.clone());
+        }
+        if let Some(router) = r.router.as_ref().filter(|_| param != "router") {
+            if let Some(last) = cluster.last_mut() {
+                last.push(',');
+            }
+            cluster.push(router.clone());
+        }
+        let mut name = r.scheduler.to_string();
+        if !cluster.is_empty() {
+            name = format!("{}: {name}", cluster.join(" "));
+        }
+        if self.several_objectives {
+            name += &format!(" ({})", r.objective);
+        }
+        name
     }
 
     /// Row `r`'s point for `metric`: its value, the other end of its bar, whether it is
@@ -151,7 +179,7 @@ impl<'a> Rows<'a> {
             let Some(point) = self.point(r, metric) else {
                 continue;
             };
-            let name = self.series_name(r);
+            let name = self.series_name(r, param);
             if !order.contains(&name) {
                 order.push(name.clone());
             }
@@ -161,7 +189,7 @@ impl<'a> Rows<'a> {
         // Failed runs, by series.
         let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for r in self.recs.iter().filter(|r| r.failed()) {
-            let name = self.series_name(r);
+            let name = self.series_name(r, param);
             if !order.contains(&name) {
                 order.push(name.clone());
             }
@@ -246,6 +274,7 @@ fn axis_label(param: &str) -> String {
         "O" => "O (output tokens)".into(),
         "n" => "n (requests)".into(),
         "qps" => "arrival rate (requests/s)".into(),
+        "replicas" => "replicas".into(),
         other => other.into(),
     }
 }

@@ -21,6 +21,9 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "n",
     "qps",
     "seed",
+    "cost_model",
+    "replicas",
+    "router",
     "objective",
     "scheduler",
     "status",
@@ -87,6 +90,15 @@ pub struct ResultRow {
     pub qps: Option<f64>,
     /// Seed.
     pub seed: u64,
+    /// The cluster's cost model where `grid.clusters` names one (empty: the spec's).
+    #[serde(default)]
+    pub cost_model: Option<String>,
+    /// Replicas, where the grid has clusters or routers (empty: one, no cluster).
+    #[serde(default)]
+    pub replicas: Option<u32>,
+    /// The router, where the grid has clusters or routers.
+    #[serde(default)]
+    pub router: Option<String>,
     /// Objective name.
     pub objective: String,
     /// The scheduler, written as in the spec.
@@ -188,6 +200,9 @@ impl ResultRow {
             "n" => self.n.to_string(),
             "qps" => o2s(&self.qps),
             "seed" => self.seed.to_string(),
+            "cost_model" => o2s(&self.cost_model),
+            "replicas" => o2s(&self.replicas),
+            "router" => o2s(&self.router),
             _ => String::new(),
         }
     }
@@ -269,7 +284,13 @@ pub(super) fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<ResultRow>>
         .headers()
         .with_context(|| format!("{}: no header", path.display()))?
         .clone();
-    if header.iter().ne(RESULT_COLUMNS.iter().copied()) {
+    // The columns before clusters (no cost_model, replicas, router) read as rows of one
+    // replica; the file is written back in this version's columns.
+    let legacy = RESULT_COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| !matches!(*c, "cost_model" | "replicas" | "router"));
+    if header.iter().ne(RESULT_COLUMNS.iter().copied()) && header.iter().ne(legacy) {
         bail!(
             "{}: not a sweep results file of this version (columns differ)",
             path.display()

@@ -5,7 +5,7 @@ use super::plots::sweep_plots;
 use super::results::{ResultRow, header_line, read_results, row_line, write_results};
 use super::spec::{CONFIRM_GRID_RUNS, Point, Sweep};
 use crate::core::Summary;
-use crate::produce::{ProduceWith, RunStatus, produce};
+use crate::produce::{Contender, ProduceWith, RunStatus, produce, produce_cluster};
 use crate::schedulers::Knobs;
 use crate::solver::{Objective, SolveOptions};
 use anyhow::{Context, Result, bail};
@@ -31,6 +31,9 @@ impl Sweep {
             n: p.n,
             qps: p.qps,
             seed: p.seed,
+            cost_model: p.cluster.as_ref().and_then(|c| c.cost_model.clone()),
+            replicas: p.cluster.as_ref().map(|c| c.replicas),
+            router: p.cluster.as_ref().map(|c| c.router.name()),
             objective: p.objective.clone(),
             scheduler: p.scheduler,
             status: RunStatus::Error,
@@ -117,7 +120,17 @@ impl Sweep {
             objective,
             solve: &options,
         };
-        let outcome = produce(&w, &self.cost, contender, &with)?;
+        let cost = self.cost_of(p);
+        if let (Some(c), Contender::Heuristic(kind)) = (&p.cluster, contender) {
+            let o = produce_cluster(&w, cost, kind, &knobs, c.replicas, c.router)?;
+            return Ok((
+                RunStatus::Heuristic,
+                objective.of(&o.summary),
+                o.summary,
+                None,
+            ));
+        }
+        let outcome = produce(&w, cost, contender, &with)?;
         let (status, solve) = match &outcome.solve {
             None => (RunStatus::Heuristic, None),
             Some(r) => (

@@ -4,6 +4,7 @@
 use crate::core::{Limits, Workload};
 use crate::cost_model::{self, LinearCostModel};
 use crate::produce::Contender;
+use crate::schedulers::Router;
 use crate::solver::Objective;
 use crate::workload::{ArrivalProcess, LengthDist, SampleSpec, Selection, SynthSpec};
 use anyhow::{Context, Result, bail};
@@ -129,11 +130,43 @@ pub struct GridSection {
     /// Seeds.
     #[serde(default)]
     pub seed: Option<Vec<u64>>,
+    /// Clusters (replicas, each with its own cost model where given) [default one replica
+    /// of the spec's cost model].
+    #[serde(default)]
+    pub clusters: Option<Vec<ClusterSection>>,
+    /// Routers of the clusters' requests (`round-robin`, `least-outstanding`, ...)
+    /// [default round-robin].
+    #[serde(default)]
+    pub routers: Option<Vec<String>>,
     /// Schedulers.
     pub schedulers: Vec<String>,
     /// Objectives [default makespan].
     #[serde(default)]
     pub objectives: Option<Vec<String>>,
+}
+
+/// One entry of `grid.clusters`: `{ replicas = 4, cost_model = "roofline:h100:llama3-8b:tp1" }`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Replicas (each runs the scheduler on the requests routed to it).
+    pub replicas: u32,
+    /// The replicas' cost model [default: the spec's]; M comes from it where not given.
+    #[serde(default)]
+    pub cost_model: Option<String>,
+}
+
+/// A point's cluster, where the grid has `clusters` or `routers`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterPoint {
+    /// Replicas.
+    pub replicas: u32,
+    /// The cost model's name as the spec gives it (None: the spec's `cost_model`).
+    pub cost_model: Option<String>,
+    /// Index of its cost model in the sweep's resolved cost models.
+    pub(super) cost: usize,
+    /// The router.
+    pub router: Router,
 }
 
 /// One run of the grid.
@@ -161,6 +194,9 @@ pub struct Point {
     pub seed: u64,
     /// Objective name.
     pub objective: String,
+    /// The cluster, where the grid has `clusters` or `routers` (None: one replica of the
+    /// spec's cost model).
+    pub cluster: Option<ClusterPoint>,
     /// The scheduler (in files, its canonical spelling).
     pub scheduler: Contender,
 }
@@ -172,8 +208,16 @@ pub(super) fn o2s<T: ToString>(v: &Option<T>) -> String {
 impl Point {
     /// The identity of the run, the same for the same setting in every sweep.
     pub fn key(&self) -> String {
+        let cluster = self.cluster.as_ref().map_or(String::new(), |c| {
+            format!(
+                "cost_model={};replicas={};router={};",
+                c.cost_model.as_deref().unwrap_or(""),
+                c.replicas,
+                c.router
+            )
+        });
         format!(
-            "M={};C={};P={};R_max={};I={};O={};n={};qps={};seed={};objective={};scheduler={}",
+            "M={};C={};P={};R_max={};I={};O={};n={};qps={};seed={};{cluster}objective={};scheduler={}",
             o2s(&self.m),
             o2s(&self.c),
             o2s(&self.p),
@@ -196,7 +240,20 @@ impl Point {
 }
 
 /// The parameters a grid can sweep, as they appear in `results.csv`.
-pub const GRID_PARAMS: &[&str] = &["M", "C", "P", "R_max", "I", "O", "n", "qps", "seed"];
+pub const GRID_PARAMS: &[&str] = &[
+    "M",
+    "C",
+    "P",
+    "R_max",
+    "I",
+    "O",
+    "n",
+    "qps",
+    "seed",
+    "cost_model",
+    "replicas",
+    "router",
+];
 
 fn length_value(v: &toml::Value, key: &str) -> Result<String> {
     let s = match v {
@@ -223,6 +280,8 @@ pub struct Sweep {
     /// Parameters with more than one value.
     pub swept: Vec<&'static str>,
     pub(super) cost: LinearCostModel,
+    /// The clusters' own cost models (`grid.clusters[k].cost_model`), in order.
+    pub(super) cluster_costs: Vec<LinearCostModel>,
     pub(super) trace: Option<Workload>,
 }
 
@@ -230,6 +289,9 @@ pub struct Sweep {
 /// slowest, schedulers fastest).
 struct Grid {
     objectives: Vec<String>,
+    /// None: no cluster axes (one replica of the spec's cost model).
+    clusters: Vec<Option<(ClusterSection, usize)>>,
+    routers: Vec<Router>,
     ms: Vec<Option<u64>>,
     cs: Vec<Option<u64>>,
     ps: Vec<Option<u64>>,
@@ -244,9 +306,11 @@ struct Grid {
 
 impl Grid {
     /// The list lengths, slowest first.
-    fn radices(&self) -> [usize; 11] {
+    fn radices(&self) -> [usize; 13] {
         [
             self.objectives.len(),
+            self.clusters.len(),
+            self.routers.len(),
             self.ms.len(),
             self.cs.len(),
             self.ps.len(),
@@ -272,6 +336,25 @@ impl Grid {
             ("n", self.ns.len()),
             ("qps", self.qpss.len()),
             ("seed", self.seeds.len()),
+            (
+                "cost_model",
+                self.clusters
+                    .iter()
+                    .flatten()
+                    .map(|c| &c.0.cost_model)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len(),
+            ),
+            (
+                "replicas",
+                self.clusters
+                    .iter()
+                    .flatten()
+                    .map(|c| c.0.replicas)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len(),
+            ),
+            ("router", self.routers.len()),
         ]
         .into_iter()
         .filter(|&(_, count)| count > 1)
@@ -289,15 +372,21 @@ impl Grid {
     /// Point `index` of the product: its digits in the mixed radix of the list lengths.
     fn point(&self, index: usize) -> Point {
         let radices = self.radices();
-        let mut digit = [0usize; 11];
+        let mut digit = [0usize; 13];
         let mut rest = index;
         for (d, &r) in digit.iter_mut().zip(&radices).rev() {
             *d = rest % r;
             rest /= r;
         }
-        let [o, m, c, p, r, i, out, n, q, seed, sched] = digit;
+        let [o, cl, ro, m, c, p, r, i, out, n, q, seed, sched] = digit;
         Point {
             index,
+            cluster: self.clusters[cl].as_ref().map(|(c, cost)| ClusterPoint {
+                replicas: c.replicas,
+                cost_model: c.cost_model.clone(),
+                cost: *cost,
+                router: self.routers[ro],
+            }),
             m: self.ms[m],
             c: self.cs[c],
             p: self.ps[p],
@@ -333,6 +422,7 @@ impl Sweep {
                 .map_err(|e| anyhow::anyhow!("workload.arrival: {e}"))?;
         }
         let grid = grid_of(&spec, trace.is_some())?;
+        let cluster_costs = cluster_costs_of(&spec, base_dir, &cost)?;
         let swept = grid.swept();
         // The grid's size before anything is allocated for it.
         let Some(runs) = grid.len().filter(|&r| r <= MAX_GRID_RUNS) else {
@@ -347,8 +437,16 @@ impl Sweep {
             points,
             swept,
             cost,
+            cluster_costs,
             trace,
         })
+    }
+
+    /// The cost model of a point: its cluster's, else the spec's.
+    pub fn cost_of(&self, p: &Point) -> &LinearCostModel {
+        p.cluster
+            .as_ref()
+            .map_or(&self.cost, |c| &self.cluster_costs[c.cost])
     }
 
     /// The workload of a point.
@@ -388,7 +486,8 @@ impl Sweep {
         let m = match p.m {
             Some(m) => m,
             None => {
-                let f = &self.cost.file;
+                let cost = self.cost_of(p);
+                let f = &cost.file;
                 match (&f.model, &f.gpu) {
                     (Some(model), Some(gpu)) => cost_model::kv_capacity_tokens(
                         model,
@@ -398,7 +497,7 @@ impl Sweep {
                     )?,
                     _ => bail!(
                         "M: required, cost model {} has no model and GPU spec",
-                        self.cost.name
+                        cost.name
                     ),
                 }
             }
@@ -419,13 +518,36 @@ impl Sweep {
 /// The spec's cost model: a coefficient file relative to the spec, or a preset.
 fn cost_model_of(spec: &SweepSpec, base_dir: &Path) -> Result<LinearCostModel> {
     let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
-    let as_path = base_dir.join(&cost_name);
+    resolve_cost(&cost_name, base_dir).with_context(|| format!("cost_model = \"{cost_name}\""))
+}
+
+/// The cost model of each of `grid.clusters` (the spec's where it names none).
+fn cluster_costs_of(
+    spec: &SweepSpec,
+    base_dir: &Path,
+    spec_cost: &LinearCostModel,
+) -> Result<Vec<LinearCostModel>> {
+    let clusters = spec.grid.clusters.as_deref().unwrap_or_default();
+    clusters
+        .iter()
+        .enumerate()
+        .map(|(k, c)| match &c.cost_model {
+            None => Ok(spec_cost.clone()),
+            Some(name) => resolve_cost(name, base_dir)
+                .with_context(|| format!("grid.clusters[{k}].cost_model = \"{name}\"")),
+        })
+        .collect()
+}
+
+/// A cost model by preset name or coefficient file (relative to the spec).
+fn resolve_cost(cost_name: &str, base_dir: &Path) -> Result<LinearCostModel> {
+    let as_path = base_dir.join(cost_name);
     let name = if as_path.exists() {
         as_path.display().to_string()
     } else {
-        cost_name.clone()
+        cost_name.to_string()
     };
-    cost_model::resolve(&name).with_context(|| format!("cost_model = \"{cost_name}\""))
+    Ok(cost_model::resolve(&name)?)
 }
 
 /// The per-run solver options and the block size, in range.
@@ -560,8 +682,11 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
     }
     let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
     let objectives = schedulers_and_objectives(spec)?;
+    let (clusters, routers) = clusters_and_routers(g)?;
     Ok(Grid {
         objectives,
+        clusters,
+        routers,
         ms,
         cs,
         ps,
@@ -580,6 +705,77 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
             .map(|s| s.parse::<Contender>().map_err(anyhow::Error::msg))
             .collect::<Result<_>>()?,
     })
+}
+
+/// The grid's clusters (each with the index of its cost model) and routers: `[None]` and
+/// round-robin where the grid has neither.
+type ClusterAxes = (Vec<Option<(ClusterSection, usize)>>, Vec<Router>);
+
+fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
+    if g.clusters.is_none() && g.routers.is_none() {
+        return Ok((vec![None], vec![Router::RoundRobin]));
+    }
+    let one = vec![ClusterSection {
+        replicas: 1,
+        cost_model: None,
+    }];
+    let clusters = g.clusters.clone().unwrap_or(one);
+    if clusters.is_empty() {
+        bail!("grid.clusters: empty list");
+    }
+    let max = crate::core::cluster::MAX_REPLICAS;
+    for (k, c) in clusters.iter().enumerate() {
+        if !(1..=max).contains(&c.replicas) {
+            bail!(
+                "grid.clusters[{k}].replicas: expected 1 to {max}, got {}",
+                c.replicas
+            );
+        }
+    }
+    let pairs: Vec<_> = clusters
+        .iter()
+        .map(|c| (c.replicas, &c.cost_model))
+        .collect();
+    if let Some(j) = first_repeat(&pairs) {
+        bail!("grid.clusters[{j}]: repeats an earlier cluster; each grid value must be distinct");
+    }
+    let names = g.routers.clone().unwrap_or(vec!["round-robin".into()]);
+    if names.is_empty() {
+        bail!("grid.routers: empty list");
+    }
+    if let Some(j) = first_repeat(&names) {
+        bail!("grid.routers[{j}]: repeats an earlier value; each grid value must be distinct");
+    }
+    let routers = names
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.parse()
+                .map_err(|e| anyhow::anyhow!("grid.routers[{i}]: {e}"))
+        })
+        .collect::<Result<Vec<Router>>>()?;
+    let solver = g
+        .schedulers
+        .iter()
+        .any(|s| s.starts_with(crate::produce::OPTIMAL));
+    if let Some(k) = clusters
+        .iter()
+        .position(|c| c.replicas > 1)
+        .filter(|_| solver)
+    {
+        bail!(
+            "grid.schedulers: optimal solves one replica; grid.clusters[{k}] has {} (the optimum across replicas is not built yet: list heuristics, or clusters of one replica)",
+            clusters[k].replicas
+        );
+    }
+    Ok((
+        clusters
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| Some((c, k)))
+            .collect(),
+        routers,
+    ))
 }
 
 /// Checks the grid's schedulers and returns its objectives (default makespan), both
