@@ -31,8 +31,9 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
         })
 }
 
-const ROUTERS: [Router; 6] = [
+const ROUTERS: [Router; 7] = [
     Router::RoundRobin,
+    Router::VllmDp,
     Router::LeastOutstanding,
     Router::LeastWaiting,
     Router::LeastKv,

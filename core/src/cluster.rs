@@ -295,19 +295,16 @@ fn replay_replica(
 fn merge(workload: &Workload, routing: &Routing, replicas: &[Option<Replay>]) -> Replay {
     let members = routing.members();
     let mut requests = vec![None; workload.len()];
-    let mut batches = Vec::new();
     let (mut gaps, mut gap_requests) = (Vec::new(), Vec::new());
     for (one, ids) in replicas.iter().zip(&members) {
         let Some(one) = one else { continue };
         for rec in &one.requests {
             requests[rec.id as usize] = Some(rec.clone());
         }
-        batches.extend(one.batches.iter().cloned());
         gaps.extend_from_slice(&one.tbt_gaps_s);
         gap_requests.extend(one.tbt_gap_requests.iter().map(|&k| ids[k as usize]));
     }
-    // A stable sort: replicas' batches by end time, ties in replica order.
-    batches.sort_by(|a, b| a.end_s.total_cmp(&b.end_s));
+    let batches = merge_by_end(replicas);
     let first = replicas
         .iter()
         .flatten()
@@ -323,6 +320,33 @@ fn merge(workload: &Workload, routing: &Routing, replicas: &[Option<Replay>]) ->
         tbt_gaps_s: gaps,
         tbt_gap_requests: gap_requests,
     }
+}
+
+/// The replicas' batches by end time, ties in replica order: a k-way merge of lists each
+/// already in that order (a replica's batches follow one another). Ends are finite and
+/// non-negative, so their bits order as they do.
+fn merge_by_end(replicas: &[Option<Replay>]) -> Vec<crate::replay::BatchRecord> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let lists: Vec<&[crate::replay::BatchRecord]> = replicas
+        .iter()
+        .map(|r| r.as_ref().map_or(&[][..], |r| &r.batches[..]))
+        .collect();
+    let mut next = vec![0usize; lists.len()];
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = lists
+        .iter()
+        .enumerate()
+        .filter_map(|(r, l)| Some(Reverse((l.first()?.end_s.to_bits(), r))))
+        .collect();
+    let mut out = Vec::with_capacity(lists.iter().map(|l| l.len()).sum());
+    while let Some(Reverse((_, r))) = heap.pop() {
+        out.push(lists[r][next[r]].clone());
+        next[r] += 1;
+        if let Some(b) = lists[r].get(next[r]) {
+            heap.push(Reverse((b.end_s.to_bits(), r)));
+        }
+    }
+    out
 }
 
 /// How the load fell on each replica (`summary.json`'s `cluster`).

@@ -29,6 +29,9 @@ pub enum Router {
     LeastWaiting,
     /// To the replica with the fewest KV blocks allocated.
     LeastKv,
+    /// vLLM V1's data-parallel load balancer (`DPLBAsyncMPClient`): the least
+    /// `4 x waiting + running`.
+    VllmDp,
     /// Two distinct replicas drawn at random; the one with fewer unfinished requests.
     PowerOfTwo {
         /// Seed of the draws.
@@ -47,6 +50,7 @@ pub const ROUTER_NAMES: &[&str] = &[
     "least-outstanding",
     "least-waiting",
     "least-kv",
+    "vllm-dp",
     "power-of-two[:SEED]",
     "random[:SEED]",
 ];
@@ -65,6 +69,7 @@ impl fmt::Display for Router {
             Router::LeastOutstanding => f.write_str("least-outstanding"),
             Router::LeastWaiting => f.write_str("least-waiting"),
             Router::LeastKv => f.write_str("least-kv"),
+            Router::VllmDp => f.write_str("vllm-dp"),
             Router::PowerOfTwo { seed } => write!(f, "power-of-two:{seed}"),
             Router::Random { seed } => write!(f, "random:{seed}"),
         }
@@ -94,6 +99,7 @@ impl std::str::FromStr for Router {
             "least-outstanding" => plain(Router::LeastOutstanding),
             "least-waiting" => plain(Router::LeastWaiting),
             "least-kv" => plain(Router::LeastKv),
+            "vllm-dp" => plain(Router::VllmDp),
             "power-of-two" => Ok(Router::PowerOfTwo { seed: seeded()? }),
             "random" => Ok(Router::Random { seed: seeded()? }),
             _ => Err(format!(
@@ -118,6 +124,7 @@ pub struct ClusterSimulation {
 struct Load {
     unfinished: usize,
     waiting: usize,
+    running: usize,
     kv_blocks: u64,
 }
 
@@ -128,8 +135,23 @@ fn load_at(run: &Run<'_>, t: f64) -> Load {
     Load {
         unfinished: sim.requests().len() - run.finished + if late { run.last_finished } else { 0 },
         waiting: sim.waiting().len() + sim.pending_count(),
+        running: sim.running().len() + if late { run.last_finished } else { 0 },
         kv_blocks: sim.total_blocks() - sim.free_blocks()
             + if late { run.last_freed_blocks } else { 0 },
+    }
+}
+
+impl Router {
+    /// A load-based router's score of a replica (the least wins); 0 for the others.
+    fn score(self, l: &Load) -> u64 {
+        let n = |x: usize| x as u64;
+        match self {
+            Router::LeastOutstanding => n(l.unfinished),
+            Router::LeastWaiting => n(l.waiting),
+            Router::LeastKv => l.kv_blocks,
+            Router::VllmDp => 4 * n(l.waiting) + n(l.running),
+            _ => 0,
+        }
     }
 }
 
@@ -169,9 +191,9 @@ impl RouterState {
                 self.next += 1;
                 r
             }
-            Router::LeastOutstanding => least(loads().map(|l| l.unfinished)),
-            Router::LeastWaiting => least(loads().map(|l| l.waiting)),
-            Router::LeastKv => least(loads().map(|l| l.kv_blocks)),
+            Router::LeastOutstanding | Router::LeastWaiting | Router::LeastKv | Router::VllmDp => {
+                least(loads().map(|l| self.router.score(&l)))
+            }
             Router::Random { .. } => self.rng.random_range(0..n),
             Router::PowerOfTwo { .. } if n == 1 => 0,
             Router::PowerOfTwo { .. } => {
@@ -319,6 +341,7 @@ mod tests {
     fn routers_parse_and_print_their_names() {
         for s in [
             "round-robin",
+            "vllm-dp",
             "least-outstanding",
             "least-waiting",
             "least-kv",
@@ -396,6 +419,39 @@ mod tests {
         // replica 0 and none on replica 1.
         let reqs = [(1, 3, 0.0), (1, 1, 0.5), (1, 1, 0.6)];
         assert_eq!(run(&reqs, 2, Router::LeastWaiting), [0, 0, 1]);
+    }
+
+    #[test]
+    fn vllm_dp_weighs_waiting_four_times_running() {
+        // A at 0 -> 0; B at 0 -> 1 (A waits on 0: 4 against 0); C at 0.2 -> 0 (one running
+        // on each); D at 0.5 -> 1 (A running and C waiting on 0: 5 against 1); E at 0.5
+        // -> 0 (B running and D waiting on 1: 5 against 5).
+        let reqs = [
+            (1, 4, 0.0),
+            (1, 4, 0.0),
+            (1, 4, 0.2),
+            (1, 1, 0.5),
+            (1, 1, 0.5),
+        ];
+        assert_eq!(run(&reqs, 2, Router::VllmDp), [0, 1, 0, 1, 0]);
+        // Three running and none waiting beats one running and one waiting (3 < 5), where
+        // least-outstanding prefers the latter (2 < 3).
+        let busy = Load {
+            unfinished: 3,
+            waiting: 0,
+            running: 3,
+            kv_blocks: 9,
+        };
+        let queued = Load {
+            unfinished: 2,
+            waiting: 1,
+            running: 1,
+            kv_blocks: 4,
+        };
+        assert!(Router::VllmDp.score(&busy) < Router::VllmDp.score(&queued));
+        assert!(Router::LeastOutstanding.score(&busy) > Router::LeastOutstanding.score(&queued));
+        assert!(Router::LeastKv.score(&busy) > Router::LeastKv.score(&queued));
+        assert!(Router::LeastWaiting.score(&busy) < Router::LeastWaiting.score(&queued));
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub(crate) struct SimulateArgs {
     pub(crate) replicas: u32,
     /// How arriving requests are spread over the replicas: round-robin,
     /// least-outstanding (fewest unfinished), least-waiting (fewest waiting: Vidur's LOR),
-    /// least-kv (fewest KV blocks allocated), power-of-two[:SEED] or random[:SEED].
+    /// least-kv (fewest KV blocks allocated), vllm-dp (vLLM V1's data-parallel balancer:
+    /// least 4 x waiting + running), power-of-two[:SEED] or random[:SEED].
     #[arg(long, default_value = "round-robin", requires = "replicas")]
     pub(crate) router: infersched::schedulers::Router,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several

@@ -28,8 +28,8 @@
 //! schedulers = ["optimal", "optimal+no-evict", "vllm", "sarathi"]
 //! objectives = ["makespan"]
 //! ```
-//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `schedulers`,
-//! `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
+//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `clusters` (a list
+//! of `{ replicas = N, cost_model = "..." }`), `routers`, `schedulers`, `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
 //! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`, `optimal+fcfs`,
 //! `optimal+reserve`.
 
