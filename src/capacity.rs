@@ -23,7 +23,8 @@ use thiserror::Error;
 
 use crate::core::{Slo, SloReport, Workload, WorkloadError};
 use crate::cost_model::LinearCostModel;
-use crate::produce::{ProduceError, produce_heuristic};
+use crate::produce::{ProduceError, produce_cluster, produce_heuristic};
+use crate::schedulers::Router;
 use crate::schedulers::{Knobs, SchedulerKind};
 
 /// What is asked: the SLOs, the measured requests, the rates and the precision.
@@ -208,12 +209,31 @@ pub fn measured(w: &Workload, warmup: f64, cooldown: f64) -> Result<Vec<bool>, C
     Ok(mask)
 }
 
-/// The capacity of one scheduler (see the module's rule and search).
+/// Replicas and their router (`simulate --replicas N --router R`); one replica is the
+/// single-replica simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    /// Replicas, each running the scheduler.
+    pub count: u32,
+    /// How requests are spread over them.
+    pub router: Router,
+}
+
+impl Replicas {
+    /// One replica.
+    pub const ONE: Replicas = Replicas {
+        count: 1,
+        router: Router::RoundRobin,
+    };
+}
+
+/// The capacity of one scheduler on `replicas` (see the module's rule and search).
 pub fn capacity(
     w: &Workload,
     cost: &LinearCostModel,
     scheduler: SchedulerKind,
     knobs: &Knobs,
+    replicas: Replicas,
     spec: &CapacitySpec,
 ) -> Result<CapacityResult, CapacityError> {
     spec.check()?;
@@ -221,8 +241,15 @@ pub fn capacity(
     let mask = measured(w, spec.warmup, spec.cooldown)?;
     let mut probes = Vec::new();
     let mut probe = |rate: f64| -> Result<SloReport, CapacityError> {
-        let o = produce_heuristic(&at_rate(w, rate)?, cost, scheduler, knobs)?;
-        let report = SloReport::of_requests(&o.replay, &spec.slos, &mask);
+        let at = at_rate(w, rate)?;
+        let replay = if replicas.count > 1 {
+            produce_cluster(&at, cost, scheduler, knobs, replicas.count, replicas.router)?
+                .replay
+                .merged
+        } else {
+            produce_heuristic(&at, cost, scheduler, knobs)?.replay
+        };
+        let report = SloReport::of_requests(&replay, &spec.slos, &mask);
         probes.push((rate, report.all_hold));
         Ok(report)
     };
@@ -350,7 +377,7 @@ mod tests {
         let knobs = Knobs::default();
         let s = spec(&["ttft-p90=500ms", "tbt-p99=100ms"]);
         for kind in [SchedulerKind::VllmV1, SchedulerKind::Sarathi] {
-            let r = capacity(&w, &cost, kind, &knobs, &s).unwrap();
+            let r = capacity(&w, &cost, kind, &knobs, Replicas::ONE, &s).unwrap();
             let Capacity::Found {
                 rate,
                 above,
@@ -379,7 +406,8 @@ mod tests {
         let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
         let w = trace(20, 0.1);
         let knobs = Knobs::default();
-        let run = |s: &CapacitySpec| capacity(&w, &cost, SchedulerKind::VllmV1, &knobs, s);
+        let run =
+            |s: &CapacitySpec| capacity(&w, &cost, SchedulerKind::VllmV1, &knobs, Replicas::ONE, s);
         // A TTFT no request can have, even alone: below the lowest rate.
         let r = run(&spec(&["ttft-max=1us"])).unwrap();
         let Capacity::Below { missed, .. } = &r.capacity else {

@@ -2345,14 +2345,14 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
     for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
         assert_eq!(row[0], "llama3-8b-h100-fa2");
         assert_eq!(row[1], name);
-        assert_eq!(row[6], "found", "{text}");
-        let (rate, above): (f64, f64) = (row[7].parse().unwrap(), row[8].parse().unwrap());
+        assert_eq!(row[8], "found", "{text}");
+        let (rate, above): (f64, f64) = (row[9].parse().unwrap(), row[10].parse().unwrap());
         assert!(
             rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
             "{text}"
         );
-        assert_eq!(row[9], "ttft-p90=0.3s");
-        assert!(row[12].parse::<usize>().unwrap() <= 64);
+        assert_eq!(row[11], "ttft-p90=0.3s");
+        assert!(row[14].parse::<usize>().unwrap() <= 64);
     }
     // A grid: every token budget with every scheduler, the budget in its column.
     let grid = dir.path().join("grid");
@@ -2374,7 +2374,7 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
         .skip(1)
         .map(|l| {
             let c: Vec<&str> = l.split(',').collect();
-            (c[1].to_string(), c[2].to_string())
+            (c[1].to_string(), c[4].to_string())
         })
         .collect();
     let expected = [
@@ -2771,5 +2771,54 @@ fn simulate_refuses_a_cluster_it_cannot_build() {
         stdout(&o).contains("6 replicas behind round-robin"),
         "{}",
         stdout(&o)
+    );
+}
+
+#[test]
+fn capacity_searches_clusters_of_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(200, dir.path());
+    let out = dir.path().join("cap");
+    let o = run(&[
+        "capacity",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm-v1",
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+        "--slo",
+        "ttft-p90=300ms",
+        "--replicas",
+        "1,2",
+        "--router",
+        "round-robin,vllm-dp",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("vllm-v1 on 2 replicas behind vllm-dp"),
+        "{}",
+        stdout(&o)
+    );
+    let text = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
+    assert!(
+        text.starts_with("cost_model,scheduler,replicas,router,token_budget,"),
+        "{text}"
+    );
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let who: Vec<(&str, &str)> = rows.iter().map(|r| (r[2], r[3])).collect();
+    assert_eq!(who, [("1", ""), ("2", "round-robin"), ("2", "vllm-dp")]);
+    let rate = |r: &Vec<&str>| -> f64 { r[9].parse().unwrap() };
+    assert!(rows.iter().all(|r| r[8] == "found"), "{text}");
+    // Two replicas sustain more than one.
+    assert!(
+        rate(&rows[1]) > rate(&rows[0]) && rate(&rows[2]) > rate(&rows[0]),
+        "{text}"
     );
 }

@@ -3,7 +3,9 @@
 use super::{KnobArgs, load_workload, named};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use infersched::capacity::{Capacity, CapacityResult, CapacitySpec, capacity, trace_rate};
+use infersched::capacity::{
+    Capacity, CapacityResult, CapacitySpec, Replicas, capacity, trace_rate,
+};
 use infersched::core::{Limits, Slo, Workload};
 use infersched::cost_model::{self, LinearCostModel};
 use infersched::schedulers::{Knobs, SchedulerKind};
@@ -31,6 +33,14 @@ pub(crate) struct CapacityArgs {
     /// the flag's.
     #[arg(long = "grid", value_name = "KNOB=VALUES")]
     pub(crate) grid: Vec<GridAxis>,
+    /// Replicas of the model, or a comma-separated list (a configuration axis: the whole
+    /// cluster's rate is searched; 1: one replica, as `simulate`).
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
+    pub(crate) replicas: Vec<u32>,
+    /// Routers of the requests over the replicas, or a comma-separated list (an axis; as
+    /// `simulate --router`; only for more than one replica).
+    #[arg(long, default_value = "round-robin", value_delimiter = ',')]
+    pub(crate) router: Vec<infersched::schedulers::Router>,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
     /// at least one; a rate is sustained when every one holds over the measured requests.
     #[arg(long = "slo", value_name = "SLO", required = true)]
@@ -106,12 +116,13 @@ impl GridAxis {
     }
 }
 
-/// One configuration searched: a cost model, a scheduler and its knobs.
+/// One configuration searched: a cost model, a scheduler and its knobs, and replicas.
 struct Configuration<'a> {
     cost: &'a LinearCostModel,
     kind: SchedulerKind,
     knobs: Knobs,
     limits: Limits,
+    replicas: Replicas,
 }
 
 /// Every combination of cost models, grid values and schedulers, in that order.
@@ -137,22 +148,38 @@ fn configurations<'a>(
                 .collect();
         }
         for knobs in points {
-            for &kind in &a.scheduler {
-                let limits = kind.limits(&knobs, w);
-                out.push(Configuration {
-                    cost,
-                    kind,
-                    knobs,
-                    limits,
-                });
+            for replicas in replica_axes(a) {
+                for &kind in &a.scheduler {
+                    let limits = kind.limits(&knobs, w);
+                    out.push(Configuration {
+                        cost,
+                        kind,
+                        knobs,
+                        limits,
+                        replicas,
+                    });
+                }
             }
         }
     }
     Ok(out)
 }
 
+/// Every replica count with every router (one replica once: it has nothing to route).
+fn replica_axes(a: &CapacityArgs) -> Vec<Replicas> {
+    let mut out = Vec::new();
+    for &count in &a.replicas {
+        if count == 1 {
+            out.push(Replicas::ONE);
+            continue;
+        }
+        out.extend(a.router.iter().map(|&router| Replicas { count, router }));
+    }
+    out
+}
+
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -178,7 +205,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let configs = configurations(a, &w, &costs)?;
     let results: Vec<_> = configs
         .par_iter()
-        .map(|c| capacity(&w, c.cost, c.kind, &c.knobs, &spec))
+        .map(|c| capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec))
         .collect();
     outln!(
         "{} requests from {} (its own rate {own:.3} requests/s); SLOs {}; measured: all but the first {}% and last {}% by arrival",
@@ -195,7 +222,11 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let mut rows = Vec::new();
     let mut failed = 0;
     for (c, r) in configs.iter().zip(results) {
-        let head = format!("{}, {} ({})", c.cost.name, c.kind.name(), c.limits);
+        let on = match c.replicas.count {
+            1 => String::new(),
+            n => format!(" on {n} replicas behind {}", c.replicas.router),
+        };
+        let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
         match r {
             Ok(r) => {
                 outln!("  {head}: {}", line(&r));
@@ -254,10 +285,15 @@ fn line(r: &CapacityResult) -> String {
 /// One row of capacity.csv (`result` `error` where the search failed).
 fn csv_row(c: &Configuration<'_>, r: Option<&CapacityResult>) -> String {
     let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
+    let router = match c.replicas.count {
+        1 => String::new(),
+        _ => c.replicas.router.name(),
+    };
     let head = format!(
-        "{},{},{},{},{},{}",
+        "{},{},{},{router},{},{},{},{}",
         c.cost.name,
         c.kind.name(),
+        c.replicas.count,
         limit(c.limits.token_budget),
         limit(c.limits.prefill_budget),
         limit(c.limits.max_running),
