@@ -2822,3 +2822,89 @@ fn capacity_searches_clusters_of_replicas() {
         "{text}"
     );
 }
+
+#[test]
+fn solve_on_replicas_writes_a_cluster_with_a_bound_for_every_routing() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(8, dir.path());
+    let out = dir.path().join("solved");
+    let limits = [
+        "--token-budget",
+        "4096",
+        "--kv-capacity",
+        "32768",
+        "--block-size",
+        "16",
+    ];
+    let mut args = vec![
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--objective",
+        "mean-latency",
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+        "--replicas",
+        "2",
+        "--time-limit",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(limits);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("valid for every routing"),
+        "{}",
+        stdout(&o)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("solve.json")).unwrap()).unwrap();
+    assert_eq!(report["replicas"], 2);
+    assert_eq!(report["candidates"].as_array().unwrap().len(), 49);
+    let (value, bound) = (
+        report["replayed_objective"].as_f64().unwrap(),
+        report["best_bound"].as_f64().unwrap(),
+    );
+    assert!(bound > 0.0 && bound <= value, "{report}");
+    let status = report["status"].as_str().unwrap();
+    assert!(status == "optimal" || status == "not-proven", "{report}");
+    // Its folder replays to the same objective.
+    let again = dir.path().join("again");
+    let mut args = vec![
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+        "--cluster",
+        out.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ];
+    args.extend(limits);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("summary.json")).unwrap())
+            .unwrap();
+    assert!((s["mean_e2e_s"].as_f64().unwrap() - value).abs() <= 1e-12 * value);
+    // Policy classes are not searched across replicas: said, not ignored.
+    let o = run(&[
+        "solve",
+        "--workload",
+        w.to_str().unwrap(),
+        "--replicas",
+        "2",
+        "--no-evict",
+        "--out",
+        dir.path().join("x").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not searched across replicas"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -102,6 +102,10 @@ pub enum BoundArgument {
     /// memory configurations of such classes, times every token the requests generate
     /// (milp.md, "The cycle-ratio bound").
     CycleRatio,
+    /// A cluster of replicas (`cluster_lower_bound`): the machine relaxation on one machine
+    /// as fast as the replicas together (each request's share over the replica count),
+    /// each position at least a request's own minimum time.
+    FastMachine,
     /// Mean latency: the shortest path through the memory configurations of a class of
     /// identical offline requests, copied once per count finished, each batch weighted by
     /// the requests unfinished (evictions priced against refills; milp.md, "The layered
@@ -126,6 +130,7 @@ impl BoundArgument {
             Self::PooledSearch => "pooled-search",
             Self::CycleRatio => "cycle-ratio",
             Self::Layered => "layered",
+            Self::FastMachine => "fast-machine",
         }
     }
 }
@@ -463,6 +468,74 @@ pub fn lower_bound(
             .map(|(value_s, argument)| CombinatorialBound { value_s, argument })
             .reduce(|best, c| if c.value_s > best.value_s { c } else { best })
             .expect("three candidates")
+        }
+    }
+}
+
+/// A lower bound on `objective` (seconds) over every schedule of a cluster of `replicas`,
+/// each replica under `limits` and `cost` with its own batches, whatever the routing
+/// (milp.md, "The cluster bound"): each request's own minimum time, the machine relaxation
+/// on one machine `replicas` times as fast, and for makespan the least total batch time
+/// (batches' biases and all minimum work) shared among the replicas. With one replica it
+/// is weaker than [`lower_bound`], which has arguments that need one sequence of batches.
+pub fn cluster_lower_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    replicas: u32,
+) -> CombinatorialBound {
+    let t = Theta(cost);
+    let reqs = w.requests();
+    let n = reqs.len() as f64;
+    let pick = |candidates: Vec<(f64, BoundArgument)>| {
+        candidates
+            .into_iter()
+            .map(|(value_s, argument)| CombinatorialBound { value_s, argument })
+            .reduce(|best, c| if c.value_s > best.value_s { c } else { best })
+            .expect("candidates")
+    };
+    let end = match objective {
+        Objective::MeanTtft => machine::JobEnd::FirstToken,
+        _ => machine::JobEnd::LastToken,
+    };
+    let own_time = |r: &Request| match end {
+        machine::JobEnd::LastToken => t.own_time(r, limits),
+        machine::JobEnd::FirstToken => t.own_first_token_time(r, limits),
+    };
+    let own: Vec<f64> = reqs.iter().map(|r| r.arrival_s + own_time(r)).collect();
+    let (sum, last) = machine::cluster_completion_bounds(&t, reqs, limits, &own, end, replicas);
+    match objective {
+        Objective::Makespan => {
+            let (j, prefill) = min_batches(w, limits);
+            let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
+            let first_arrival = reqs
+                .iter()
+                .map(|r| r.arrival_s)
+                .fold(f64::INFINITY, f64::min);
+            let total =
+                j as f64 * t.batch_bias() + prefill as f64 * surplus + min_total_work_s(w, cost);
+            pick(vec![
+                (
+                    first_arrival + total / f64::from(replicas.max(1)),
+                    BoundArgument::BatchesAndWork,
+                ),
+                (
+                    own.iter().copied().fold(0.0, f64::max),
+                    BoundArgument::ReleaseDate,
+                ),
+                (last, BoundArgument::FastMachine),
+            ])
+        }
+        Objective::MeanLatency | Objective::MeanTtft => {
+            let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
+            pick(vec![
+                (
+                    reqs.iter().map(own_time).sum::<f64>() / n,
+                    BoundArgument::OwnMinimumTime,
+                ),
+                ((sum - arrivals) / n, BoundArgument::FastMachine),
+            ])
         }
     }
 }

@@ -39,6 +39,7 @@ pub mod bounds;
 mod budget;
 mod class_repair;
 mod classes;
+pub mod cluster;
 mod counting;
 mod dispatch;
 pub mod dominance;

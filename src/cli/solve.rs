@@ -32,6 +32,11 @@ pub(crate) struct SolveArgs {
     /// Heuristics tried for the warm start, comma-separated [default: sarathi,vllm-v1,vllm,orca,mcsf].
     #[arg(long, value_delimiter = ',', value_name = "NAMES", value_parser = named::<SchedulerKind>())]
     pub(crate) warm_start_from: Vec<SchedulerKind>,
+    /// Replicas (a cluster): the best schedule found over every heuristic behind every
+    /// router, each replica's part then re-solved on its own, with a bound valid for any
+    /// routing; writes the cluster's folder (routing.csv, replica-K/) and solve.json.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
+    pub(crate) replicas: u32,
     /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
     #[arg(long)]
     pub(crate) log: bool,
@@ -52,6 +57,9 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         log: a.log,
         ..a.milp.options()?
     };
+    if a.replicas > 1 {
+        return solve_cluster(a, &w, &cost, &limits, &options);
+    }
     // An interrupt writes the best schedule the solver holds by then (not proven optimal).
     let options = infersched::interrupt::SolveInterruptSaver::observing(
         options,
@@ -197,5 +205,80 @@ fn print_method(report: &infersched::solver::SolveReport) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `solve --replicas N` (N > 1): the cluster search and its bound.
+fn solve_cluster(
+    a: &SolveArgs,
+    w: &infersched::core::Workload,
+    cost: &cost_model::LinearCostModel,
+    limits: &infersched::core::Limits,
+    options: &SolveOptions,
+) -> Result<()> {
+    use infersched::core::{Summary, replay_cluster};
+    let report = infersched::solver::cluster::solve_cluster(
+        w,
+        limits,
+        cost,
+        a.objective,
+        a.replicas,
+        options,
+    )?;
+    let r = replay_cluster(w, limits, cost, &report.routing, &report.schedules)
+        .context("internal error: the replay rejects the cluster search's schedules")?;
+    let summary = Summary::of_cluster(&r, &report.router);
+    let mut paths = infersched::cluster::write_cluster_outputs(
+        &a.out,
+        w,
+        &report.routing,
+        &report.schedules,
+        &r,
+        &summary,
+    )
+    .with_context(|| format!("writing results to {}", a.out.display()))?;
+    let solve_path = a.out.join("solve.json");
+    let json = serde_json::to_string_pretty(&report)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    outln!(
+        "{} ({} requests), objective {}, cost model {}, {} replicas",
+        a.workload.display(),
+        w.len(),
+        a.objective.name(),
+        cost.name,
+        a.replicas
+    );
+    outln!("  status                {}", report.status.name());
+    outln!(
+        "  objective (replayed)  {:.6} ms",
+        report.replayed_objective * 1e3
+    );
+    outln!(
+        "  best bound            {:.6} ms ({}; valid for every routing)",
+        report.best_bound * 1e3,
+        report.bound_argument.name()
+    );
+    outln!(
+        "  certified gap         {:.4}%",
+        report.certified_gap * 100.0
+    );
+    let tried = report
+        .candidates
+        .iter()
+        .filter(|c| c.objective_s.is_some())
+        .count();
+    outln!(
+        "  method                {} behind {} (best of {tried} heuristic and router pairs){}",
+        report.scheduler,
+        report.router,
+        match report.replicas_improved {
+            0 => String::new(),
+            k => format!(", then {k} replicas' parts re-solved on their own"),
+        }
+    );
+    out!("{}", infersched::output::summary_text(&summary));
+    out!("{}", infersched::cluster::load_table(&summary));
+    outln!("wrote {} files under {}", paths.len(), a.out.display());
     Ok(())
 }

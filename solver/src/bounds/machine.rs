@@ -284,6 +284,31 @@ fn machine_completions(
     limits: &Limits,
     end: JobEnd,
 ) -> Vec<Vec<f64>> {
+    let mut machines = fast_machine_completions(t, reqs, limits, end, 1);
+    machines.push(super::batch_count::batch_count_positions(
+        t, reqs, limits, end,
+    ));
+    machines
+}
+
+/// Per weight of the grid, the completions (sorted) of shortest remaining processing first
+/// on one machine `replicas` times as fast (each job's processing over `replicas`).
+///
+/// Each replica's batches give a preemptive schedule of one machine (the module's
+/// argument), so a cluster gives one of `replicas` machines, each request on one of them.
+/// One machine that fast can do in every interval what those do together, so it has a
+/// schedule whose every completion is no later; and on it SRPT completes, at every
+/// instant, at least as many jobs as any schedule (Chekuri, Motwani, Natarajan and Stein
+/// 2001 use this fast-machine relaxation for parallel machines). So its `k`-th completion
+/// bounds any cluster schedule's `k`-th smallest completion.
+pub(super) fn fast_machine_completions(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    end: JobEnd,
+    replicas: u32,
+) -> Vec<Vec<f64>> {
+    let speed = f64::from(replicas.max(1));
     let needs: Vec<JobNeeds> = reqs
         .iter()
         .map(|r| JobNeeds::of(t, r, limits, end))
@@ -298,15 +323,12 @@ fn machine_completions(
                 .map(|(r, need)| {
                     (
                         r.arrival_s,
-                        need.processing(t, limits, lambda, entries_per_batch, split),
+                        need.processing(t, limits, lambda, entries_per_batch, split) / speed,
                     )
                 })
                 .collect();
             srpt_completions(&jobs)
         })
-        .chain(std::iter::once(super::batch_count::batch_count_positions(
-            t, reqs, limits, end,
-        )))
         .collect()
 }
 
@@ -322,6 +344,25 @@ pub(super) fn position_bounds(
     end: JobEnd,
 ) -> Vec<f64> {
     positions(own, &machine_completions(t, reqs, limits, end))
+}
+
+/// [`completion_bounds`] for a cluster of `replicas` (module `bounds`'s
+/// `cluster_lower_bound`): the fast machine's positions, each at least the `k`-th smallest
+/// `own[i]`; and its last completion (a makespan bound).
+pub(super) fn cluster_completion_bounds(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    own: &[f64],
+    end: JobEnd,
+    replicas: u32,
+) -> (f64, f64) {
+    let machines = fast_machine_completions(t, reqs, limits, end, replicas);
+    let last = machines
+        .iter()
+        .filter_map(|srpt| srpt.last().copied())
+        .fold(0.0, f64::max);
+    (positions(own, &machines).iter().sum(), last)
 }
 
 /// [`position_bounds`] from the machines' sorted completions.

@@ -3,6 +3,7 @@
 //! heuristics and the replay.
 
 mod chunk_merging;
+mod cluster_bound;
 mod golden_dispatch;
 mod optimum_vs_heuristics;
 mod solver_exact;

@@ -1,0 +1,179 @@
+//! The cluster bound (`bounds::cluster_lower_bound`) against the exhaustive optimum of a
+//! cluster: every routing of the requests over two replicas, each replica's part solved
+//! exactly by the independent exhaustive search, the best routing kept.
+
+use infersched_core::{Limits, Request, Workload};
+use infersched_cost_model::preset;
+use infersched_solver::Objective;
+use infersched_solver::bounds::{BoundArgument, cluster_lower_bound, lower_bound};
+use infersched_test_kit::exhaustive::{self, Class};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The exhaustive optimum of `objective` over every routing to `replicas` replicas (None
+/// when a part's search is too large).
+fn cluster_optimum(
+    w: &Workload,
+    limits: &Limits,
+    objective: Objective,
+    replicas: u32,
+) -> Option<f64> {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let reqs = w.requests();
+    let n = reqs.len();
+    let target = match objective {
+        Objective::Makespan => exhaustive::Objective::Makespan,
+        Objective::MeanLatency => exhaustive::Objective::MeanLatency,
+        Objective::MeanTtft => exhaustive::Objective::MeanTtft,
+    };
+    let mut best = f64::INFINITY;
+    for code in 0..(replicas as usize).pow(n as u32) {
+        let mut parts = vec![Vec::new(); replicas as usize];
+        let mut c = code;
+        for r in reqs {
+            parts[c % replicas as usize].push(*r);
+            c /= replicas as usize;
+        }
+        let (mut total, mut last) = (0.0, 0.0f64);
+        for part in parts.into_iter().filter(|p| !p.is_empty()) {
+            let k = part.len() as f64;
+            let sub = Workload::new(part).unwrap();
+            let (v, _) =
+                exhaustive::optimum(&sub, limits, &cost, target, Class::default(), 200_000)?;
+            total += v * k;
+            last = last.max(v);
+        }
+        let value = match objective {
+            Objective::Makespan => last,
+            _ => total / n as f64,
+        };
+        best = best.min(value);
+    }
+    Some(best)
+}
+
+#[test]
+fn the_cluster_bound_is_at_most_the_cluster_optimum() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let (mut checked, mut by_machine) = (0, 0);
+    for seed in 0..24u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n = rng.random_range(2..=4);
+        let w = Workload::new(
+            (0..n)
+                .map(|_| Request {
+                    input_tokens: rng.random_range(1..=4),
+                    output_tokens: rng.random_range(1..=4),
+                    arrival_s: 0.0,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let need = infersched_test_kit::largest_kv_need(&w);
+        let limits = Limits {
+            token_budget: rng.random_bool(0.5).then(|| rng.random_range(2..=6)),
+            kv_capacity: Some(need + rng.random_range(0..=3)),
+            ..Limits::unlimited()
+        };
+        for objective in [
+            Objective::Makespan,
+            Objective::MeanLatency,
+            Objective::MeanTtft,
+        ] {
+            let Some(best) = cluster_optimum(&w, &limits, objective, 2) else {
+                continue;
+            };
+            let bound = cluster_lower_bound(&w, &limits, &cost, objective, 2);
+            assert!(
+                bound.value_s > 0.0 && bound.value_s <= best * (1.0 + 1e-9),
+                "seed {seed} {objective:?}: bound {bound:?} above the cluster optimum {best}"
+            );
+            checked += 1;
+            by_machine += usize::from(bound.argument == BoundArgument::FastMachine);
+            // One replica's own bounds hold for one replica only: the cluster's is weaker.
+            let one = cluster_lower_bound(&w, &limits, &cost, objective, 1);
+            assert!(
+                one.value_s <= lower_bound(&w, &limits, &cost, objective).value_s * (1.0 + 1e-9)
+            );
+            assert!(bound.value_s <= one.value_s * (1.0 + 1e-9));
+        }
+    }
+    assert!(checked >= 40, "only {checked} instances solved");
+    // The fast machine is the strongest argument on some instances (so a machine that
+    // forgot the replicas' count would be caught above where it exceeds the optimum).
+    assert!(
+        by_machine >= 5,
+        "the fast machine was strongest on {by_machine} instances only"
+    );
+}
+
+#[test]
+fn the_cluster_search_lies_between_its_bound_and_what_it_replays() {
+    use infersched_solver::SolveOptions;
+    use infersched_solver::cluster::{ClusterMethod, solve_cluster};
+    let cost = preset("llama2-7b-a100").unwrap();
+    let options = SolveOptions {
+        time_limit_s: 5.0,
+        ..SolveOptions::default()
+    };
+    // Two requests on two replicas: each alone on its own, at its own minimum time, which
+    // the bound meets: proven optimal.
+    let r = Request {
+        input_tokens: 6,
+        output_tokens: 3,
+        arrival_s: 0.0,
+    };
+    let w = Workload::new(vec![r, r]).unwrap();
+    let limits = Limits::unlimited();
+    let rep = solve_cluster(&w, &limits, &cost, Objective::MeanLatency, 2, &options).unwrap();
+    assert_eq!(
+        rep.status,
+        infersched_solver::SolveStatus::Optimal,
+        "{rep:?}"
+    );
+    assert_eq!(rep.routing.members(), [vec![0], vec![1]]);
+    assert_eq!(rep.candidates.len(), 7 * 7);
+    // Tiny random instances: bound <= exhaustive cluster optimum <= the search's schedule.
+    for seed in 0..8u64 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let n = rng.random_range(3..=4);
+        let w = Workload::new(
+            (0..n)
+                .map(|_| Request {
+                    input_tokens: rng.random_range(1..=4),
+                    output_tokens: rng.random_range(1..=4),
+                    arrival_s: 0.0,
+                })
+                .collect(),
+        )
+        .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(infersched_test_kit::largest_kv_need(&w) + 2),
+            ..Limits::unlimited()
+        };
+        for objective in [Objective::Makespan, Objective::MeanLatency] {
+            let Some(best) = cluster_optimum(&w, &limits, objective, 2) else {
+                continue;
+            };
+            let rep = solve_cluster(&w, &limits, &cost, objective, 2, &options).unwrap();
+            assert!(
+                rep.best_bound <= best * (1.0 + 1e-9),
+                "seed {seed}: {rep:?}"
+            );
+            assert!(
+                rep.replayed_objective >= best * (1.0 - 1e-9),
+                "seed {seed}: {rep:?}"
+            );
+            let routed = rep
+                .candidates
+                .iter()
+                .filter_map(|c| c.objective_s)
+                .fold(f64::INFINITY, f64::min);
+            // Re-solving the replicas' parts never makes it worse than the best routing.
+            assert!(rep.replayed_objective <= routed * (1.0 + 1e-9));
+            if rep.method == ClusterMethod::Routed {
+                assert!((rep.replayed_objective - routed).abs() <= 1e-12 * routed.max(1.0));
+            }
+        }
+    }
+}
