@@ -22,7 +22,9 @@ pub fn write_routing_csv(w: &Workload, routing: &Routing, out: &mut dyn Write) -
     Ok(())
 }
 
-/// Writes a cluster's outputs into `dir`; returns the paths written.
+/// Writes a cluster's outputs into `dir`; returns the paths written. With `trace` (the
+/// producer's name), each busy replica's folder also gets `trace.json`, its Chrome trace
+/// (requests named by the workload's ids).
 pub fn write_cluster_outputs(
     dir: &Path,
     w: &Workload,
@@ -30,6 +32,7 @@ pub fn write_cluster_outputs(
     schedules: &[Schedule],
     replay: &ClusterReplay,
     summary: &Summary,
+    trace: Option<&str>,
 ) -> io::Result<Vec<PathBuf>> {
     let mut paths = vec![
         dir.join("routing.csv"),
@@ -42,6 +45,7 @@ pub fn write_cluster_outputs(
         serde_json::to_writer_pretty(&mut *out, summary)?;
         out.write_all(b"\n")
     })?;
+    let members = routing.members();
     for (r, (schedule, one)) in schedules.iter().zip(&replay.replicas).enumerate() {
         let sub = replica_dir(dir, r);
         let path = sub.join("schedule.json");
@@ -50,9 +54,41 @@ pub fn write_cluster_outputs(
         if let Some(one) = one {
             let s = Summary::from_replay(one);
             paths.extend(crate::output::write_replay_outputs(&sub, one, &s)?);
+            if let Some(name) = trace {
+                let path = sub.join("trace.json");
+                let json = replica_trace(
+                    w,
+                    &members[r],
+                    schedule,
+                    one,
+                    &format!("{name}, replica {r}"),
+                );
+                crate::core::io::write_bytes_atomic(&path, json.to_string().as_bytes())?;
+                paths.push(path);
+            }
         }
     }
     Ok(paths)
+}
+
+/// The Chrome trace of one replica: its requests (`ids`, in increasing id) renumbered to
+/// its own replay's order, named by their workload ids.
+fn replica_trace(
+    w: &Workload,
+    ids: &[u32],
+    schedule: &Schedule,
+    one: &crate::core::Replay,
+    name: &str,
+) -> serde_json::Value {
+    let part = Workload::new(ids.iter().map(|&g| w.requests()[g as usize]).collect())
+        .expect("a replica with requests");
+    let mut local = schedule.clone();
+    for batch in &mut local.batches {
+        for e in &mut batch.entries {
+            e.request = ids.binary_search(&e.request).expect("routed here") as u32;
+        }
+    }
+    crate::report::trace::chrome_trace_named(&part, name, &local, one, &|i| ids[i as usize])
 }
 
 /// Reads a cluster's folder as `simulate --replicas --out DIR` writes it: `routing.csv`

@@ -2647,7 +2647,7 @@ fn simulate_on_replicas_writes_a_cluster_that_replay_accepts() {
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
     let o = bin()
-        .args(args(&["--out", out.to_str().unwrap()]))
+        .args(args(&["--out", out.to_str().unwrap(), "--trace"]))
         .current_dir(root())
         .output()
         .unwrap();
@@ -2672,6 +2672,21 @@ fn simulate_on_replicas_writes_a_cluster_that_replay_accepts() {
     for r in 0..3 {
         let s = std::fs::read_to_string(out.join(format!("replica-{r}/schedule.json"))).unwrap();
         assert!(s.contains("\"router\":\"least-outstanding\""), "{s:.200}");
+    }
+    // Each replica's Chrome trace names its own requests by the workload's ids.
+    let on_replica_1: Vec<&str> = routing
+        .lines()
+        .skip(1)
+        .filter(|l| l.split(',').nth(1) == Some("1"))
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    let trace_of =
+        |r: usize| std::fs::read_to_string(out.join(format!("replica-{r}/trace.json"))).unwrap();
+    let (t0, t1) = (trace_of(0), trace_of(1));
+    let named = |t: &str, id: &str| t.contains(&format!("\"request {id} (I = "));
+    assert!(!on_replica_1.is_empty());
+    for id in on_replica_1 {
+        assert!(named(&t1, id) && !named(&t0, id), "request {id}");
     }
     // The replay judges the folder on its own and computes the same metrics.
     let again = dir.path().join("replayed");

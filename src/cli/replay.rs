@@ -143,9 +143,10 @@ fn replay_cluster(
     if !a.slo.is_empty() {
         summary.slo = Some(infersched::core::SloReport::of(&r.merged, &a.slo));
     }
-    let paths =
-        infersched::cluster::write_cluster_outputs(&a.out, w, &routing, &schedules, &r, &summary)
-            .with_context(|| format!("writing results to {}", a.out.display()))?;
+    let paths = infersched::cluster::write_cluster_outputs(
+        &a.out, w, &routing, &schedules, &r, &summary, None,
+    )
+    .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(
         "the cluster in {} ({} replicas) is valid for {} under cost model {}",
         dir.display(),

@@ -229,11 +229,6 @@ fn simulate_cluster(
     knobs: &Knobs,
     jobs: usize,
 ) -> Result<()> {
-    if a.trace {
-        bail!(
-            "--trace: Chrome traces of a cluster (one per replica) are not written yet; drop --trace or use --replicas 1"
-        );
-    }
     let kinds = &a.scheduler;
     let several = kinds.len() > 1;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
@@ -256,6 +251,7 @@ fn simulate_cluster(
                 } else {
                     out.clone()
                 };
+                let trace = a.trace.then_some(kind.name());
                 let paths = infersched::cluster::write_cluster_outputs(
                     &dir,
                     w,
@@ -263,6 +259,7 @@ fn simulate_cluster(
                     &o.schedules,
                     &o.replay,
                     &summary,
+                    trace,
                 )
                 .with_context(|| format!("writing results to {}", dir.display()))?;
                 Ok((summary, paths))

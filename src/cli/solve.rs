@@ -235,6 +235,7 @@ fn solve_cluster(
         &report.schedules,
         &r,
         &summary,
+        None,
     )
     .with_context(|| format!("writing results to {}", a.out.display()))?;
     let solve_path = a.out.join("solve.json");

@@ -14,6 +14,18 @@ pub const TRACE_MAX_REQUESTS: usize = 1000;
 
 /// The trace of one schedule (`replay` its replay) as a JSON value.
 pub fn chrome_trace(w: &Workload, scheduler: &str, schedule: &Schedule, replay: &Replay) -> Value {
+    chrome_trace_named(w, scheduler, schedule, replay, &|i| i)
+}
+
+/// [`chrome_trace`] of part of a workload (one replica's requests, renumbered `0..`), its
+/// requests named by `id_of` (their ids in the whole workload).
+pub fn chrome_trace_named(
+    w: &Workload,
+    scheduler: &str,
+    schedule: &Schedule,
+    replay: &Replay,
+    id_of: &dyn Fn(u32) -> u32,
+) -> Value {
     let us = |s: f64| s * 1e6;
     let kinds = classify_entries(w, schedule);
     let mut events = vec![
@@ -33,7 +45,7 @@ pub fn chrome_trace(w: &Workload, scheduler: &str, schedule: &Schedule, replay: 
                     EntryKind::Prefill => "prefill",
                     EntryKind::Decode => "decode",
                 };
-                json!({"request": e.request, "kind": kind, "tokens": e.tokens,
+                json!({"request": id_of(e.request), "kind": kind, "tokens": e.tokens,
                        "generates_token": e.generated_token})
             })
             .collect();
@@ -67,7 +79,7 @@ pub fn chrome_trace(w: &Workload, scheduler: &str, schedule: &Schedule, replay: 
     {
         let r = &reqs[i];
         events.push(json!({"name": "thread_name", "ph": "M", "pid": 2, "tid": i,
-            "args": {"name": format!("request {i} (I = {}, O = {})", r.input_tokens, r.output_tokens)}}));
+            "args": {"name": format!("request {} (I = {}, O = {})", id_of(i as u32), r.input_tokens, r.output_tokens)}}));
         events.push(
             json!({"name": "thread_sort_index", "ph": "M", "pid": 2, "tid": i,
             "args": {"sort_index": i}}),
