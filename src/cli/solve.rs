@@ -278,8 +278,52 @@ fn solve_cluster(
             k => format!(", then {k} replicas' parts re-solved on their own"),
         }
     );
+    outln!("{}", candidate_table(&report));
     out!("{}", infersched::output::summary_text(&summary));
     out!("{}", infersched::cluster::load_table(&summary));
     outln!("wrote {} files under {}", paths.len(), a.out.display());
     Ok(())
+}
+
+/// Every heuristic (rows) behind every router (columns): its objective over the best
+/// schedule found, and the upper end of its ratio to the optimum (over the bound).
+fn candidate_table(report: &infersched::solver::cluster::ClusterSolveReport) -> String {
+    use infersched::output::{Cell, text_table};
+    let routers: Vec<&str> = infersched::solver::cluster::SEARCHED_ROUTERS
+        .iter()
+        .map(|r| {
+            let name = r.name();
+            report
+                .candidates
+                .iter()
+                .find(|c| c.router == name)
+                .map_or("", |c| c.router.as_str())
+        })
+        .collect();
+    let (best, bound) = (report.replayed_objective, report.best_bound);
+    let mut rows = Vec::new();
+    for chunk in report.candidates.chunks(routers.len()) {
+        let mut row = vec![Cell::Text(chunk[0].scheduler.clone())];
+        row.extend(chunk.iter().map(|c| {
+            Cell::Text(c.objective_s.map_or("-".into(), |v| {
+                format!(
+                    "{:.3}-{:.3}",
+                    v / best,
+                    if bound > 0.0 {
+                        v / bound
+                    } else {
+                        f64::INFINITY
+                    }
+                )
+            }))
+        }));
+        rows.push(row);
+    }
+    let mut headers = vec!["scheduler"];
+    headers.extend(routers);
+    format!(
+        "  each heuristic behind each router: its {} over the best schedule found and over the bound (the optimum lies between)\n{}",
+        report.objective.name(),
+        text_table(&headers, &rows)
+    )
 }
