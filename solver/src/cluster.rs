@@ -46,6 +46,8 @@ pub enum ClusterMethod {
     Routed,
     /// That routing, with some replicas' parts re-solved by the single-replica solver.
     RoutedThenSolved,
+    /// That routing with requests moved between replicas (and parts possibly re-solved).
+    Searched,
 }
 
 /// The answer of [`solve_cluster`].
@@ -71,6 +73,8 @@ pub struct ClusterSolveReport {
     pub bound_argument: BoundArgument,
     /// `(replayed - bound) / replayed`.
     pub certified_gap: f64,
+    /// Requests the routing search moved to another replica.
+    pub requests_moved: u32,
     /// Replicas whose part the single-replica solver improved.
     pub replicas_improved: u32,
     /// Every heuristic and router tried.
@@ -149,6 +153,155 @@ fn best_routed(
         }
     }
     Ok(best)
+}
+
+/// The most single-replica simulations the routing search runs (two per move tried), so
+/// results do not depend on the machine's speed (it also stops at half the time limit).
+pub const ROUTING_SEARCH_SIMULATIONS: usize = 20_000;
+
+/// One replica's part as the routing search sees it: its requests (increasing ids), the
+/// heuristic's schedule of them (the workload's ids) and its contribution to the
+/// objective (the sum of its requests' latencies or TTFTs; its makespan).
+struct Part {
+    ids: Vec<u32>,
+    schedule: Schedule,
+    value: f64,
+}
+
+/// `kind` on the requests `ids` alone (a replica's part), or None where it cannot serve
+/// them.
+fn simulate_part(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    kind: SchedulerKind,
+    ids: Vec<u32>,
+) -> Option<Part> {
+    if ids.is_empty() {
+        return Some(Part {
+            ids,
+            schedule: Schedule::new(Vec::new()),
+            value: 0.0,
+        });
+    }
+    let part = Workload::new(
+        ids.iter()
+            .map(|&g| w.requests()[g as usize])
+            .collect::<Vec<Request>>(),
+    )
+    .expect("at least one request");
+    let knobs = Knobs::matching(limits);
+    let sim = kind.simulate(&part, &knobs, cost).ok()?;
+    let r = infersched_core::replay(&part, limits, cost, &sim.schedule).ok()?;
+    let v = objective.of(&Summary::from_replay(&r));
+    let value = match objective {
+        Objective::Makespan => v,
+        _ => v * ids.len() as f64,
+    };
+    let mut schedule = sim.schedule;
+    renumber(&mut schedule, |l| ids[l as usize]);
+    Some(Part {
+        ids,
+        schedule,
+        value,
+    })
+}
+
+/// The cluster's objective from its parts' contributions.
+fn combine(objective: Objective, parts: &[Part], n: usize) -> f64 {
+    match objective {
+        Objective::Makespan => parts.iter().map(|p| p.value).fold(0.0, f64::max),
+        _ => parts.iter().map(|p| p.value).sum::<f64>() / n as f64,
+    }
+}
+
+/// Moves requests between replicas while that improves the objective, each part
+/// simulated by `best`'s heuristic on its own (the routing fixed, the replicas need no
+/// router): first improvement, requests in id order, replicas in index order, until a
+/// pass moves nothing, [`ROUTING_SEARCH_SIMULATIONS`] or `deadline`. Returns the requests
+/// moved (`best` holds the result where any).
+fn search_routing(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    deadline: Instant,
+    best: &mut Routed,
+) -> Result<u32, SolveError> {
+    let n = w.len();
+    let kind = best.scheduler;
+    let Some(mut parts) = best
+        .routing
+        .members()
+        .into_iter()
+        .map(|ids| simulate_part(w, limits, cost, objective, kind, ids))
+        .collect::<Option<Vec<Part>>>()
+    else {
+        return Ok(0);
+    };
+    let mut value = combine(objective, &parts, n);
+    let (mut moved, mut simulations) = (0u32, 0usize);
+    let mut improved = true;
+    while improved && simulations < ROUTING_SEARCH_SIMULATIONS && Instant::now() < deadline {
+        improved = false;
+        for i in 0..n as u32 {
+            let from = parts
+                .iter()
+                .position(|p| p.ids.binary_search(&i).is_ok())
+                .expect("routed");
+            for to in (0..parts.len()).filter(|&t| t != from) {
+                if simulations >= ROUTING_SEARCH_SIMULATIONS || Instant::now() >= deadline {
+                    break;
+                }
+                simulations += 2;
+                let without: Vec<u32> = parts[from]
+                    .ids
+                    .iter()
+                    .copied()
+                    .filter(|&g| g != i)
+                    .collect();
+                let mut with = parts[to].ids.clone();
+                with.insert(with.binary_search(&i).unwrap_err(), i);
+                let (Some(a), Some(b)) = (
+                    simulate_part(w, limits, cost, objective, kind, without),
+                    simulate_part(w, limits, cost, objective, kind, with),
+                ) else {
+                    continue;
+                };
+                let (old_a, old_b) = (
+                    std::mem::replace(&mut parts[from], a),
+                    std::mem::replace(&mut parts[to], b),
+                );
+                let v = combine(objective, &parts, n);
+                if v < value * (1.0 - 1e-12) {
+                    value = v;
+                    moved += 1;
+                    improved = true;
+                    break;
+                }
+                parts[from] = old_a;
+                parts[to] = old_b;
+            }
+        }
+    }
+    if moved > 0 {
+        let mut replica_of = vec![0u32; n];
+        for (r, p) in parts.iter().enumerate() {
+            for &g in &p.ids {
+                replica_of[g as usize] = r as u32;
+            }
+        }
+        let routing = Routing::new(parts.len() as u32, replica_of).expect("valid replicas");
+        let schedules: Vec<Schedule> = parts.into_iter().map(|p| p.schedule).collect();
+        let v = replayed(w, limits, cost, objective, &routing, &schedules)?;
+        if v < best.value {
+            (best.routing, best.schedules, best.value) = (routing, schedules, v);
+        } else {
+            moved = 0;
+        }
+    }
+    Ok(moved)
 }
 
 /// Re-solves each replica's part of `best` with the single-replica solver in the time
@@ -241,6 +394,8 @@ pub fn solve_cluster(
         ));
     };
     let routed_value = best.value;
+    let half = started + (deadline - started) / 2;
+    let moved = search_routing(w, limits, cost, objective, half, &mut best)?;
     let improved = improve_replicas(w, limits, cost, objective, options, deadline, &mut best)?;
     let value = replayed(w, limits, cost, objective, &best.routing, &best.schedules)?;
     debug_assert!(value <= routed_value * (1.0 + 1e-9));
@@ -258,11 +413,12 @@ pub fn solve_cluster(
         } else {
             SolveStatus::NotProven
         },
-        method: if improved > 0 {
-            ClusterMethod::RoutedThenSolved
-        } else {
-            ClusterMethod::Routed
+        method: match (moved, improved) {
+            (0, 0) => ClusterMethod::Routed,
+            (0, _) => ClusterMethod::RoutedThenSolved,
+            _ => ClusterMethod::Searched,
         },
+        requests_moved: moved,
         objective,
         replicas,
         scheduler: best.scheduler.name().to_string(),

@@ -273,9 +273,11 @@ fn solve_cluster(
         "  method                {} behind {} (best of {tried} heuristic and router pairs){}",
         report.scheduler,
         report.router,
-        match report.replicas_improved {
-            0 => String::new(),
-            k => format!(", then {k} replicas' parts re-solved on their own"),
+        match (report.requests_moved, report.replicas_improved) {
+            (0, 0) => String::new(),
+            (m, k) => format!(
+                ", then {m} requests moved to another replica and {k} replicas' parts re-solved on their own"
+            ),
         }
     );
     outln!("{}", candidate_table(&report));

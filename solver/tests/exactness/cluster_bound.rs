@@ -192,3 +192,45 @@ fn the_cluster_search_lies_between_its_bound_and_what_it_replays() {
         }
     }
 }
+
+#[test]
+fn the_routing_search_moves_a_short_request_off_a_long_ones_replica() {
+    use infersched_solver::SolveOptions;
+    use infersched_solver::cluster::{ClusterMethod, solve_cluster};
+    let cost = preset("llama2-7b-a100").unwrap();
+    // A long request first, then two short ones, all at 0: the routers put the second
+    // short request beside the long one (round robin: 0, 1, 0; least-outstanding and
+    // vllm-dp: a tie, to replica 0; least-kv: nothing allocated yet, all to 0).
+    let r = |i, o| Request {
+        input_tokens: i,
+        output_tokens: o,
+        arrival_s: 0.0,
+    };
+    let w = Workload::new(vec![r(64, 40), r(2, 2), r(2, 2)]).unwrap();
+    let options = SolveOptions {
+        time_limit_s: 5.0,
+        ..SolveOptions::default()
+    };
+    let rep = solve_cluster(
+        &w,
+        &Limits::unlimited(),
+        &cost,
+        Objective::MeanLatency,
+        2,
+        &options,
+    )
+    .unwrap();
+    let mut members = rep.routing.members();
+    members.sort();
+    assert_eq!(members, [vec![0], vec![1, 2]], "{rep:?}");
+    let rr = rep
+        .candidates
+        .iter()
+        .find(|c| c.router == "round-robin")
+        .unwrap();
+    assert!(rep.replayed_objective < rr.objective_s.unwrap());
+    assert!(
+        rep.method == ClusterMethod::Searched && rep.requests_moved >= 1,
+        "{rep:?}"
+    );
+}
