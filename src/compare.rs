@@ -35,6 +35,9 @@ pub struct CompareSpec {
     pub knobs: Knobs,
     /// Options for the MILP.
     pub solve: SolveOptions,
+    /// Service-level objectives each row's attainment and goodput are measured against
+    /// (none: no SLO columns are filled).
+    pub slos: Vec<crate::core::Slo>,
 }
 
 /// The result of a comparison: per contender an outcome or the reason it failed.
@@ -100,7 +103,11 @@ fn run_one(
         objective: spec.objective,
         solve,
     };
-    produce(w, cost, c, &with).map_err(|e| e.to_string())
+    let mut o = produce(w, cost, c, &with).map_err(|e| e.to_string())?;
+    if !spec.slos.is_empty() {
+        o.summary.slo = Some(crate::core::SloReport::of(&o.replay, &spec.slos));
+    }
+    Ok(o)
 }
 
 /// A scalar distribution in the comparison table.
@@ -185,6 +192,12 @@ pub struct ComparisonRow {
     pub limits: Limits,
     /// Where its makespan goes (the cost model's terms and idle time).
     pub time_split: TimeBreakdown,
+    /// With `--slo`: the share of requests meeting every SLO.
+    pub slo_attainment: Option<f64>,
+    /// With `--slo`: requests meeting every SLO per second of makespan.
+    pub goodput_requests_per_s: Option<f64>,
+    /// With `--slo`: whether every SLO holds over all requests.
+    pub slos_hold: Option<bool>,
 }
 
 impl ComparisonRow {
@@ -301,6 +314,9 @@ impl Comparison {
                     best_bound_s: o.solve.as_ref().map(|r| r.best_bound),
                     limits: o.limits,
                     time_split: o.time_split,
+                    slo_attainment: s.slo.as_ref().map(|r| r.attainment),
+                    goodput_requests_per_s: s.slo.as_ref().and_then(|r| r.goodput_requests_per_s),
+                    slos_hold: s.slo.as_ref().map(|r| r.all_hold),
                 }
             })
             .collect()
@@ -353,6 +369,9 @@ pub const CSV_COLUMNS: &[&str] = &[
     "contender",
     "method",
     "clairvoyant",
+    "slo_attainment",
+    "goodput_requests_per_s",
+    "slos_hold",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -375,7 +394,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.label,
             r.status,
             objective.name(),
@@ -411,6 +430,9 @@ pub fn write_csv(
             r.scheduler,
             r.method.as_deref().unwrap_or_default(),
             r.clairvoyant,
+            opt(r.slo_attainment),
+            opt(r.goodput_requests_per_s),
+            r.slos_hold.map_or(String::new(), |h| h.to_string()),
         )?;
     }
     Ok(())

@@ -2923,3 +2923,80 @@ fn solve_on_replicas_writes_a_cluster_with_a_bound_for_every_routing() {
         stderr(&o)
     );
 }
+
+#[test]
+fn compare_and_solve_measure_slos() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cmp");
+    let w = example("arxiv-4.csv");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &w,
+        "--schedulers",
+        "optimal,vllm,orca",
+        "--objective",
+        "mean-latency",
+        "--kv-capacity",
+        "64",
+        "--time-limit",
+        "5",
+        "--no-plots",
+        "--no-traces",
+        "--slo",
+        "e2e-max=1ms",
+        "--slo",
+        "ttft-p50=10s",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SLOs (attainment"), "{}", stdout(&o));
+    let mut rdr = csv::Reader::from_path(out.join("comparison.csv")).unwrap();
+    let header = rdr.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    for row in rdr.records() {
+        let row = row.unwrap();
+        // No request ends within 1 ms: none meets every SLO, and e2e-max misses.
+        assert_eq!(&row[col("slo_attainment")], "0", "{row:?}");
+        assert_eq!(&row[col("slos_hold")], "false", "{row:?}");
+    }
+    // Without --slo the columns are empty.
+    let plain = dir.path().join("plain");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &w,
+        "--schedulers",
+        "vllm",
+        "--kv-capacity",
+        "64",
+        "--no-plots",
+        "--no-traces",
+        "--out",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(plain.join("comparison.csv")).unwrap();
+    assert!(text.lines().nth(1).unwrap().ends_with(",,,"), "{text}");
+    // solve measures them too.
+    let solved = dir.path().join("solved");
+    let o = run(&[
+        "solve",
+        "--workload",
+        &w,
+        "--kv-capacity",
+        "64",
+        "--time-limit",
+        "5",
+        "--slo",
+        "ttft-p50=10s",
+        "--out",
+        solved.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(solved.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["slo"]["attainment"], 1.0, "{s}");
+}

@@ -45,6 +45,7 @@ fn spec(contenders: Vec<Contender>, l: Limits) -> CompareSpec {
             threads: 1,
             ..SolveOptions::default()
         },
+        slos: Vec::new(),
     }
 }
 

@@ -39,6 +39,11 @@ pub(crate) struct CompareArgs {
     pub(crate) no_traces: bool,
     #[command(flatten)]
     pub(crate) milp: MilpArgs,
+    /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
+    /// repeat for several. Each row then gives the share of requests meeting every one,
+    /// the goodput and whether each holds (table, comparison.csv, comparison.json).
+    #[arg(long = "slo", value_name = "SLO")]
+    pub(crate) slo: Vec<infersched::core::Slo>,
     /// Output directory.
     #[arg(long)]
     pub(crate) out: PathBuf,
@@ -71,6 +76,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         limits,
         knobs,
         solve,
+        slos: a.slo.clone(),
     };
     let setting = Setting {
         workload: a.workload.display().to_string(),
@@ -123,6 +129,9 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
                 "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
             }
         );
+    }
+    if !a.slo.is_empty() {
+        outln!("{}", slo_table(&rows));
     }
     outln!("all schedulers produced and replayed in {ran_s:.1} s");
     let failures = c.failures();
@@ -180,4 +189,36 @@ fn complete_outputs(dir: &std::path::Path) -> String {
             names.join(", ")
         )
     }
+}
+
+/// Each row's SLO attainment, goodput and whether every SLO holds (`--slo`).
+fn slo_table(rows: &[infersched::compare::ComparisonRow]) -> String {
+    use infersched::output::{Cell, text_table};
+    let cells: Vec<Vec<Cell>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                Cell::Text(r.display_name()),
+                Cell::Text(
+                    r.slo_attainment
+                        .map_or("-".into(), |a| format!("{:.1}%", a * 100.0)),
+                ),
+                Cell::Text(
+                    r.goodput_requests_per_s
+                        .map_or("-".into(), |g| format!("{g:.3}")),
+                ),
+                Cell::Text(
+                    r.slos_hold
+                        .map_or("-".into(), |h| if h { "yes" } else { "no" }.into()),
+                ),
+            ]
+        })
+        .collect();
+    format!(
+        "SLOs (attainment: requests meeting every SLO; goodput: those per second)\n{}",
+        text_table(
+            &["scheduler", "attainment", "goodput (req/s)", "all hold"],
+            &cells
+        )
+    )
 }

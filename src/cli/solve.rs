@@ -37,6 +37,11 @@ pub(crate) struct SolveArgs {
     /// routing; writes the cluster's folder (routing.csv, replica-K/) and solve.json.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
     pub(crate) replicas: u32,
+    /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s); repeat for
+    /// several: the summary then gives the schedule's attainment, goodput and whether each
+    /// holds (the solver still minimizes --objective).
+    #[arg(long = "slo", value_name = "SLO")]
+    pub(crate) slo: Vec<infersched::core::Slo>,
     /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
     #[arg(long)]
     pub(crate) log: bool,
@@ -70,7 +75,10 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     );
     let outcome = produce_optimal(&w, &cost, &limits, objective, &options);
     infersched::interrupt::clear();
-    let outcome = outcome?;
+    let mut outcome = outcome?;
+    if !a.slo.is_empty() {
+        outcome.summary.slo = Some(infersched::core::SloReport::of(&outcome.replay, &a.slo));
+    }
     let (r, summary) = (&outcome.replay, &outcome.summary);
     let report = outcome
         .solve
@@ -227,7 +235,10 @@ fn solve_cluster(
     )?;
     let r = replay_cluster(w, limits, cost, &report.routing, &report.schedules)
         .context("internal error: the replay rejects the cluster search's schedules")?;
-    let summary = Summary::of_cluster(&r, &report.router);
+    let mut summary = Summary::of_cluster(&r, &report.router);
+    if !a.slo.is_empty() {
+        summary.slo = Some(infersched::core::SloReport::of(&r.merged, &a.slo));
+    }
     let mut paths = infersched::cluster::write_cluster_outputs(
         &a.out,
         w,
