@@ -380,27 +380,46 @@ schedulers = ["vllm", "sarathi"]
         let legacy: Vec<&str> = RESULT_COLUMNS
             .iter()
             .copied()
-            .filter(|c| !matches!(*c, "cost_model" | "replicas" | "router"))
+            .filter(|c| !ADDED_COLUMNS.contains(c))
             .collect();
         let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
-        let row = s.run_point(&s.points[1]);
+        let mut row = s.run_point(&s.points[1]);
         let mut w = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(Vec::new());
         w.serialize(&row).unwrap();
         let line = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        // The same row without the three empty cluster cells.
-        let cells: Vec<&str> = line.trim_end().split(',').collect();
-        let seed = RESULT_COLUMNS.iter().position(|c| *c == "seed").unwrap();
-        let old: Vec<&str> = cells[..=seed]
-            .iter()
-            .chain(&cells[seed + 4..])
-            .copied()
+        // The same row without the columns added since (no cell of it holds a comma).
+        let old: Vec<&str> = line
+            .trim_end()
+            .split(',')
+            .zip(RESULT_COLUMNS)
+            .filter(|(_, c)| !ADDED_COLUMNS.contains(c))
+            .map(|(cell, _)| cell)
             .collect();
         let text = format!("{}\n{}\n", legacy.join(","), old.join(","));
         let rows = parse_results(Path::new("old.csv"), text.as_bytes()).unwrap();
+        (row.p99_e2e_s, row.p99_tbt_s) = (None, None);
         assert_eq!(rows, vec![row]);
         let bad = format!("{}\n", legacy[1..].join(","));
         assert!(parse_results(Path::new("old.csv"), bad.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn rows_measure_the_specs_slos() {
+        let spec = format!("slos = [\"e2e-max=1ms\", \"ttft-p50=100s\"]\n{SPEC}");
+        let s = Sweep::parse(&spec, Path::new(".")).unwrap();
+        let row = s.run_point(&s.points[1]);
+        // No request ends within 1 ms.
+        assert_eq!(row.slo_attainment, Some(0.0), "{row:?}");
+        assert_eq!(row.metric("slo_attainment"), Some(0.0));
+        assert!(row.p99_e2e_s.unwrap() >= row.mean_e2e_s.unwrap());
+        // Without slos the columns stay empty.
+        let plain = Sweep::parse(SPEC, Path::new("."))
+            .unwrap()
+            .run_point(&s.points[1]);
+        assert_eq!(plain.slo_attainment, None);
+        let e = err(&format!("slos = [\"ttft=2s\"]\n{SPEC}"));
+        assert!(e.contains("slos[0]"), "{e}");
     }
 }

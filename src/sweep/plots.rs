@@ -16,6 +16,10 @@ pub const PLOTTED_METRICS: &[(&str, &str)] = &[
     ("mean_e2e_s", "mean E2E latency (s)"),
     ("mean_ttft_s", "mean TTFT (s)"),
     ("evictions", "evictions"),
+    (
+        "slo_attainment",
+        "SLO attainment (share of requests meeting every SLO)",
+    ),
 ];
 
 /// A plotted point: (x, y), whether it is unproven, its bar (from y to the bound), and

@@ -38,6 +38,10 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "recomputed_tokens",
     "batches",
     "peak_kv_utilization",
+    "p99_e2e_s",
+    "p99_tbt_s",
+    "slo_attainment",
+    "goodput_requests_per_s",
     "best_bound_s",
     "certified_gap",
     "solve_s",
@@ -46,6 +50,18 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "milp_integers",
     "solve_method",
     "error",
+];
+
+/// The columns added since the first version of `results.csv` (files without them still
+/// read, those cells empty).
+pub const ADDED_COLUMNS: &[&str] = &[
+    "cost_model",
+    "replicas",
+    "router",
+    "p99_e2e_s",
+    "p99_tbt_s",
+    "slo_attainment",
+    "goodput_requests_per_s",
 ];
 
 /// Writes an optional float as Rust prints it (`0.5`, `12`, `0.0000001`), the spelling
@@ -135,6 +151,18 @@ pub struct ResultRow {
     /// Peak KV use / M, where M is finite.
     #[serde(serialize_with = "float_as_displayed")]
     pub peak_kv_utilization: Option<f64>,
+    /// 99th percentile end-to-end latency (s).
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p99_e2e_s: Option<f64>,
+    /// 99th percentile of the gaps between tokens (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p99_tbt_s: Option<f64>,
+    /// With the spec's `slos`: the share of requests meeting every SLO.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub slo_attainment: Option<f64>,
+    /// With the spec's `slos`: requests meeting every SLO per second of makespan.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub goodput_requests_per_s: Option<f64>,
     /// The solver's proven lower bound (s).
     #[serde(serialize_with = "float_as_displayed")]
     pub best_bound_s: Option<f64>,
@@ -178,6 +206,10 @@ impl ResultRow {
             "recomputed_tokens" => u(self.recomputed_tokens),
             "batches" => u(self.batches),
             "peak_kv_utilization" => self.peak_kv_utilization,
+            "p99_e2e_s" => self.p99_e2e_s,
+            "p99_tbt_s" => self.p99_tbt_s,
+            "slo_attainment" => self.slo_attainment,
+            "goodput_requests_per_s" => self.goodput_requests_per_s,
             "best_bound_s" => self.best_bound_s,
             "certified_gap" => self.certified_gap,
             "solve_s" => self.solve_s,
@@ -284,12 +316,12 @@ pub(super) fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<ResultRow>>
         .headers()
         .with_context(|| format!("{}: no header", path.display()))?
         .clone();
-    // The columns before clusters (no cost_model, replicas, router) read as rows of one
-    // replica; the file is written back in this version's columns.
+    // The columns before clusters and SLOs read as rows of one replica without SLOs; the
+    // file is written back in this version's columns.
     let legacy = RESULT_COLUMNS
         .iter()
         .copied()
-        .filter(|c| !matches!(*c, "cost_model" | "replicas" | "router"));
+        .filter(|c| !ADDED_COLUMNS.contains(c));
     if header.iter().ne(RESULT_COLUMNS.iter().copied()) && header.iter().ne(legacy) {
         bail!(
             "{}: not a sweep results file of this version (columns differ)",

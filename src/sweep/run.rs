@@ -48,6 +48,10 @@ impl Sweep {
             recomputed_tokens: None,
             batches: None,
             peak_kv_utilization: None,
+            p99_e2e_s: None,
+            p99_tbt_s: None,
+            slo_attainment: None,
+            goodput_requests_per_s: None,
             best_bound_s: None,
             certified_gap: None,
             solve_s: None,
@@ -80,6 +84,10 @@ impl Sweep {
                 row.recomputed_tokens = Some(s.recomputed_tokens);
                 row.batches = Some(s.batches as u64);
                 row.peak_kv_utilization = s.peak_kv_utilization;
+                row.p99_e2e_s = Some(s.e2e_s.p99);
+                row.p99_tbt_s = s.p99_tbt_s;
+                row.slo_attainment = s.slo.as_ref().map(|r| r.attainment);
+                row.goodput_requests_per_s = s.slo.as_ref().and_then(|r| r.goodput_requests_per_s);
                 if let Some(x) = solve {
                     row.best_bound_s = Some(x.best_bound);
                     row.certified_gap = Some(x.certified_gap);
@@ -121,16 +129,20 @@ impl Sweep {
             solve: &options,
         };
         let cost = self.cost_of(p);
+        let slos = &self.slos;
+        let measure_slos = |summary: &mut Summary, replay: &crate::core::Replay| {
+            if !slos.is_empty() {
+                summary.slo = Some(crate::core::SloReport::of(replay, slos));
+            }
+        };
         if let (Some(c), Contender::Heuristic(kind)) = (&p.cluster, contender) {
-            let o = produce_cluster(&w, cost, kind, &knobs, c.replicas, c.router)?;
-            return Ok((
-                RunStatus::Heuristic,
-                objective.of(&o.summary),
-                o.summary,
-                None,
-            ));
+            let mut o = produce_cluster(&w, cost, kind, &knobs, c.replicas, c.router)?;
+            measure_slos(&mut o.summary, &o.replay.merged);
+            let value = objective.of(&o.summary);
+            return Ok((RunStatus::Heuristic, value, o.summary, None));
         }
-        let outcome = produce(&w, cost, contender, &with)?;
+        let mut outcome = produce(&w, cost, contender, &with)?;
+        measure_slos(&mut outcome.summary, &outcome.replay);
         let (status, solve) = match &outcome.solve {
             None => (RunStatus::Heuristic, None),
             Some(r) => (

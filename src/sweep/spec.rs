@@ -39,6 +39,10 @@ pub struct SweepSpec {
     /// KV block size [default 1].
     #[serde(default)]
     pub block_size: Option<u32>,
+    /// Service-level objectives (`"ttft-p90=2s"`, ...): each row gets the attainment and
+    /// goodput against them.
+    #[serde(default)]
+    pub slos: Option<Vec<String>>,
     /// The workload.
     pub workload: WorkloadSection,
     /// Base limits.
@@ -283,6 +287,8 @@ pub struct Sweep {
     /// The clusters' own cost models (`grid.clusters[k].cost_model`), in order.
     pub(super) cluster_costs: Vec<LinearCostModel>,
     pub(super) trace: Option<Workload>,
+    /// The spec's `slos`, parsed.
+    pub(super) slos: Vec<crate::core::Slo>,
 }
 
 /// The lists a grid multiplies, in the order of its cartesian product (objectives vary
@@ -423,6 +429,13 @@ impl Sweep {
         }
         let grid = grid_of(&spec, trace.is_some())?;
         let cluster_costs = cluster_costs_of(&spec, base_dir, &cost)?;
+        let slos = spec
+            .slos
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| t.parse().map_err(|e| anyhow::anyhow!("slos[{i}]: {e}")))
+            .collect::<Result<Vec<crate::core::Slo>>>()?;
         let swept = grid.swept();
         // The grid's size before anything is allocated for it.
         let Some(runs) = grid.len().filter(|&r| r <= MAX_GRID_RUNS) else {
@@ -439,6 +452,7 @@ impl Sweep {
             cost,
             cluster_costs,
             trace,
+            slos,
         })
     }
 
