@@ -45,9 +45,13 @@ pub(crate) struct SampleArgs {
     /// Input trace CSV.
     #[arg(long)]
     pub(crate) trace: PathBuf,
-    /// Keep the first N requests.
+    /// Keep the first N requests (after --skip).
     #[arg(long, conflicts_with = "random")]
     pub(crate) first: Option<usize>,
+    /// With --first: skip this many requests first, so consecutive windows of a trace are
+    /// `--skip 0 --first N`, `--skip N --first N`, ...
+    #[arg(long, requires = "first")]
+    pub(crate) skip: Option<usize>,
     /// Keep N requests drawn at random (with --seed), in trace order.
     #[arg(long)]
     pub(crate) random: Option<usize>,
@@ -111,6 +115,9 @@ pub(crate) fn cmd_workload(c: &WorkloadCommand) -> Result<()> {
         WorkloadCommand::Sample(a) => {
             let trace = load_workload(&a.trace)?;
             let selection = match (a.first, a.random) {
+                (Some(n), _) if a.skip.is_some_and(|k| k > 0) => {
+                    Selection::Window(a.skip.unwrap_or(0), n)
+                }
                 (Some(n), _) => Selection::First(n),
                 (None, Some(n)) => Selection::Random(n, a.seed),
                 (None, None) => Selection::All,

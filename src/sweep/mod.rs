@@ -399,7 +399,10 @@ schedulers = ["vllm", "sarathi"]
             .collect();
         let text = format!("{}\n{}\n", legacy.join(","), old.join(","));
         let rows = parse_results(Path::new("old.csv"), text.as_bytes()).unwrap();
-        (row.p99_e2e_s, row.p99_tbt_s) = (None, None);
+        (row.p50_ttft_s, row.p90_ttft_s) = (None, None);
+        (row.p50_tpot_s, row.p90_tpot_s, row.p99_tpot_s) = (None, None, None);
+        (row.p50_e2e_s, row.p90_e2e_s, row.p99_e2e_s) = (None, None, None);
+        (row.p50_tbt_s, row.p90_tbt_s, row.p99_tbt_s) = (None, None, None);
         assert_eq!(rows, vec![row]);
         let bad = format!("{}\n", legacy[1..].join(","));
         assert!(parse_results(Path::new("old.csv"), bad.as_bytes()).is_err());

@@ -38,7 +38,16 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "recomputed_tokens",
     "batches",
     "peak_kv_utilization",
+    "p50_ttft_s",
+    "p90_ttft_s",
+    "p50_tpot_s",
+    "p90_tpot_s",
+    "p99_tpot_s",
+    "p50_e2e_s",
+    "p90_e2e_s",
     "p99_e2e_s",
+    "p50_tbt_s",
+    "p90_tbt_s",
     "p99_tbt_s",
     "slo_attainment",
     "goodput_requests_per_s",
@@ -58,7 +67,16 @@ pub const ADDED_COLUMNS: &[&str] = &[
     "cost_model",
     "replicas",
     "router",
+    "p50_ttft_s",
+    "p90_ttft_s",
+    "p50_tpot_s",
+    "p90_tpot_s",
+    "p99_tpot_s",
+    "p50_e2e_s",
+    "p90_e2e_s",
     "p99_e2e_s",
+    "p50_tbt_s",
+    "p90_tbt_s",
     "p99_tbt_s",
     "slo_attainment",
     "goodput_requests_per_s",
@@ -151,9 +169,36 @@ pub struct ResultRow {
     /// Peak KV use / M, where M is finite.
     #[serde(serialize_with = "float_as_displayed")]
     pub peak_kv_utilization: Option<f64>,
+    /// 50th percentile TTFT (s).
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p50_ttft_s: Option<f64>,
+    /// 90th percentile TTFT (s).
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p90_ttft_s: Option<f64>,
+    /// 50th percentile TPOT (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p50_tpot_s: Option<f64>,
+    /// 90th percentile TPOT (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p90_tpot_s: Option<f64>,
+    /// 99th percentile TPOT (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p99_tpot_s: Option<f64>,
+    /// 50th percentile end-to-end latency (s).
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p50_e2e_s: Option<f64>,
+    /// 90th percentile end-to-end latency (s).
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p90_e2e_s: Option<f64>,
     /// 99th percentile end-to-end latency (s).
     #[serde(default, serialize_with = "float_as_displayed")]
     pub p99_e2e_s: Option<f64>,
+    /// 50th percentile of the gaps between tokens (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p50_tbt_s: Option<f64>,
+    /// 90th percentile of the gaps between tokens (s), where some O > 1.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub p90_tbt_s: Option<f64>,
     /// 99th percentile of the gaps between tokens (s), where some O > 1.
     #[serde(default, serialize_with = "float_as_displayed")]
     pub p99_tbt_s: Option<f64>,
@@ -206,7 +251,16 @@ impl ResultRow {
             "recomputed_tokens" => u(self.recomputed_tokens),
             "batches" => u(self.batches),
             "peak_kv_utilization" => self.peak_kv_utilization,
+            "p50_ttft_s" => self.p50_ttft_s,
+            "p90_ttft_s" => self.p90_ttft_s,
+            "p50_tpot_s" => self.p50_tpot_s,
+            "p90_tpot_s" => self.p90_tpot_s,
+            "p99_tpot_s" => self.p99_tpot_s,
+            "p50_e2e_s" => self.p50_e2e_s,
+            "p90_e2e_s" => self.p90_e2e_s,
             "p99_e2e_s" => self.p99_e2e_s,
+            "p50_tbt_s" => self.p50_tbt_s,
+            "p90_tbt_s" => self.p90_tbt_s,
             "p99_tbt_s" => self.p99_tbt_s,
             "slo_attainment" => self.slo_attainment,
             "goodput_requests_per_s" => self.goodput_requests_per_s,

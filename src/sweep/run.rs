@@ -48,7 +48,16 @@ impl Sweep {
             recomputed_tokens: None,
             batches: None,
             peak_kv_utilization: None,
+            p50_ttft_s: None,
+            p90_ttft_s: None,
+            p50_tpot_s: None,
+            p90_tpot_s: None,
+            p99_tpot_s: None,
+            p50_e2e_s: None,
+            p90_e2e_s: None,
             p99_e2e_s: None,
+            p50_tbt_s: None,
+            p90_tbt_s: None,
             p99_tbt_s: None,
             slo_attainment: None,
             goodput_requests_per_s: None,
@@ -84,7 +93,15 @@ impl Sweep {
                 row.recomputed_tokens = Some(s.recomputed_tokens);
                 row.batches = Some(s.batches as u64);
                 row.peak_kv_utilization = s.peak_kv_utilization;
+                (row.p50_ttft_s, row.p90_ttft_s) = (Some(s.ttft_s.p50), Some(s.ttft_s.p90));
+                let tpot = s.tpot_s.as_ref();
+                row.p50_tpot_s = tpot.map(|d| d.p50);
+                row.p90_tpot_s = tpot.map(|d| d.p90);
+                row.p99_tpot_s = tpot.map(|d| d.p99);
+                (row.p50_e2e_s, row.p90_e2e_s) = (Some(s.e2e_s.p50), Some(s.e2e_s.p90));
                 row.p99_e2e_s = Some(s.e2e_s.p99);
+                let tbt = s.tbt_s.as_ref();
+                (row.p50_tbt_s, row.p90_tbt_s) = (tbt.map(|d| d.p50), tbt.map(|d| d.p90));
                 row.p99_tbt_s = s.p99_tbt_s;
                 row.slo_attainment = s.slo.as_ref().map(|r| r.attainment);
                 row.goodput_requests_per_s = s.slo.as_ref().and_then(|r| r.goodput_requests_per_s);

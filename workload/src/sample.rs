@@ -12,6 +12,8 @@ pub enum Selection {
     All,
     /// The first N rows.
     First(usize),
+    /// N consecutive rows after skipping the first K: `Window(K, N)` (rows K..K + N).
+    Window(usize, usize),
     /// N distinct rows drawn uniformly with this seed, kept in trace order.
     Random(usize, u64),
 }
@@ -109,6 +111,20 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
             ));
         }
         Selection::First(n) => all[..n].to_vec(),
+        Selection::Window(skip, n) => {
+            let end = skip.checked_add(n).filter(|&e| n > 0 && e <= all.len());
+            let Some(end) = end else {
+                return Err(invalid(
+                    "requests",
+                    format!(
+                        "asked for {n} requests after skipping {skip}; the trace has {} (need 1 to {} after the skip)",
+                        all.len(),
+                        all.len().saturating_sub(skip)
+                    ),
+                ));
+            };
+            all[skip..end].to_vec()
+        }
         Selection::Random(n, seed) => {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let mut idx = rand::seq::index::sample(&mut rng, all.len(), n).into_vec();
@@ -180,6 +196,31 @@ mod tests {
                 .collect(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn windows_are_consecutive_rows_after_the_skip() {
+        let pick = |skip, n| {
+            sample(
+                &trace(5),
+                &SampleSpec {
+                    selection: Selection::Window(skip, n),
+                    ..SampleSpec::default()
+                },
+            )
+        };
+        let ids =
+            |w: Workload| -> Vec<u32> { w.requests().iter().map(|r| r.input_tokens).collect() };
+        // The trace's prompts are 10, 20, 30, 40, 50.
+        assert_eq!(ids(pick(1, 2).unwrap()), [20, 30]);
+        assert_eq!(ids(pick(3, 2).unwrap()), [40, 50]);
+        let e = pick(4, 2).unwrap_err().to_string();
+        assert!(
+            e.contains("asked for 2 requests after skipping 4; the trace has 5"),
+            "{e}"
+        );
+        assert!(pick(usize::MAX, 2).is_err());
+        assert!(pick(1, 0).is_err());
     }
 
     #[test]
