@@ -1202,7 +1202,7 @@ fn vllm_flag_names_give_the_same_schedules_as_ours() {
         args.extend_from_slice(flags);
         let o = run(&args);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
-        std::fs::read_to_string(out.join("schedule.json")).unwrap()
+        std::fs::read_to_string(out.join("vllm-v1").join("schedule.json")).unwrap()
     };
     let small = fixture("hand-chunk-preempt");
     let ours = simulate(
@@ -2225,13 +2225,15 @@ fn slos_give_attainment_and_goodput_in_simulate_and_replay_and_nothing_without()
         run(&args)
     };
     assert!(sim(&plain, &[]).status.success());
+    // One scheduler gets its own folder, as several do.
     let summary = |d: &Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap()
+        let path = d.join("vllm").join("summary.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     };
     let base = summary(&plain);
     assert!(base.get("slo").is_none(), "no SLO asked for, none written");
     // An E2E threshold between the smallest and the largest E2E: some requests meet it.
-    let e2es: Vec<f64> = std::fs::read_to_string(plain.join("requests.csv"))
+    let e2es: Vec<f64> = std::fs::read_to_string(plain.join("vllm").join("requests.csv"))
         .unwrap()
         .lines()
         .skip(1)
@@ -2266,7 +2268,7 @@ fn slos_give_attainment_and_goodput_in_simulate_and_replay_and_nothing_without()
         "--workload",
         &workload,
         "--schedule",
-        with.join("schedule.json").to_str().unwrap(),
+        with.join("vllm").join("schedule.json").to_str().unwrap(),
         "--kv-capacity",
         "64",
         "--slo",
@@ -2277,7 +2279,10 @@ fn slos_give_attainment_and_goodput_in_simulate_and_replay_and_nothing_without()
         again.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(summary(&again)["slo"], *slo);
+    let replayed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(replayed["slo"], *slo);
     // A malformed SLO is refused before anything runs, naming it.
     let bad = dir.path().join("bad");
     let o = sim(&bad, &["ttft-p90=2"]);
@@ -2515,6 +2520,7 @@ fn simulate_traces_every_request_from_arrival_to_completion() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let out = out.join("vllm");
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
@@ -2657,6 +2663,7 @@ fn simulate_on_replicas_writes_a_cluster_that_replay_accepts() {
         "{}",
         stdout(&o)
     );
+    let out = out.join("vllm-v1");
     let routing = std::fs::read_to_string(out.join("routing.csv")).unwrap();
     assert_eq!(routing.lines().count(), 61);
     assert!(routing.starts_with("request,replica,routed_at_s\n0,0,"));

@@ -46,7 +46,8 @@ pub(crate) struct SimulateArgs {
     /// available].
     #[arg(long)]
     pub(crate) memory_limit: Option<f64>,
-    /// Output directory (with several schedulers, one subdirectory each) [default: none:
+    /// Output directory: one subdirectory per scheduler, named after it, however many
+    /// schedulers run [default: none:
     /// print the summaries and write nothing].
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -63,7 +64,6 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let kinds = &a.scheduler;
     super::refuse_repeated_schedulers(kinds)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
-    let several = kinds.len() > 1;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
     if a.replicas > 1 {
         return simulate_cluster(a, &w, &cost, &knobs, jobs);
@@ -81,11 +81,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
                 let Some(out) = &a.out else {
                     return Ok((o.summary, o.time_split, Vec::new(), o.limits));
                 };
-                let dir = if several {
-                    out.join(kind.name())
-                } else {
-                    out.clone()
-                };
+                let dir = out.join(kind.name());
                 let paths = write_outputs(&dir, &w, *kind, &o, a.trace)?;
                 Ok((o.summary, o.time_split, paths, o.limits))
             })
@@ -230,7 +226,6 @@ fn simulate_cluster(
     jobs: usize,
 ) -> Result<()> {
     let kinds = &a.scheduler;
-    let several = kinds.len() > 1;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     let results: Vec<Result<(Summary, Vec<PathBuf>)>> = pool.install(|| {
         kinds
@@ -246,11 +241,7 @@ fn simulate_cluster(
                 let Some(out) = &a.out else {
                     return Ok((summary, Vec::new()));
                 };
-                let dir = if several {
-                    out.join(kind.name())
-                } else {
-                    out.clone()
-                };
+                let dir = out.join(kind.name());
                 let trace = a.trace.then_some(kind.name());
                 let paths = infersched::cluster::write_cluster_outputs(
                     &dir,
