@@ -319,6 +319,33 @@ pub fn capacity(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_front_keeps_what_no_configuration_beats_with_fewer_gpus() {
+        let p = |series: &str, gpus, rate| CapacityPoint {
+            series: series.into(),
+            gpus,
+            rate,
+        };
+        let points = [
+            p("a", 1, 3.0),
+            p("b", 1, 2.0),
+            p("a", 2, 10.0),
+            p("b", 2, 9.0),
+            p("b", 4, 9.5),
+            p("a", 4, 33.0),
+        ];
+        let front: Vec<(u32, f64)> = pareto_front(&points)
+            .iter()
+            .map(|q| (q.gpus, q.rate))
+            .collect();
+        assert_eq!(front, [(1, 3.0), (2, 10.0), (4, 33.0)]);
+        // A configuration with more GPUs and no more rate is off the front.
+        let points = [p("a", 1, 5.0), p("b", 2, 5.0), p("c", 4, 4.0)];
+        assert_eq!(pareto_front(&points).len(), 1);
+        let plot = capacity_plot(&points);
+        assert!(plot.svg.finish().contains("Pareto front"));
+    }
+
     use super::*;
     use crate::core::Request;
 
@@ -436,5 +463,92 @@ mod tests {
                 .to_string()
                 .contains("at least one SLO")
         );
+    }
+}
+
+/// One configuration on the capacity plot: its name, the GPUs it uses (replicas times the
+/// cost model's tensor-parallel degree) and the highest rate it sustains.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityPoint {
+    /// The line it belongs to (scheduler, cost model, knobs, router).
+    pub series: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Requests/s sustained.
+    pub rate: f64,
+}
+
+/// The configurations on the Pareto front of GPUs against rate: those no other
+/// configuration beats with as many GPUs or fewer (ties: the first listed), by GPUs.
+pub fn pareto_front(points: &[CapacityPoint]) -> Vec<&CapacityPoint> {
+    let mut sorted: Vec<&CapacityPoint> = points.iter().collect();
+    sorted.sort_by(|a, b| a.gpus.cmp(&b.gpus).then(b.rate.total_cmp(&a.rate)));
+    let mut front: Vec<&CapacityPoint> = Vec::new();
+    for p in sorted {
+        if front.last().is_none_or(|f| p.rate > f.rate) {
+            front.push(p);
+        }
+    }
+    front
+}
+
+/// The plot `capacity.svg`: each configuration's rate against its GPUs (a line per
+/// scheduler and setting through its replica counts), the Pareto front marked.
+pub fn capacity_plot(points: &[CapacityPoint]) -> crate::report::Plot {
+    use crate::report::svg;
+    let mut names: Vec<&str> = Vec::new();
+    for p in points {
+        if !names.contains(&p.series.as_str()) {
+            names.push(&p.series);
+        }
+    }
+    let line = |name: String, mut pts: Vec<(f64, f64)>| {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        svg::Series {
+            name,
+            points: pts,
+            step: false,
+            markers: true,
+            unproven: Vec::new(),
+            bars: Vec::new(),
+            failed: Vec::new(),
+            spread: Vec::new(),
+        }
+    };
+    let mut series: Vec<svg::Series> = names
+        .iter()
+        .map(|n| {
+            let pts = points
+                .iter()
+                .filter(|p| p.series == *n)
+                .map(|p| (f64::from(p.gpus), p.rate))
+                .collect();
+            line(n.to_string(), pts)
+        })
+        .collect();
+    let front = pareto_front(points)
+        .iter()
+        .map(|p| (f64::from(p.gpus), p.rate))
+        .collect();
+    series.push(line(
+        "Pareto front (most requests/s for the GPUs)".into(),
+        front,
+    ));
+    let mut s = svg::Svg::new(960, 420);
+    svg::line_chart(
+        &mut s,
+        (0.0, 0.0, 960.0, 420.0),
+        "highest rate meeting the SLOs against GPUs",
+        "GPUs (replicas x tensor-parallel degree)",
+        "requests/s",
+        &series,
+        &[],
+        true,
+    );
+    crate::report::Plot {
+        stem: "capacity".into(),
+        caption: "each configuration's capacity against the GPUs it uses, the Pareto front marked"
+            .into(),
+        svg: s,
     }
 }

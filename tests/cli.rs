@@ -2843,6 +2843,10 @@ fn capacity_searches_clusters_of_replicas() {
         rate(&rows[1]) > rate(&rows[0]) && rate(&rows[2]) > rate(&rows[0]),
         "{text}"
     );
+    // The plot of rate against GPUs, and the Pareto front said.
+    assert!(out.join("capacity.svg").is_file());
+    assert!(stdout(&o).contains("Pareto front"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("  2 GPUs: "), "{}", stdout(&o));
 }
 
 #[test]

@@ -221,7 +221,12 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     );
     let mut rows = Vec::new();
     let mut failed = 0;
+    let mut results_for_plot = Vec::new();
     for (c, r) in configs.iter().zip(results) {
+        results_for_plot.push(r.as_ref().ok().and_then(|r| match r.capacity {
+            Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(rate),
+            Capacity::Below { .. } => None,
+        }));
         let on = match c.replicas.count {
             1 => String::new(),
             n => format!(" on {n} replicas behind {}", c.replicas.router),
@@ -244,8 +249,22 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     if failed == configs.len() {
         bail!("every configuration failed (see above)");
     }
+    let points = capacity_points(a, &configs, &results_for_plot);
+    let front = infersched::capacity::pareto_front(&points);
+    if !front.is_empty() {
+        outln!("Pareto front (most requests/s for the GPUs):");
+        for p in &front {
+            outln!("  {} GPUs: {:.3} requests/s, {}", p.gpus, p.rate, p.series);
+        }
+    }
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        if !points.is_empty() {
+            let plot = infersched::capacity::capacity_plot(&points);
+            let paths = infersched::report::write_plots(out, &[plot])
+                .with_context(|| format!("writing the plot to {}", out.display()))?;
+            outln!("wrote {}", super::path_list(&paths));
+        }
         let path = out.join("capacity.csv");
         infersched::core::io::write_atomic(&path, |f| {
             writeln!(f, "{CSV_HEADER}")?;
@@ -258,6 +277,43 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         outln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The plotted configurations: those with a rate, each on the line of its scheduler, cost
+/// model, swept knobs and router, at its GPUs (replicas x the cost model's TP degree).
+fn capacity_points(
+    a: &CapacityArgs,
+    configs: &[Configuration<'_>],
+    rates: &[Option<f64>],
+) -> Vec<infersched::capacity::CapacityPoint> {
+    let mut points = Vec::new();
+    for (c, rate) in configs.iter().zip(rates) {
+        let Some(rate) = *rate else { continue };
+        let mut series = format!("{} {}", c.kind.name(), c.cost.name);
+        for axis in &a.grid {
+            let (name, v) = match axis.knob {
+                GridKnob::TokenBudget => ("C", c.limits.token_budget),
+                GridKnob::PrefillBudget => ("P", c.limits.prefill_budget),
+                GridKnob::MaxRunning => ("R_max", c.limits.max_running),
+            };
+            series += &format!(" {name}={}", v.map_or("-".into(), |v| v.to_string()));
+        }
+        // With several routers each has its line; one replica (nothing to route) starts
+        // every one of them.
+        let routers: Vec<String> = match (c.replicas.count, a.router.len()) {
+            (_, 1) => vec![String::new()],
+            (1, _) => a.router.iter().map(|r| format!(" {r}")).collect(),
+            _ => vec![format!(" {}", c.replicas.router)],
+        };
+        for router in routers {
+            points.push(infersched::capacity::CapacityPoint {
+                series: format!("{series}{router}"),
+                gpus: c.replicas.count * c.cost.file.tensor_parallel.max(1),
+                rate,
+            });
+        }
+    }
+    points
 }
 
 /// One scheduler's answer for people.
