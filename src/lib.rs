@@ -14,6 +14,7 @@
 //! * [`calibration`]: `calibrate`'s fit, validation and output files (also from recorded samples);
 //! * [`sweep`]: grids of settings from a TOML spec, `results.csv`, plots per parameter;
 //! * [`cluster`]: a cluster's files (`routing.csv`, a folder per replica) and its load table;
+//! * [`ceiling`]: a request rate at which no schedule meets a set of SLOs (from the bounds);
 //! * [`capacity`]: the highest request rate at which each scheduler meets a set of SLOs;
 //!
 //! Features (all on by default): `png` (PNG copies of plots, resvg), `sweep` (the sweep
@@ -50,6 +51,7 @@ pub use infersched_workload as workload;
 #[cfg(feature = "calibrate")]
 pub mod calibration;
 pub mod capacity;
+pub mod ceiling;
 pub mod cluster;
 pub mod compare;
 #[cfg(feature = "calibrate")]

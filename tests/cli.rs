@@ -2843,7 +2843,12 @@ fn capacity_searches_clusters_of_replicas() {
         rate(&rows[1]) > rate(&rows[0]) && rate(&rows[2]) > rate(&rows[0]),
         "{text}"
     );
-    // The plot of rate against GPUs, and the Pareto front said.
+    // The ceiling no schedule passes lies above every rate a heuristic sustained.
+    for r in &rows {
+        let ceiling: f64 = r[15].parse().unwrap();
+        assert!(ceiling > rate(r), "{text}");
+    }
+        // The plot of rate against GPUs, and the Pareto front said.
     assert!(out.join("capacity.svg").is_file());
     assert!(stdout(&o).contains("Pareto front"), "{}", stdout(&o));
     assert!(stdout(&o).contains("  2 GPUs: "), "{}", stdout(&o));

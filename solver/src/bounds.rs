@@ -540,6 +540,27 @@ pub fn cluster_lower_bound(
     }
 }
 
+/// For each machine of the relaxation (module `machine`), the sorted completion times of
+/// shortest remaining processing first on one machine `replicas` times as fast, of every
+/// request's first token (`first_token`) or last. No schedule of `w` under `limits` and
+/// `cost` on `replicas` replicas (one: any schedule) has more requests' first (or last)
+/// tokens by any time `t` than any one of these lists has completions by `t` (the
+/// machine and fast-machine arguments of [`cluster_lower_bound`]).
+pub fn done_by_bounds(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    first_token: bool,
+    replicas: u32,
+) -> Vec<Vec<f64>> {
+    let end = if first_token {
+        machine::JobEnd::FirstToken
+    } else {
+        machine::JobEnd::LastToken
+    };
+    machine::fast_machine_completions(&Theta(cost), w.requests(), limits, end, replicas)
+}
+
 /// [`lower_bound`] for the schedules of policy class `class` (seconds): where the class
 /// forbids evictions (`no_evict`, `reserve`), mean TTFT is also bounded by first tokens
 /// waiting for completions (module `held_memory`); every other bound holds in every class.

@@ -179,7 +179,7 @@ fn replica_axes(a: &CapacityArgs) -> Vec<Replicas> {
 }
 
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -205,7 +205,12 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let configs = configurations(a, &w, &costs)?;
     let results: Vec<_> = configs
         .par_iter()
-        .map(|c| capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec))
+        .map(|c| {
+            let found = capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec)?;
+            let ceiling =
+                infersched::ceiling::ceiling(&w, &c.limits, c.cost, c.replicas.count, &spec)?;
+            Ok::<_, infersched::capacity::CapacityError>((found, ceiling))
+        })
         .collect();
     outln!(
         "{} requests from {} (its own rate {own:.3} requests/s); SLOs {}; measured: all but the first {}% and last {}% by arrival",
@@ -223,7 +228,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let mut failed = 0;
     let mut results_for_plot = Vec::new();
     for (c, r) in configs.iter().zip(results) {
-        results_for_plot.push(r.as_ref().ok().and_then(|r| match r.capacity {
+        results_for_plot.push(r.as_ref().ok().and_then(|(r, _)| match r.capacity {
             Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(rate),
             Capacity::Below { .. } => None,
         }));
@@ -233,9 +238,12 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         };
         let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
         match r {
-            Ok(r) => {
-                outln!("  {head}: {}", line(&r));
-                rows.push(csv_row(c, Some(&r)));
+            Ok((r, ceiling)) => {
+                let proof = ceiling.map_or(String::new(), |x| {
+                    format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
+                });
+                outln!("  {head}: {}{proof}", line(&r));
+                rows.push(csv_row(c, Some((&r, ceiling))));
             }
             // A configuration that cannot serve the trace (a prompt over C without
             // chunking) is reported as such; the others go on.
@@ -339,7 +347,7 @@ fn line(r: &CapacityResult) -> String {
 }
 
 /// One row of capacity.csv (`result` `error` where the search failed).
-fn csv_row(c: &Configuration<'_>, r: Option<&CapacityResult>) -> String {
+fn csv_row(c: &Configuration<'_>, r: Option<(&CapacityResult, Option<f64>)>) -> String {
     let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     let router = match c.replicas.count {
         1 => String::new(),
@@ -355,8 +363,8 @@ fn csv_row(c: &Configuration<'_>, r: Option<&CapacityResult>) -> String {
         limit(c.limits.max_running),
         limit(c.limits.kv_capacity)
     );
-    let Some(r) = r else {
-        return format!("{head},error,,,,,,0");
+    let Some((r, ceiling)) = r else {
+        return format!("{head},error,,,,,,0,");
     };
     let (result, rate, above, binding) = match &r.capacity {
         Capacity::Found {
@@ -384,7 +392,8 @@ fn csv_row(c: &Configuration<'_>, r: Option<&CapacityResult>) -> String {
         .and_then(|s| s.goodput_requests_per_s)
         .map_or(String::new(), |g| g.to_string());
     format!(
-        "{head},{result},{rate},{above},{binding},{attainment},{goodput},{}",
-        r.probes.len()
+        "{head},{result},{rate},{above},{binding},{attainment},{goodput},{},{}",
+        r.probes.len(),
+        ceiling.map_or(String::new(), |x| x.to_string())
     )
 }
