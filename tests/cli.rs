@@ -2848,7 +2848,7 @@ fn capacity_searches_clusters_of_replicas() {
         let ceiling: f64 = r[15].parse().unwrap();
         assert!(ceiling > rate(r), "{text}");
     }
-        // The plot of rate against GPUs, and the Pareto front said.
+    // The plot of rate against GPUs, and the Pareto front said.
     assert!(out.join("capacity.svg").is_file());
     assert!(stdout(&o).contains("Pareto front"), "{}", stdout(&o));
     assert!(stdout(&o).contains("  2 GPUs: "), "{}", stdout(&o));
