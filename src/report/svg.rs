@@ -880,10 +880,12 @@ pub fn line_chart_panel(
         draw_series(svg, &frame, s, &style);
         items.push((s.name.clone(), style));
     }
+    // Side by side panels share one legend and one line of notes (on the last panel),
+    // which narrow panels would otherwise overlap.
     if with_legend {
         legend(svg, &frame, &items);
+        chart_notes(svg, &frame, series);
     }
-    chart_notes(svg, &frame, series);
 }
 
 /// The band between the least and greatest values behind each point (boxes up to the next

@@ -425,4 +425,38 @@ schedulers = ["vllm", "sarathi"]
         let e = err(&format!("slos = [\"ttft=2s\"]\n{SPEC}"));
         assert!(e.contains("slos[0]"), "{e}");
     }
+
+    #[test]
+    fn a_second_swept_parameter_gets_a_panel_per_value() {
+        let spec = "[workload]\nn = 3\nI = 4\nO = 2\n[grid]\nM = [8, 12, 16]\nC = [4, 8]\nschedulers = [\"vllm\", \"sarathi\"]\n";
+        let s = Sweep::parse(spec, Path::new(".")).unwrap();
+        let rows: Vec<ResultRow> = s.points.iter().map(|p| s.run_point(p)).collect();
+        let plots = sweep_plots(&s, &rows);
+        let by_c = plots
+            .iter()
+            .find(|p| p.stem == "makespan_s-vs-M-by-C")
+            .unwrap();
+        let doc = by_c.svg.finish();
+        assert!(
+            doc.contains("C = 4") && doc.contains("C = 8"),
+            "one panel per value"
+        );
+        assert!(plots.iter().any(|p| p.stem == "makespan_s-vs-C-by-M"));
+        // Every plot written is among the paths checked before the sweep writes.
+        let paths = plot_paths(&s, Path::new("plots"));
+        for p in &plots {
+            assert!(
+                paths.contains(&Path::new("plots").join(format!("{}.svg", p.stem))),
+                "{}",
+                p.stem
+            );
+        }
+        // A parameter with more values than panels is averaged over only.
+        let many = "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\nM = [8, 9, 10, 11, 12, 13, 14]\nC = [4, 8]\nschedulers = [\"vllm\"]\n";
+        let s = Sweep::parse(many, Path::new(".")).unwrap();
+        let rows: Vec<ResultRow> = s.points.iter().map(|p| s.run_point(p)).collect();
+        let plots = sweep_plots(&s, &rows);
+        assert!(plots.iter().all(|p| !p.stem.ends_with("-by-M")));
+        assert!(plots.iter().any(|p| p.stem == "makespan_s-vs-M-by-C"));
+    }
 }

@@ -60,9 +60,102 @@ pub fn sweep_plots(sweep: &Sweep, recs: &[ResultRow]) -> Vec<Plot> {
                 caption: format!("{label} against {param}, mean over the other parameters"),
                 svg: s,
             });
+            for &by in plotted_params(sweep).filter(|p| **p != param) {
+                if let Some(plot) = panelled(recs, (metric, label), param, by, &title) {
+                    plots.push(plot);
+                }
+            }
         }
     }
     plots
+}
+
+/// The most panels a plot by a second parameter has (a parameter with more values is
+/// averaged over only).
+pub const MAX_PANELS: usize = 6;
+
+/// `metric` against `param`, one panel per value of `by` (2 to [`MAX_PANELS`] values), so
+/// `by`'s effect is shown instead of averaged into the band.
+fn panelled(
+    recs: &[ResultRow],
+    (metric, label): (&str, &str),
+    param: &str,
+    by: &str,
+    title: &str,
+) -> Option<Plot> {
+    let mut values: Vec<String> = Vec::new();
+    for r in recs {
+        let v = r.param(by);
+        if !values.contains(&v) {
+            values.push(v);
+        }
+    }
+    if !(2..=MAX_PANELS).contains(&values.len()) {
+        return None;
+    }
+    values.sort_by(|a, b| axis_value(a).total_cmp(&axis_value(b)).then(a.cmp(b)));
+    let parts: Vec<Vec<ResultRow>> = values
+        .iter()
+        .map(|v| recs.iter().filter(|r| r.param(by) == *v).cloned().collect())
+        .collect();
+    let per_panel: Vec<Vec<svg::Series>> = parts
+        .iter()
+        .map(|part| Rows::new(part).series_hiding(metric, param, &[param, by]))
+        .collect();
+    if per_panel.iter().all(|s| s.is_empty()) {
+        return None;
+    }
+    // Every panel lists every line (empty where it has none), so each line keeps its
+    // style across panels and the one legend names them all.
+    let mut names: Vec<String> = Vec::new();
+    for s in per_panel.iter().flatten() {
+        if !names.contains(&s.name) {
+            names.push(s.name.clone());
+        }
+    }
+    let series: Vec<Vec<svg::Series>> = per_panel
+        .into_iter()
+        .map(|panel| {
+            names
+                .iter()
+                .map(|n| {
+                    panel
+                        .iter()
+                        .find(|s| s.name == *n)
+                        .cloned()
+                        .unwrap_or(svg::Series {
+                            name: n.clone(),
+                            ..Default::default()
+                        })
+                })
+                .collect()
+        })
+        .collect();
+    let legend_w = svg::legend_width(series.iter().flatten().map(|s| s.name.as_str()));
+    let panel_w = ((1400.0 - legend_w) / values.len() as f64).max(160.0);
+    let width = panel_w * values.len() as f64 + legend_w;
+    let mut s = svg::Svg::new(width.ceil() as u32, 420);
+    for (k, (value, series)) in values.iter().zip(&series).enumerate() {
+        let last = k + 1 == values.len();
+        let x0 = k as f64 * panel_w;
+        let x1 = x0 + panel_w + if last { legend_w } else { 0.0 };
+        svg::line_chart_panel(
+            &mut s,
+            (x0, 0.0, x1, 420.0),
+            &format!("{by} = {value}"),
+            &axis_label(param),
+            if k == 0 { label } else { "" },
+            series,
+            &[],
+            metric != "ratio_to_optimal",
+            last,
+        );
+    }
+    Some(Plot {
+        stem: format!("{metric}-vs-{param}-by-{by}"),
+        caption: format!("{title}: {label} against {param}, one panel per {by}"),
+        svg: s,
+    })
 }
 
 /// The swept parameters plotted against: seeds are replicates (averaged over), cost
@@ -81,6 +174,9 @@ pub fn plot_paths(sweep: &Sweep, dir: &std::path::Path) -> Vec<std::path::PathBu
         for &(metric, _) in PLOTTED_METRICS {
             for ext in ["svg", "png"] {
                 paths.push(dir.join(format!("{metric}-vs-{param}.{ext}")));
+                for &by in plotted_params(sweep).filter(|p| **p != param) {
+                    paths.push(dir.join(format!("{metric}-vs-{param}-by-{by}.{ext}")));
+                }
             }
         }
     }
@@ -127,15 +223,16 @@ impl<'a> Rows<'a> {
     /// objective where the sweep has several, after its cluster (replicas, cost model,
     /// router; `param` itself left out) where the grid has clusters (`4 x
     /// roofline:h100:llama3-8b, round-robin: vllm-v1`), so each cluster has a colour.
-    fn series_name(&self, r: &ResultRow, param: &str) -> String {
+    fn series_name(&self, r: &ResultRow, hide: &[&str]) -> String {
+        let shown = |p: &str| !hide.contains(&p);
         let mut cluster = Vec::new();
-        if let Some(n) = r.replicas.filter(|_| param != "replicas") {
+        if let Some(n) = r.replicas.filter(|_| shown("replicas")) {
             cluster.push(format!("{n} x"));
         }
-        if let Some(c) = r.cost_model.as_ref().filter(|_| param != "cost_model") {
+        if let Some(c) = r.cost_model.as_ref().filter(|_| shown("cost_model")) {
             cluster.push(c.clone());
         }
-        if let Some(router) = r.router.as_ref().filter(|_| param != "router") {
+        if let Some(router) = r.router.as_ref().filter(|_| shown("router")) {
             if let Some(last) = cluster.last_mut() {
                 last.push(',');
             }
@@ -176,6 +273,11 @@ impl<'a> Rows<'a> {
 
     /// One line per series: the runs' points by x (means, bars, bands) and failed runs.
     fn series(&self, metric: &str, param: &str) -> Vec<svg::Series> {
+        self.series_hiding(metric, param, &[param])
+    }
+
+    /// [`Self::series`] with the names leaving out the parameters `hide`.
+    fn series_hiding(&self, metric: &str, param: &str, hide: &[&str]) -> Vec<svg::Series> {
         // series name -> x -> runs
         let mut data: BTreeMap<String, BTreeMap<String, Runs>> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -183,7 +285,7 @@ impl<'a> Rows<'a> {
             let Some(point) = self.point(r, metric) else {
                 continue;
             };
-            let name = self.series_name(r, param);
+            let name = self.series_name(r, hide);
             if !order.contains(&name) {
                 order.push(name.clone());
             }
@@ -193,7 +295,7 @@ impl<'a> Rows<'a> {
         // Failed runs, by series.
         let mut failed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for r in self.recs.iter().filter(|r| r.failed()) {
-            let name = self.series_name(r, param);
+            let name = self.series_name(r, hide);
             if !order.contains(&name) {
                 order.push(name.clone());
             }
