@@ -316,16 +316,7 @@ mod tests {
     }
 
     fn run(reqs: &[(u32, u32, f64)], replicas: usize, router: Router) -> Vec<u32> {
-        let w = Workload::new(
-            reqs.iter()
-                .map(|&(i, o, t)| Request {
-                    input_tokens: i,
-                    output_tokens: o,
-                    arrival_s: t,
-                })
-                .collect(),
-        )
-        .unwrap();
+        let w = infersched_test_kit::workload(reqs);
         let knobs = Knobs {
             block_size: Some(1),
             ..Knobs::default()

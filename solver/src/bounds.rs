@@ -387,6 +387,28 @@ pub fn min_total_work_s(w: &Workload, cost: &LinearCostModel) -> f64 {
     w.requests().iter().map(|r| t.request_work(r)).sum()
 }
 
+/// The first arrival of `w`.
+fn first_arrival(w: &Workload) -> f64 {
+    w.requests()
+        .iter()
+        .map(|r| r.arrival_s)
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The terms of the least total time of all batches of any schedule of `w`: the least
+/// batch count (`min_batches`) times the bias, the prefill flag's surplus for those that
+/// must have prompt tokens, and all requests' minimum work.
+fn least_batch_time(w: &Workload, limits: &Limits, cost: &LinearCostModel) -> [f64; 3] {
+    let t = Theta(cost);
+    let (j, prefill) = min_batches(w, limits);
+    let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
+    [
+        j as f64 * t.batch_bias(),
+        prefill as f64 * surplus,
+        min_total_work_s(w, cost),
+    ]
+}
+
 /// The best combinatorial lower bound on `objective` (seconds; the same units as
 /// `Objective::of`).
 pub fn lower_bound(
@@ -406,16 +428,8 @@ pub fn lower_bound(
     let n = reqs.len() as f64;
     match objective {
         Objective::Makespan => {
-            let (j, prefill) = min_batches(w, limits);
-            let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
-            let first_arrival = reqs
-                .iter()
-                .map(|r| r.arrival_s)
-                .fold(f64::INFINITY, f64::min);
-            let by_work = first_arrival
-                + j as f64 * t.batch_bias()
-                + prefill as f64 * surplus
-                + min_total_work_s(w, cost);
+            let [biases, surplus, work] = least_batch_time(w, limits, cost);
+            let by_work = first_arrival(w) + biases + surplus + work;
             let own: Vec<f64> = reqs
                 .iter()
                 .map(|r| r.arrival_s + t.own_time(r, limits))
@@ -507,14 +521,8 @@ pub fn cluster_lower_bound(
     let (sum, last) = machine::cluster_completion_bounds(&t, reqs, limits, &own, end, replicas);
     match objective {
         Objective::Makespan => {
-            let (j, prefill) = min_batches(w, limits);
-            let surplus = (t.get(Feature::HasPrefill) - t.get(Feature::HasDecode)).max(0.0);
-            let first_arrival = reqs
-                .iter()
-                .map(|r| r.arrival_s)
-                .fold(f64::INFINITY, f64::min);
-            let total =
-                j as f64 * t.batch_bias() + prefill as f64 * surplus + min_total_work_s(w, cost);
+            let [biases, surplus, work] = least_batch_time(w, limits, cost);
+            let (first_arrival, total) = (first_arrival(w), biases + surplus + work);
             pick(vec![
                 (
                     first_arrival + total / f64::from(replicas.max(1)),

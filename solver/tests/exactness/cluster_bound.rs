@@ -10,6 +10,21 @@ use infersched_test_kit::exhaustive::{self, Class};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// `least..=4` offline requests of 1-4 prompt and 1-4 output tokens.
+fn tiny_offline(rng: &mut ChaCha8Rng, least: usize) -> Workload {
+    let n = rng.random_range(least..=4);
+    Workload::new(
+        (0..n)
+            .map(|_| Request {
+                input_tokens: rng.random_range(1..=4),
+                output_tokens: rng.random_range(1..=4),
+                arrival_s: 0.0,
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
 /// The exhaustive optimum of `objective` over every routing to `replicas` replicas (None
 /// when a part's search is too large).
 fn cluster_optimum(
@@ -73,17 +88,7 @@ fn the_cluster_bound_is_at_most_the_cluster_optimum() {
     let (mut checked, mut by_machine) = (0, 0);
     for seed in 0..16u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n = rng.random_range(2..=4);
-        let w = Workload::new(
-            (0..n)
-                .map(|_| Request {
-                    input_tokens: rng.random_range(1..=4),
-                    output_tokens: rng.random_range(1..=4),
-                    arrival_s: 0.0,
-                })
-                .collect(),
-        )
-        .unwrap();
+        let w = tiny_offline(&mut rng, 2);
         let need = infersched_test_kit::largest_kv_need(&w);
         let limits = Limits {
             token_budget: rng.random_bool(0.5).then(|| rng.random_range(2..=6)),
@@ -151,17 +156,7 @@ fn the_cluster_search_lies_between_its_bound_and_what_it_replays() {
     // Tiny random instances: bound <= exhaustive cluster optimum <= the search's schedule.
     for seed in 0..8u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n = rng.random_range(3..=4);
-        let w = Workload::new(
-            (0..n)
-                .map(|_| Request {
-                    input_tokens: rng.random_range(1..=4),
-                    output_tokens: rng.random_range(1..=4),
-                    arrival_s: 0.0,
-                })
-                .collect(),
-        )
-        .unwrap();
+        let w = tiny_offline(&mut rng, 3);
         let limits = Limits {
             kv_capacity: Some(infersched_test_kit::largest_kv_need(&w) + 2),
             ..Limits::unlimited()
