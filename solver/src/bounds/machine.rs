@@ -224,13 +224,20 @@ impl Ord for Remaining {
 /// Completion times (sorted) of shortest-remaining-processing-first on one machine for
 /// jobs `(release, processing)`.
 pub(super) fn srpt_completions(jobs: &[(f64, f64)]) -> Vec<f64> {
+    srpt_first_completions(jobs, jobs.len())
+}
+
+/// The first `count` completion times (sorted) of shortest-remaining-processing-first on
+/// one machine for jobs `(release, processing)`; it stops there.
+fn srpt_first_completions(jobs: &[(f64, f64)], count: usize) -> Vec<f64> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[a].0.total_cmp(&jobs[b].0).then(a.cmp(&b)));
     let mut heap: BinaryHeap<Reverse<Remaining>> = BinaryHeap::new();
-    let mut done = Vec::with_capacity(jobs.len());
+    let count = count.min(jobs.len());
+    let mut done = Vec::with_capacity(count);
     let mut now = f64::NEG_INFINITY;
     let mut next = 0;
-    while done.len() < jobs.len() {
+    while done.len() < count {
         if heap.is_empty() {
             now = now.max(jobs[order[next]].0);
         }
@@ -291,6 +298,56 @@ fn machine_completions(
     machines
 }
 
+/// The entry caps of the small-set machines below `cap` (the whole workload's entries per
+/// batch): every cap up to 16, then each a quarter above the one before.
+fn small_set_caps(cap: u64) -> Vec<u64> {
+    let mut caps = Vec::new();
+    let mut r = 1u64;
+    while r < cap {
+        caps.push(r);
+        r = if r < 16 { r + 1 } else { r + r.div_ceil(4) };
+    }
+    caps
+}
+
+/// The small-set machines (milp.md, "The machine relaxation"): the first `k` requests to
+/// complete in a schedule, alone (every other request's entries dropped: no batch gets
+/// longer or starts later), are served by batches of at most `k` entries, so the machine
+/// whose shares split the bias among at most `r >= k` entries bounds their last
+/// completion, and its shortest-remaining-first `k`-th completion bounds the schedule's
+/// `k`-th. Per cap `r` below the workload's own and weight of the grid, its first `r`
+/// completions (sorted), `replicas` times as fast (a cluster's first `k` are served by
+/// batches of at most `k` entries on every replica too).
+pub(super) fn small_set_machine_completions(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    end: JobEnd,
+    replicas: u32,
+) -> Vec<Vec<f64>> {
+    let speed = f64::from(replicas.max(1));
+    let needs: Vec<JobNeeds> = reqs
+        .iter()
+        .map(|r| JobNeeds::of(t, r, limits, end))
+        .collect();
+    let weights = machine_weights(limits);
+    small_set_caps(entries_per_batch(limits, reqs.len()))
+        .into_iter()
+        .flat_map(|cap| weights.iter().map(move |&w| (cap, w)))
+        .map(|(cap, (lambda, split))| {
+            let jobs: Vec<(f64, f64)> = reqs
+                .iter()
+                .zip(&needs)
+                .map(|(r, need)| {
+                    let p = need.processing(t, limits, lambda, cap, split);
+                    (r.arrival_s, p / speed)
+                })
+                .collect();
+            srpt_first_completions(&jobs, usize::try_from(cap).unwrap_or(usize::MAX))
+        })
+        .collect()
+}
+
 /// Per weight of the grid, the completions (sorted) of shortest remaining processing first
 /// on one machine `replicas` times as fast (each job's processing over `replicas`).
 ///
@@ -343,7 +400,9 @@ pub(super) fn position_bounds(
     own: &[f64],
     end: JobEnd,
 ) -> Vec<f64> {
-    positions(own, &machine_completions(t, reqs, limits, end))
+    let mut machines = machine_completions(t, reqs, limits, end);
+    machines.extend(small_set_machine_completions(t, reqs, limits, end, 1));
+    positions(own, &machines)
 }
 
 /// [`completion_bounds`] for a cluster of `replicas` (module `bounds`'s
@@ -357,11 +416,14 @@ pub(super) fn cluster_completion_bounds(
     end: JobEnd,
     replicas: u32,
 ) -> (f64, f64) {
-    let machines = fast_machine_completions(t, reqs, limits, end, replicas);
+    let mut machines = fast_machine_completions(t, reqs, limits, end, replicas);
     let last = machines
         .iter()
         .filter_map(|srpt| srpt.last().copied())
         .fold(0.0, f64::max);
+    machines.extend(small_set_machine_completions(
+        t, reqs, limits, end, replicas,
+    ));
     (positions(own, &machines).iter().sum(), last)
 }
 
@@ -387,11 +449,12 @@ pub(super) fn completion_bounds(
     own: &[f64],
     end: JobEnd,
 ) -> (f64, f64) {
-    let machines = machine_completions(t, reqs, limits, end);
+    let mut machines = machine_completions(t, reqs, limits, end);
     let last = machines
         .iter()
         .filter_map(|srpt| srpt.last().copied())
         .fold(0.0, f64::max);
+    machines.extend(small_set_machine_completions(t, reqs, limits, end, 1));
     (positions(own, &machines).iter().sum(), last)
 }
 
@@ -472,6 +535,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_first_two_of_three_pay_half_the_bias_each() {
+        // Three identical requests at 0, no limits: the whole-workload machine splits each
+        // batch's bias three ways, but the first two to complete are served, alone, by
+        // batches of at most two entries, so the second completion is at least twice the
+        // share with the bias split two ways; serving two of them side by side meets it.
+        let c = infersched_cost_model::preset("llama2-7b-a100").unwrap();
+        let t = Theta(&c);
+        let r = Request {
+            input_tokens: 8,
+            output_tokens: 20,
+            arrival_s: 0.0,
+        };
+        let reqs = [r; 3];
+        let limits = Limits::unlimited();
+        let own = vec![t.own_time(&r, &limits); 3];
+        let need = JobNeeds::of(&t, &r, &limits, JobEnd::LastToken);
+        let split = SurplusSplit::PromptsCompleted;
+        let share = |cap| need.processing(&t, &limits, [0.0, 1.0, 0.0], cap, split);
+        let b = position_bounds(&t, &reqs, &limits, &own, JobEnd::LastToken);
+        assert!(
+            (b[1] - 2.0 * share(2)).abs() < 1e-12,
+            "{b:?} vs {}",
+            2.0 * share(2)
+        );
+        assert!(b[1] > 2.0 * share(3) + 1e-4, "{b:?}");
+        assert_eq!(small_set_caps(3), vec![1, 2]);
+        assert_eq!(small_set_caps(1), Vec::<u64>::new());
+        assert_eq!(small_set_caps(40)[15..], [16, 20, 25, 32]);
     }
 
     #[test]
