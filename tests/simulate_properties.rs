@@ -64,6 +64,9 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     mcsf_order,
                     reserve_full_isl,
                     long_prefill_token_threshold,
+                    // fastgen's sequences per step, 1 to 6 (tied to the threshold's draw:
+                    // the strategy tuple is full).
+                    max_ragged_sequence_count: long_prefill_token_threshold.map(|t| t + 1),
                 };
                 (w, knobs)
             },

@@ -1,5 +1,6 @@
 //! Heuristic batch schedulers as exact, deterministic policies inside one simulation loop
-//! (`schedulers.md`): `vllm`, `vllm-v1`, `sarathi`, `orca`, `orca-max`, `static`.
+//! (`schedulers.md`): `vllm`, `vllm-v1`, `sarathi`, `orca`, `orca-max`, `static`, `mcsf`,
+//! `fastgen`.
 //!
 //! Every policy emits a [`infersched_core::Schedule`] whose metrics are computed by the
 //! independent replay, never by the simulator. Ties are broken by arrival time, then
@@ -37,6 +38,8 @@ pub enum SchedulerKind {
     /// lengths: shortest outputs admitted first while the running set's future KV peak
     /// fits M; never preempts.
     Mcsf,
+    /// DeepSpeed-FastGen's Dynamic SplitFuse (DeepSpeed-MII's ragged batching).
+    Fastgen,
 }
 
 infersched_core::named_enum!(SchedulerKind, "scheduler", {
@@ -47,6 +50,7 @@ infersched_core::named_enum!(SchedulerKind, "scheduler", {
     OrcaMax => "orca-max",
     Static => "static",
     Mcsf => "mcsf",
+    Fastgen => "fastgen",
 });
 
 /// Knobs every policy accepts; `None` takes the policy's default.
@@ -82,6 +86,9 @@ pub struct Knobs {
     /// step, unless the request is the only one running or waiting at the start of the step
     /// [default: off]. Only `vllm-v1` reads it.
     pub long_prefill_token_threshold: Option<u64>,
+    /// DeepSpeed-FastGen's `max_ragged_sequence_count`: most sequences per step
+    /// [default: 512]. Only `fastgen` reads it.
+    pub max_ragged_sequence_count: Option<u64>,
 }
 
 impl Knobs {
@@ -123,7 +130,9 @@ impl SchedulerKind {
     /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
     /// vLLM-V1 C = 8192, R_max 256, block 16; Sarathi C = 512, R_max 128, block 16,
     /// watermark 1%; Orca and static: no token budget, R_max 256, block 1; MC-SF: no
-    /// token budget, R_max 256, block 16.
+    /// token budget, R_max 256, block 16; FastGen C = 768 (`max_ragged_batch_size`),
+    /// R_max 2048 (`max_tracked_sequences`), block 64 (DeepSpeed's blocked attention for
+    /// heads of 128).
     pub fn defaults(self, max_model_len: u64) -> Defaults {
         match self {
             Self::Vllm => Defaults {
@@ -148,6 +157,12 @@ impl SchedulerKind {
                 token_budget: None,
                 max_running: Some(256),
                 block_size: 16,
+                watermark: 0.0,
+            },
+            Self::Fastgen => Defaults {
+                token_budget: Some(768),
+                max_running: Some(2048),
+                block_size: 64,
                 watermark: 0.0,
             },
             Self::Orca | Self::OrcaMax | Self::Static => Defaults {
@@ -181,6 +196,7 @@ impl SchedulerKind {
             mcsf_order: knobs.mcsf_order,
             reserve_full_isl: knobs.reserve_full_isl.unwrap_or(true),
             long_prefill_token_threshold: knobs.long_prefill_token_threshold.unwrap_or(0),
+            max_ragged_sequence_count: knobs.max_ragged_sequence_count.unwrap_or(512),
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),
@@ -196,6 +212,7 @@ impl SchedulerKind {
             }),
             Self::Static => Box::new(policies::Static(o)),
             Self::Mcsf => Box::new(policies::Mcsf::new(o)),
+            Self::Fastgen => Box::new(policies::Fastgen::new(o)),
         }
     }
 

@@ -2,6 +2,9 @@
 
 use crate::sim::{Policy, SimError, Simulator};
 
+mod fastgen;
+pub use fastgen::Fastgen;
+
 /// Which running request to preempt on a memory shortfall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Victim {
@@ -69,6 +72,8 @@ pub struct PolicyOptions {
     pub reserve_full_isl: bool,
     /// vLLM V1's per-request cap on tokens per step (0: off).
     pub long_prefill_token_threshold: u64,
+    /// DeepSpeed-FastGen's `max_ragged_sequence_count`: most sequences per step.
+    pub max_ragged_sequence_count: u64,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request

@@ -285,6 +285,26 @@ impl<'w> Simulator<'w> {
         self.blocks_for(target_tokens)
             .saturating_sub(self.st[i as usize].alloc_blocks)
     }
+    /// Tokens `i` can hold more within its allocated blocks and the free ones (what
+    /// DeepSpeed-FastGen's `query` grants a sequence).
+    pub fn token_capacity(&self, i: u32) -> u64 {
+        (self.st[i as usize].alloc_blocks + self.free_blocks())
+            .saturating_mul(self.block)
+            .saturating_sub(self.held(i))
+    }
+    /// Requests that have arrived so far (moved into the waiting queue at their arrival,
+    /// in arrival order, at its back).
+    pub fn arrived_count(&self) -> usize {
+        self.next_pending
+    }
+    /// Whether `i` is in the running set (holds KV).
+    pub fn is_running(&self, i: u32) -> bool {
+        self.st[i as usize].status == Status::Running
+    }
+    /// Whether `i` has generated all its tokens.
+    pub fn is_finished(&self, i: u32) -> bool {
+        self.generated(i) >= self.request(i).output_tokens
+    }
     /// Requests given to the simulator that have not arrived yet (or, in a cluster, that
     /// were routed here and are not yet in the waiting queue).
     pub fn pending_count(&self) -> usize {

@@ -356,3 +356,52 @@ fn mcsf_never_admits_past_the_block_rounded_peak() {
     assert_eq!(got[0], "0:5");
     assert!(got.iter().all(|b| !b.contains("evict")));
 }
+
+#[test]
+fn fastgen_splits_a_prompt_to_fill_the_budget_and_fuses_it_with_decodes() {
+    // C = 8. Step 0: r0's prompt (4) whole, then r1's cut to the 4 tokens left (its
+    // remainder goes to the buffer's front, no token yet); r2 gets nothing. Step 1: the
+    // decodes first (r0), then the prompts in buffer order: r1's remainder (2), r2 (2).
+    let w = workload(&[(4, 3, 0.0), (6, 2, 0.0), (2, 2, 0.0)]);
+    let got = run("fastgen", &w, &knobs(Some(8), 100, 1));
+    assert_eq!(got, ["0:4 1:4", "0:1 1:2 2:2", "0:1 1:1 2:1"]);
+    // At most `max_ragged_sequence_count` sequences per step, decodes first: with 2, r2
+    // waits for r0 and r1 to finish.
+    let w = workload(&[(2, 2, 0.0), (2, 2, 0.0), (2, 2, 0.0)]);
+    let k = Knobs {
+        max_ragged_sequence_count: Some(2),
+        ..knobs(Some(64), 100, 1)
+    };
+    assert_eq!(run("fastgen", &w, &k), ["0:2 1:2", "0:1 1:1", "2:2", "2:1"]);
+}
+
+#[test]
+fn fastgen_resets_when_no_decode_gets_a_block_and_no_prompt_fits() {
+    // M = 16 in blocks of 4. Four prompts of 4 tokens take a block each; then every
+    // decode needs a second block and none is free, and there is no prompt: nothing can
+    // run, so MII flushes every request holding KV (one batch of evictions). They come
+    // back as prompts of I + G = 5 tokens (2 blocks each, the whole remainder must fit):
+    // r0 and r1 fit, r2 does not and stops the walk. r0 and r1 finish; then r2 and r3.
+    let w = workload(&[(4, 3, 0.0); 4]);
+    let got = run("fastgen", &w, &knobs(Some(64), 16, 4));
+    assert_eq!(
+        got,
+        [
+            "0:4 1:4 2:4 3:4",
+            "0:evict 1:evict 2:evict 3:evict",
+            "0:5 1:5",
+            "0:1 1:1",
+            "2:5 3:5",
+            "2:1 3:1"
+        ]
+    );
+    // With --no-preemption each admission takes its whole I + O - 1 (6 tokens, 2 blocks):
+    // two at a time, never a reset.
+    let k = Knobs {
+        no_preemption: true,
+        ..knobs(Some(64), 16, 4)
+    };
+    let got = run("fastgen", &w, &k);
+    assert_eq!(got[0], "0:4 1:4");
+    assert!(got.iter().all(|b| !b.contains("evict")), "{got:?}");
+}

@@ -246,9 +246,9 @@ batch_limit_flags!(
     /// The per-batch limits where heuristics run (`simulate`, `compare`): unset ones take
     /// each policy's default.
     PolicyLimitArgs,
-    C: "per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, orca/static/mcsf unlimited",
-    R_max: "per policy; 256, sarathi 128",
-    block: "per policy; 16, orca/static 1 (mcsf 16)",
+    C: "per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, fastgen 768, orca/static/mcsf unlimited",
+    R_max: "per policy; 256, sarathi 128, fastgen 2048",
+    block: "per policy; 16, fastgen 64, orca/static 1 (mcsf 16)",
     watermark: "per policy; vllm and sarathi 0.01"
 );
 
@@ -287,6 +287,9 @@ pub(crate) struct KnobArgs {
     /// vllm-v1: at most this many tokens per request per step unless it is the only request running or waiting (vLLM's --long-prefill-token-threshold; 0 = off) [default: 0].
     #[arg(long)]
     pub(crate) long_prefill_token_threshold: Option<u64>,
+    /// fastgen: most sequences per step (DeepSpeed's max_ragged_sequence_count) [default: 512].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_ragged_sequence_count: Option<u64>,
 }
 
 impl KnobArgs {
@@ -339,6 +342,7 @@ impl KnobArgs {
             mcsf_order: self.mcsf_order,
             reserve_full_isl: self.reserve_full_isl(),
             long_prefill_token_threshold: self.long_prefill_token_threshold,
+            max_ragged_sequence_count: self.max_ragged_sequence_count,
         })
     }
 

@@ -50,7 +50,7 @@ pub struct Style {
 
 /// The fixed style of each scheduler, the same in every plot and report; two series with
 /// identical values stay distinguishable by dash and marker.
-const SCHEDULER_STYLES: [(&str, Style); 8] = [
+const SCHEDULER_STYLES: [(&str, Style); 9] = [
     (
         crate::produce::OPTIMAL,
         Style {
@@ -113,6 +113,14 @@ const SCHEDULER_STYLES: [(&str, Style); 8] = [
             color: "#882255",
             dash: "12 4",
             marker: Marker::Diamond,
+        },
+    ),
+    (
+        "fastgen",
+        Style {
+            color: "#44AA99",
+            dash: "6 2 1 2",
+            marker: Marker::Circle,
         },
     ),
 ];
