@@ -67,6 +67,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     // fastgen's sequences per step, 1 to 6 (tied to the threshold's draw:
                     // the strategy tuple is full).
                     max_ragged_sequence_count: long_prefill_token_threshold.map(|t| t + 1),
+                    max_waiting_iters: long_prefill_token_threshold,
                 };
                 (w, knobs)
             },
@@ -112,7 +113,7 @@ proptest! {
                 prop_assert_eq!(rec.processed_tokens, req.max_kv_tokens() + rec.recomputed_tokens);
             }
             let evictions: u32 = r.requests.iter().map(|x| x.evictions).sum();
-            if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static | SchedulerKind::Mcsf) {
+            if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static | SchedulerKind::Mcsf | SchedulerKind::Lightllm | SchedulerKind::FasterTransformer) {
                 prop_assert_eq!(evictions, 0, "{} must not preempt", name);
             }
             // The schedule file written reads back to the same schedule, bit for bit

@@ -1,6 +1,6 @@
 //! Heuristic batch schedulers as exact, deterministic policies inside one simulation loop
 //! (`schedulers.md`): `vllm`, `vllm-v1`, `sarathi`, `orca`, `orca-max`, `static`, `mcsf`,
-//! `fastgen`.
+//! `fastgen`, `lightllm`, `fastertransformer`.
 //!
 //! Every policy emits a [`infersched_core::Schedule`] whose metrics are computed by the
 //! independent replay, never by the simulator. Ties are broken by arrival time, then
@@ -40,6 +40,12 @@ pub enum SchedulerKind {
     Mcsf,
     /// DeepSpeed-FastGen's Dynamic SplitFuse (DeepSpeed-MII's ragged batching).
     Fastgen,
+    /// LightLLM as Vidur simulates it: admission by the running set's future KV peak
+    /// from the true output lengths (clairvoyant), prefill-only and decode-only batches.
+    Lightllm,
+    /// FasterTransformer as Vidur simulates it: request-level batching reserving
+    /// `max_model_len` per request.
+    FasterTransformer,
 }
 
 infersched_core::named_enum!(SchedulerKind, "scheduler", {
@@ -51,6 +57,8 @@ infersched_core::named_enum!(SchedulerKind, "scheduler", {
     Static => "static",
     Mcsf => "mcsf",
     Fastgen => "fastgen",
+    Lightllm => "lightllm",
+    FasterTransformer => "fastertransformer",
 });
 
 /// Knobs every policy accepts; `None` takes the policy's default.
@@ -89,6 +97,9 @@ pub struct Knobs {
     /// DeepSpeed-FastGen's `max_ragged_sequence_count`: most sequences per step
     /// [default: 512]. Only `fastgen` reads it.
     pub max_ragged_sequence_count: Option<u64>,
+    /// LightLLM's (Vidur's) `max_waiting_iters`: decode batches in a row before waiting
+    /// requests are tried while others run [default: 10]. Only `lightllm` reads it.
+    pub max_waiting_iters: Option<u64>,
 }
 
 impl Knobs {
@@ -122,9 +133,9 @@ pub struct Defaults {
 
 impl SchedulerKind {
     /// Whether the policy reads the requests' true output lengths, which no online
-    /// scheduler knows (MC-SF orders and admits by them).
+    /// scheduler knows (MC-SF orders and admits by them; Vidur's LightLLM admits by them).
     pub fn clairvoyant(self) -> bool {
-        matches!(self, Self::Mcsf)
+        matches!(self, Self::Mcsf | Self::Lightllm)
     }
 
     /// Defaults: vLLM C = max(2048, max_model_len), R_max 256, block 16, watermark 1%;
@@ -132,7 +143,8 @@ impl SchedulerKind {
     /// watermark 1%; Orca and static: no token budget, R_max 256, block 1; MC-SF: no
     /// token budget, R_max 256, block 16; FastGen C = 768 (`max_ragged_batch_size`),
     /// R_max 2048 (`max_tracked_sequences`), block 64 (DeepSpeed's blocked attention for
-    /// heads of 128).
+    /// heads of 128); LightLLM C = 4096, R_max 128, block 1; FasterTransformer no token
+    /// budget, R_max 128, block 16 (Vidur's defaults for both).
     pub fn defaults(self, max_model_len: u64) -> Defaults {
         match self {
             Self::Vllm => Defaults {
@@ -163,6 +175,18 @@ impl SchedulerKind {
                 token_budget: Some(768),
                 max_running: Some(2048),
                 block_size: 64,
+                watermark: 0.0,
+            },
+            Self::Lightllm => Defaults {
+                token_budget: Some(4096),
+                max_running: Some(128),
+                block_size: 1,
+                watermark: 0.0,
+            },
+            Self::FasterTransformer => Defaults {
+                token_budget: None,
+                max_running: Some(128),
+                block_size: 16,
                 watermark: 0.0,
             },
             Self::Orca | Self::OrcaMax | Self::Static => Defaults {
@@ -197,6 +221,7 @@ impl SchedulerKind {
             reserve_full_isl: knobs.reserve_full_isl.unwrap_or(true),
             long_prefill_token_threshold: knobs.long_prefill_token_threshold.unwrap_or(0),
             max_ragged_sequence_count: knobs.max_ragged_sequence_count.unwrap_or(512),
+            max_waiting_iters: knobs.max_waiting_iters.unwrap_or(10),
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),
@@ -213,6 +238,8 @@ impl SchedulerKind {
             Self::Static => Box::new(policies::Static(o)),
             Self::Mcsf => Box::new(policies::Mcsf::new(o)),
             Self::Fastgen => Box::new(policies::Fastgen::new(o)),
+            Self::Lightllm => Box::new(policies::Lightllm::new(o)),
+            Self::FasterTransformer => Box::new(policies::FasterTransformer(o)),
         }
     }
 

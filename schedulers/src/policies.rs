@@ -3,7 +3,9 @@
 use crate::sim::{Policy, SimError, Simulator};
 
 mod fastgen;
+mod lightllm;
 pub use fastgen::Fastgen;
+pub use lightllm::Lightllm;
 
 /// Which running request to preempt on a memory shortfall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,6 +76,9 @@ pub struct PolicyOptions {
     pub long_prefill_token_threshold: u64,
     /// DeepSpeed-FastGen's `max_ragged_sequence_count`: most sequences per step.
     pub max_ragged_sequence_count: u64,
+    /// LightLLM's (Vidur's) `max_waiting_iters`: decode batches in a row before waiting
+    /// requests are tried again while others run.
+    pub max_waiting_iters: u64,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request
@@ -492,16 +497,46 @@ impl Policy for Static {
         check_alone(sim, "static", true, |i| max_kv(sim, i))
     }
     fn next_batch(&mut self, sim: &mut Simulator<'_>) {
-        if sim.running().is_empty() {
-            admit_fcfs(sim, whole, max_kv_reserve);
-        } else {
-            for i in sim.running_fcfs() {
-                if sim.token_room() == 0 {
-                    break;
-                }
-                let target = sim.held(i) + 1;
-                sim.process(i, 1, target);
+        request_level_batch(sim, max_kv_reserve);
+    }
+}
+
+/// FasterTransformer as Vidur simulates it (`faster_transformer_replica_scheduler.py`):
+/// request-level batching like [`Static`], each request reserving `max_model_len` tokens
+/// (Vidur's `max_blocks_per_sequence`), at least its own `I + O - 1`.
+pub struct FasterTransformer(pub PolicyOptions);
+
+impl FasterTransformer {
+    fn reservation(&self, sim: &Simulator<'_>, i: u32) -> u64 {
+        self.0.max_model_len.max(max_kv(sim, i))
+    }
+}
+
+impl Policy for FasterTransformer {
+    fn name(&self) -> String {
+        "fastertransformer".into()
+    }
+    fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
+        check_alone(sim, "fastertransformer", true, |i| self.reservation(sim, i))
+    }
+    fn next_batch(&mut self, sim: &mut Simulator<'_>) {
+        request_level_batch(sim, |sim, i, _| self.reservation(sim, i));
+    }
+}
+
+/// Request-level batching: while requests run, each decodes one token per batch; once
+/// none runs, waiting requests are admitted FCFS with their whole prompts and
+/// `reserve(sim, i, prompt)` tokens each.
+fn request_level_batch(sim: &mut Simulator<'_>, reserve: impl Fn(&Simulator<'_>, u32, u64) -> u64) {
+    if sim.running().is_empty() {
+        admit_fcfs(sim, whole, reserve);
+    } else {
+        for i in sim.running_fcfs() {
+            if sim.token_room() == 0 {
+                break;
             }
+            let target = sim.held(i) + 1;
+            sim.process(i, 1, target);
         }
     }
 }

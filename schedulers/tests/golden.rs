@@ -405,3 +405,44 @@ fn fastgen_resets_when_no_decode_gets_a_block_and_no_prompt_fits() {
     assert_eq!(got[0], "0:4 1:4");
     assert!(got.iter().all(|b| !b.contains("evict")), "{got:?}");
 }
+
+#[test]
+fn lightllm_admits_by_the_future_peak_and_tries_new_requests_every_few_decodes() {
+    // M = 13, block 1, max_waiting_iters = 1. Each request is (has_run, left) = (KV after
+    // its next token, tokens after that); the peak sorted by left, largest first, must
+    // stay below M. Step 0: r0 (5, 2): 7; with r1 (5, 2): 2 * 2 + 10 = 14: r1 waits.
+    // Step 2: r0 is (6, 1), r1 (5, 2): 1 * 2 + 11 = 13, not below 13: a decode instead.
+    // Step 3: r0 (7, 0): 12, so r1 is admitted in a prefill-only batch (r0 waits), r2
+    // (3, 0) would make it 15. Then decodes of both, r2 on the next try, and so on.
+    let w = workload(&[(4, 4, 0.0), (4, 4, 0.0), (2, 2, 0.0)]);
+    let k = Knobs {
+        max_waiting_iters: Some(1),
+        ..knobs(Some(64), 13, 1)
+    };
+    assert_eq!(
+        run("lightllm", &w, &k),
+        [
+            "0:4", "0:1", "0:1", "1:4", "0:1 1:1", "2:2", "1:1 2:1", "1:1"
+        ]
+    );
+    // With the default of 10 decodes between tries, r1 waits until r0 has finished.
+    let got = run("lightllm", &w, &knobs(Some(64), 13, 1));
+    assert_eq!(got[..5], ["0:4", "0:1", "0:1", "0:1", "1:4 2:2"]);
+}
+
+#[test]
+fn fastertransformer_reserves_max_model_len_per_request() {
+    // M = 24, block 1, max_model_len = 10: two requests' reservations fit, a third does
+    // not; the batch runs to its end before r2 is admitted. Static batching reserves
+    // I + O - 1 = 5 each and takes all three.
+    let w = workload(&[(4, 2, 0.0), (4, 2, 0.0), (4, 2, 0.0)]);
+    let k = Knobs {
+        max_model_len: Some(10),
+        ..knobs(None, 24, 1)
+    };
+    assert_eq!(
+        run("fastertransformer", &w, &k),
+        ["0:4 1:4", "0:1 1:1", "2:4", "2:1"]
+    );
+    assert_eq!(run("static", &w, &k), ["0:4 1:4 2:4", "0:1 1:1 2:1"]);
+}

@@ -20,7 +20,7 @@ pub(crate) struct BenchArgs {
     /// Schedulers to measure.
     #[arg(
         long,
-        default_value = "vllm,vllm-v1,sarathi,orca,orca-max,static,mcsf,fastgen",
+        default_value = "vllm,vllm-v1,sarathi,orca,orca-max,static,mcsf,fastgen,lightllm,fastertransformer",
         value_delimiter = ',',
         value_parser = named::<SchedulerKind>()
     )]

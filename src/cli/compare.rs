@@ -13,7 +13,7 @@ pub(crate) struct CompareArgs {
     /// Workload trace CSV (keep it small when optimal is included).
     #[arg(long)]
     pub(crate) workload: PathBuf,
-    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static, mcsf, fastgen.
+    /// Comma-separated: optimal, vllm, vllm-v1, sarathi, orca, orca-max, static, mcsf, fastgen, lightllm, fastertransformer.
     #[arg(long, default_value = "optimal,vllm,vllm-v1,sarathi,orca,mcsf")]
     pub(crate) schedulers: String,
     /// Objective the ratios refer to and the MILP minimizes.

@@ -246,9 +246,9 @@ batch_limit_flags!(
     /// The per-batch limits where heuristics run (`simulate`, `compare`): unset ones take
     /// each policy's default.
     PolicyLimitArgs,
-    C: "per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, fastgen 768, orca/static/mcsf unlimited",
-    R_max: "per policy; 256, sarathi 128, fastgen 2048",
-    block: "per policy; 16, fastgen 64, orca/static 1 (mcsf 16)",
+    C: "per policy; vllm max(2048, max_model_len), vllm-v1 8192, sarathi 512, fastgen 768, lightllm 4096, orca/static/mcsf/fastertransformer unlimited",
+    R_max: "per policy; 256, sarathi/lightllm/fastertransformer 128, fastgen 2048",
+    block: "per policy; 16, fastgen 64, orca/static/lightllm 1 (mcsf 16)",
     watermark: "per policy; vllm and sarathi 0.01"
 );
 
@@ -290,6 +290,9 @@ pub(crate) struct KnobArgs {
     /// fastgen: most sequences per step (DeepSpeed's max_ragged_sequence_count) [default: 512].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_ragged_sequence_count: Option<u64>,
+    /// lightllm: decode batches in a row before waiting requests are tried while others run (Vidur's max_waiting_iters; LightLLM's router_max_wait_tokens) [default: 10].
+    #[arg(long)]
+    pub(crate) max_waiting_iters: Option<u64>,
 }
 
 impl KnobArgs {
@@ -343,6 +346,7 @@ impl KnobArgs {
             reserve_full_isl: self.reserve_full_isl(),
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             max_ragged_sequence_count: self.max_ragged_sequence_count,
+            max_waiting_iters: self.max_waiting_iters,
         })
     }
 

@@ -50,7 +50,7 @@ pub struct Style {
 
 /// The fixed style of each scheduler, the same in every plot and report; two series with
 /// identical values stay distinguishable by dash and marker.
-const SCHEDULER_STYLES: [(&str, Style); 9] = [
+const SCHEDULER_STYLES: [(&str, Style); 11] = [
     (
         crate::produce::OPTIMAL,
         Style {
@@ -121,6 +121,22 @@ const SCHEDULER_STYLES: [(&str, Style); 9] = [
             color: "#44AA99",
             dash: "6 2 1 2",
             marker: Marker::Circle,
+        },
+    ),
+    (
+        "lightllm",
+        Style {
+            color: "#999933",
+            dash: "3 1",
+            marker: Marker::Square,
+        },
+    ),
+    (
+        "fastertransformer",
+        Style {
+            color: "#AA4499",
+            dash: "8 2 2 2",
+            marker: Marker::Triangle,
         },
     ),
 ];
