@@ -362,6 +362,66 @@ fn workload_commands_generate_sample_and_describe() {
 }
 
 #[test]
+fn mooncake_traces_carry_their_prefix_ids_through_sampling() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = "notebooks-data/traces/mooncake/conversation_trace.jsonl";
+    let o = run(&["workload", "describe", trace, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["requests"], 12031);
+    // Checked by an independent script (a trie of the id chains, full blocks only).
+    assert_eq!(s["prefix_cache"]["saved_tokens"], 54_063_104);
+    assert_eq!(s["prefix_cache"]["requests_hit"], 12030);
+    // A sample keeps the ids of the requests it keeps, cut with their prompts, in CSV.
+    let sampled = dir.path().join("m.csv");
+    let o = run(&[
+        "workload",
+        "sample",
+        "--trace",
+        trace,
+        "--first",
+        "200",
+        "--max-total-tokens",
+        "8192",
+        "--out",
+        sampled.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&sampled).unwrap();
+    assert!(text.starts_with(
+        "arrived_at,num_prefill_tokens,num_decode_tokens,hash_block_tokens,hash_ids\n0,6758,500,512,0 1 2 3 4 5 6 7 8 9 10 11 12 13\n"
+    ));
+    let o = run(&["workload", "describe", sampled.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("serves 139776 prompt tokens (12.3%); 199 requests reuse a block"),
+        "{}",
+        stdout(&o)
+    );
+    // Every policy serves it (the ids change no schedule yet).
+    let o = run(&[
+        "simulate",
+        "--workload",
+        sampled.to_str().unwrap(),
+        "--scheduler",
+        "vllm-v1,fastgen",
+        "--cost-model",
+        "llama3-8b-h100-fa2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A malformed line is named.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [0, 1]}\nnot json\n").unwrap();
+    let o = run(&["workload", "describe", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("bad.jsonl: line 2: expected {\"timestamp\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn fit_writes_a_usable_cost_model() {
     let dir = tempfile::tempdir().unwrap();
     let coeffs = dir.path().join("fit.json");

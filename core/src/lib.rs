@@ -19,6 +19,7 @@ pub mod io;
 pub mod limits;
 pub mod metrics;
 pub mod names;
+pub mod prefix;
 pub mod quantile;
 pub mod replay;
 pub mod request;
@@ -31,6 +32,7 @@ pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Objectives, Summary};
+pub use prefix::{PerfectCache, PrefixIds};
 pub use replay::{
     BatchRecord, ClassifiedEntry, EntryKind, Replay, ReplayError, RequestRecord, classify_entries,
     replay, replay_measured,

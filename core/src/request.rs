@@ -67,6 +67,8 @@ pub const MAX_ARRIVAL_S: f64 = 1e10;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     requests: Vec<Request>,
+    /// The prompts' block ids, where the trace gives them.
+    prefix: Option<std::sync::Arc<crate::prefix::PrefixIds>>,
 }
 
 impl Workload {
@@ -105,7 +107,22 @@ impl Workload {
                 });
             }
         }
-        Ok(Self { requests })
+        Ok(Self {
+            requests,
+            prefix: None,
+        })
+    }
+
+    /// The workload with its prompts' block ids (checked against the requests).
+    pub fn with_prefix(mut self, prefix: crate::prefix::PrefixIds) -> Result<Self, WorkloadError> {
+        prefix.validate(&self.requests)?;
+        self.prefix = Some(std::sync::Arc::new(prefix));
+        Ok(self)
+    }
+
+    /// The prompts' block ids, where the trace gives them.
+    pub fn prefix(&self) -> Option<&crate::prefix::PrefixIds> {
+        self.prefix.as_deref()
     }
 
     /// The requests, indexed by request id.

@@ -8,12 +8,13 @@
 //!   time (Vidur's scale factors), trim to a maximum total length, replace arrivals.
 //! * [`stats`]: describe a workload.
 
+pub mod mooncake;
 pub mod sample;
 pub mod stats;
 pub mod synth;
 pub mod trace;
 
 pub use sample::{SampleError, SampleSpec, Selection, sample};
-pub use stats::WorkloadStats;
+pub use stats::{PrefixCacheStats, WorkloadStats};
 pub use synth::{ArrivalProcess, LengthDist, SpecError, SynthSpec, assign_arrivals, generate};
 pub use trace::{TraceError, read_trace, read_trace_str, write_trace, write_trace_to};

@@ -1,7 +1,7 @@
 //! Sampling and transforming a trace (Vidur's trace request generator knobs).
 
 use crate::synth::{ArrivalProcess, assign_arrivals};
-use infersched_core::{Request, Workload, WorkloadError};
+use infersched_core::{PrefixIds, Request, Workload, WorkloadError};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -98,8 +98,8 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
         ));
     }
     let all = trace.requests();
-    let picked: Vec<Request> = match spec.selection {
-        Selection::All => all.to_vec(),
+    let picked: Vec<usize> = match spec.selection {
+        Selection::All => (0..all.len()).collect(),
         Selection::First(n) | Selection::Random(n, _) if n == 0 || n > all.len() => {
             return Err(invalid(
                 "requests",
@@ -110,7 +110,7 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
                 ),
             ));
         }
-        Selection::First(n) => all[..n].to_vec(),
+        Selection::First(n) => (0..n).collect(),
         Selection::Window(skip, n) => {
             let end = skip.checked_add(n).filter(|&e| n > 0 && e <= all.len());
             let Some(end) = end else {
@@ -123,18 +123,19 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
                     ),
                 ));
             };
-            all[skip..end].to_vec()
+            (skip..end).collect()
         }
         Selection::Random(n, seed) => {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let mut idx = rand::seq::index::sample(&mut rng, all.len(), n).into_vec();
             idx.sort_unstable();
-            idx.into_iter().map(|i| all[i]).collect()
+            idx
         }
     };
     let transformed: Vec<Request> = picked
-        .into_iter()
-        .map(|r| {
+        .iter()
+        .map(|&k| {
+            let r = all[k];
             let mut i = scale(r.input_tokens, spec.prefill_scale);
             let mut o = scale(r.output_tokens, spec.decode_scale);
             if let Some(max) = spec.max_total_tokens
@@ -177,7 +178,30 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
                 .collect(),
         )?;
     }
-    Ok(w)
+    carry_prefix(trace, w, &picked, spec)
+}
+
+/// `w` (the requests `picked` from `trace`, transformed) with their prompts' block ids,
+/// each cut to the prompt's new length: kept where prompts were not scaled (a scaled
+/// prompt's blocks are other tokens), dropped otherwise.
+fn carry_prefix(
+    trace: &Workload,
+    w: Workload,
+    picked: &[usize],
+    spec: &SampleSpec,
+) -> Result<Workload, SampleError> {
+    let Some(p) = trace.prefix().filter(|_| spec.prefill_scale == 1.0) else {
+        return Ok(w);
+    };
+    let ids = picked
+        .iter()
+        .zip(w.requests())
+        .map(|(&k, r)| PrefixIds::truncated(&p.ids[k], r.input_tokens, p.block_tokens))
+        .collect();
+    Ok(w.with_prefix(PrefixIds {
+        block_tokens: p.block_tokens,
+        ids,
+    })?)
 }
 
 #[cfg(test)]

@@ -30,6 +30,23 @@ pub struct WorkloadStats {
     pub last_arrival_s: f64,
     /// Requests per second over the arrival span ((n - 1) / span); None if all arrive at once.
     pub mean_qps: Option<f64>,
+    /// Where the trace names its prompts' blocks: what a KV cache of unlimited size, shared
+    /// by all requests in arrival order, would save.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheStats>,
+}
+
+/// What a perfect prefix cache saves on a workload ([`infersched_core::PerfectCache`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PrefixCacheStats {
+    /// Tokens per block of ids.
+    pub block_tokens: u32,
+    /// Prompt tokens served from the cache.
+    pub saved_tokens: u64,
+    /// Their share of all prompt tokens.
+    pub saved_share: f64,
+    /// Requests that reuse at least one block.
+    pub requests_hit: usize,
 }
 
 impl WorkloadStats {
@@ -54,6 +71,15 @@ impl WorkloadStats {
             first_arrival_s: first,
             last_arrival_s: last,
             mean_qps: (last > first).then(|| (r.len() - 1) as f64 / (last - first)),
+            prefix_cache: w.prefix().map(|p| {
+                let c = p.perfect_cache(r, &w.fcfs_order());
+                PrefixCacheStats {
+                    block_tokens: p.block_tokens,
+                    saved_tokens: c.saved_tokens,
+                    saved_share: c.share(),
+                    requests_hit: c.requests_hit,
+                }
+            }),
         }
     }
 
@@ -86,6 +112,15 @@ impl WorkloadStats {
                 "arrivals             all at {} s\n",
                 self.first_arrival_s
             )),
+        }
+        if let Some(c) = &self.prefix_cache {
+            s.push_str(&format!(
+                "prefix cache         a perfect cache (unlimited, shared, blocks of {}) serves {} prompt tokens ({:.1}%); {} requests reuse a block\n",
+                c.block_tokens,
+                c.saved_tokens,
+                100.0 * c.saved_share,
+                c.requests_hit
+            ));
         }
         s
     }

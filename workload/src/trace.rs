@@ -1,6 +1,6 @@
 //! Vidur/Splitwise processed-trace CSV files.
 
-use infersched_core::{Request, Workload, WorkloadError};
+use infersched_core::{PrefixIds, Request, Workload, WorkloadError};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -37,13 +37,17 @@ pub enum TraceError {
     },
 }
 
-/// Reads a trace CSV file.
+/// Reads a trace: a CSV file, or a Mooncake JSONL file (name ending in `.jsonl`).
 pub fn read_trace(path: &Path) -> Result<Workload, TraceError> {
     let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
         path: path.to_owned(),
         source,
     })?;
-    read_trace_str(&text, path)
+    if path.extension().is_some_and(|e| e == "jsonl") {
+        crate::mooncake::read_mooncake_str(&text, path, crate::mooncake::MOONCAKE_BLOCK_TOKENS)
+    } else {
+        read_trace_str(&text, path)
+    }
 }
 
 fn parse_count(s: &str) -> Option<u32> {
@@ -97,6 +101,17 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         )
     })?;
     let arrival_col = find("arrived_at");
+    let hash_cols = match (find("hash_block_tokens"), find("hash_ids")) {
+        (Some(b), Some(h)) => Some((b, h)),
+        (None, None) => None,
+        _ => {
+            return Err(invalid(
+                "header".into(),
+                "expected both \"hash_block_tokens\" and \"hash_ids\" (prompt block ids) or neither".into(),
+            ));
+        }
+    };
+    let mut prefix: Option<PrefixIds> = None;
     let mut requests = Vec::new();
     for rec in rdr.records() {
         let rec = rec.map_err(|e| {
@@ -138,23 +153,77 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
                 }
             }
         };
+        if let Some((b, h)) = hash_cols {
+            let block = count(b, "hash_block_tokens")?;
+            let p = prefix.get_or_insert_with(|| PrefixIds {
+                block_tokens: block,
+                ids: Vec::new(),
+            });
+            if p.block_tokens != block {
+                return Err(invalid(
+                    format!("line {line}, column hash_block_tokens"),
+                    format!(
+                        "expected the same block size on every row ({}), got {block}",
+                        p.block_tokens
+                    ),
+                ));
+            }
+            let ids = parse_ids(rec.get(h).unwrap_or("")).ok_or_else(|| {
+                invalid(
+                    format!("line {line}, column hash_ids"),
+                    format!(
+                        "expected block ids (whole numbers) separated by spaces, got \"{}\"",
+                        infersched_core::io::excerpt(rec.get(h).unwrap_or(""))
+                    ),
+                )
+            })?;
+            p.ids.push(ids);
+        }
         requests.push(Request {
             input_tokens,
             output_tokens,
             arrival_s,
         });
     }
-    Workload::new(requests).map_err(|source| TraceError::Workload {
+    let to_error = |source| TraceError::Workload {
         path: path.to_owned(),
         source,
-    })
+    };
+    let w = Workload::new(requests).map_err(to_error)?;
+    match prefix {
+        Some(p) => w.with_prefix(p).map_err(to_error),
+        None => Ok(w),
+    }
 }
 
-/// Writes a workload as trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`).
+/// Block ids separated by spaces (none for an empty field).
+fn parse_ids(s: &str) -> Option<Vec<u64>> {
+    s.split_whitespace().map(|x| x.parse().ok()).collect()
+}
+
+/// Writes a workload as trace CSV (`arrived_at,num_prefill_tokens,num_decode_tokens`, and
+/// `hash_block_tokens,hash_ids` where it has prompt block ids, the ids separated by
+/// spaces).
 pub fn write_trace_to(workload: &Workload, w: &mut dyn Write) -> io::Result<()> {
-    w.write_all(b"arrived_at,num_prefill_tokens,num_decode_tokens\n")?;
-    for r in workload.requests() {
-        writeln!(w, "{},{},{}", r.arrival_s, r.input_tokens, r.output_tokens)?;
+    let Some(p) = workload.prefix() else {
+        w.write_all(b"arrived_at,num_prefill_tokens,num_decode_tokens\n")?;
+        for r in workload.requests() {
+            writeln!(w, "{},{},{}", r.arrival_s, r.input_tokens, r.output_tokens)?;
+        }
+        return Ok(());
+    };
+    w.write_all(b"arrived_at,num_prefill_tokens,num_decode_tokens,hash_block_tokens,hash_ids\n")?;
+    for (r, ids) in workload.requests().iter().zip(&p.ids) {
+        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+        writeln!(
+            w,
+            "{},{},{},{},{}",
+            r.arrival_s,
+            r.input_tokens,
+            r.output_tokens,
+            p.block_tokens,
+            ids.join(" ")
+        )?;
     }
     Ok(())
 }
