@@ -10,8 +10,6 @@
 
 use std::collections::HashMap;
 
-use crate::request::{Request, WorkloadError};
-
 /// The prompt blocks' ids of every request of a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrefixIds {
@@ -42,39 +40,31 @@ impl PerfectCache {
 }
 
 impl PrefixIds {
-    /// Checks the ids against `requests`: one list per request, `ceil(I / block_tokens)`
-    /// ids each, `block_tokens >= 1`.
-    pub fn validate(&self, requests: &[Request]) -> Result<(), WorkloadError> {
-        let invalid = |index, reason: String| WorkloadError::InvalidField {
-            index,
-            field: "hash_ids",
-            reason,
-        };
+    /// Checks the ids against the prompts' lengths `inputs` (by request id): one list per
+    /// request, `ceil(I / block_tokens)` ids each, `block_tokens >= 1`. An error names the
+    /// request and what is wrong.
+    pub fn validate(&self, inputs: &[u32]) -> Result<(), (usize, String)> {
         if self.block_tokens == 0 {
-            return Err(invalid(
-                0,
-                "has a block size of 0 tokens; expected >= 1".into(),
-            ));
+            return Err((0, "has a block size of 0 tokens; expected >= 1".into()));
         }
-        if self.ids.len() != requests.len() {
-            return Err(invalid(
-                self.ids.len().min(requests.len()),
+        if self.ids.len() != inputs.len() {
+            return Err((
+                self.ids.len().min(inputs.len()),
                 format!(
                     "lists are {} for {} requests; expected one per request",
                     self.ids.len(),
-                    requests.len()
+                    inputs.len()
                 ),
             ));
         }
-        for (index, (ids, r)) in self.ids.iter().zip(requests).enumerate() {
-            let want = r.input_tokens.div_ceil(self.block_tokens) as usize;
+        for (index, (ids, &input)) in self.ids.iter().zip(inputs).enumerate() {
+            let want = input.div_ceil(self.block_tokens) as usize;
             if ids.len() != want {
-                return Err(invalid(
+                return Err((
                     index,
                     format!(
-                        "has {} block ids; a prompt of {} tokens in blocks of {} has {want}",
+                        "has {} block ids; a prompt of {input} tokens in blocks of {} has {want}",
                         ids.len(),
-                        r.input_tokens,
                         self.block_tokens
                     ),
                 ));
@@ -89,8 +79,9 @@ impl PrefixIds {
         ids[..keep.min(ids.len())].to_vec()
     }
 
-    /// What a perfect cache saves, the requests taken in `order` (arrival order).
-    pub fn perfect_cache(&self, requests: &[Request], order: &[u32]) -> PerfectCache {
+    /// What a perfect cache saves on prompts of lengths `inputs` (by request id), the
+    /// requests taken in `order` (arrival order).
+    pub fn perfect_cache(&self, inputs: &[u32], order: &[u32]) -> PerfectCache {
         // A trie of id sequences: (parent node, id) -> node; node 0 is the empty prefix.
         let mut trie: HashMap<(u32, u64), u32> = HashMap::new();
         let mut cache = PerfectCache {
@@ -99,8 +90,8 @@ impl PrefixIds {
             requests_hit: 0,
         };
         for &i in order {
-            let r = &requests[i as usize];
-            let full = (r.input_tokens / self.block_tokens) as usize;
+            let input = inputs[i as usize];
+            let full = (input / self.block_tokens) as usize;
             let (mut node, mut reused, mut matching) = (0u32, 0usize, true);
             for (k, &id) in self.ids[i as usize].iter().enumerate() {
                 let next = trie.len() as u32 + 1;
@@ -116,10 +107,9 @@ impl PrefixIds {
                     }
                 }
             }
-            let saved =
-                (reused as u64 * u64::from(self.block_tokens)).min(u64::from(r.input_tokens) - 1);
+            let saved = (reused as u64 * u64::from(self.block_tokens)).min(u64::from(input) - 1);
             cache.saved_tokens += saved;
-            cache.prompt_tokens += u64::from(r.input_tokens);
+            cache.prompt_tokens += u64::from(input);
             cache.requests_hit += usize::from(saved > 0);
         }
         cache
@@ -130,14 +120,6 @@ impl PrefixIds {
 mod tests {
     use super::*;
 
-    fn req(i: u32) -> Request {
-        Request {
-            input_tokens: i,
-            output_tokens: 1,
-            arrival_s: 0.0,
-        }
-    }
-
     #[test]
     fn a_perfect_cache_reuses_full_blocks_of_shared_prefixes_only() {
         // Blocks of 4. r0 [1, 2, 3] (10 tokens): nothing before it. r1 [1, 2, 9] (12):
@@ -145,7 +127,7 @@ mod tests {
         // prefix, nothing reused. r3 [1, 2] (6 tokens: one full block, one partial):
         // reuses the full block only (4). r4 [1] (4 tokens): its one block is cached but
         // the last prompt token is always computed: 3.
-        let requests = [req(10), req(12), req(8), req(6), req(4)];
+        let requests = [10, 12, 8, 6, 4];
         let p = PrefixIds {
             block_tokens: 4,
             ids: vec![
@@ -173,14 +155,27 @@ mod tests {
             block_tokens: 4,
             ids: vec![vec![1, 2]],
         };
-        let e = p.validate(&[req(9)]).unwrap_err().to_string();
-        assert!(
-            e.contains(
-                "request 0: hash_ids has 2 block ids; a prompt of 9 tokens in blocks of 4 has 3"
-            ),
-            "{e}"
+        let e = p.validate(&[9]).unwrap_err();
+        assert_eq!(
+            e,
+            (
+                0,
+                "has 2 block ids; a prompt of 9 tokens in blocks of 4 has 3".into()
+            )
         );
-        assert!(p.validate(&[req(8)]).is_ok());
-        assert!(p.validate(&[req(8), req(1)]).is_err());
+        assert!(p.validate(&[8]).is_ok());
+        assert!(p.validate(&[8, 1]).is_err());
+        // Through the workload, the error names the request and the field.
+        let w = crate::Workload::new(vec![crate::Request {
+            input_tokens: 9,
+            output_tokens: 1,
+            arrival_s: 0.0,
+        }])
+        .unwrap();
+        let e = w.with_prefix(p).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "request 0: hash_ids has 2 block ids; a prompt of 9 tokens in blocks of 4 has 3"
+        );
     }
 }

@@ -115,7 +115,13 @@ impl Workload {
 
     /// The workload with its prompts' block ids (checked against the requests).
     pub fn with_prefix(mut self, prefix: crate::prefix::PrefixIds) -> Result<Self, WorkloadError> {
-        prefix.validate(&self.requests)?;
+        prefix
+            .validate(&self.input_lengths())
+            .map_err(|(index, reason)| WorkloadError::InvalidField {
+                index,
+                field: "hash_ids",
+                reason,
+            })?;
         self.prefix = Some(std::sync::Arc::new(prefix));
         Ok(self)
     }
@@ -123,6 +129,11 @@ impl Workload {
     /// The prompts' block ids, where the trace gives them.
     pub fn prefix(&self) -> Option<&crate::prefix::PrefixIds> {
         self.prefix.as_deref()
+    }
+
+    /// The prompts' lengths `I`, by request id.
+    pub fn input_lengths(&self) -> Vec<u32> {
+        self.requests.iter().map(|r| r.input_tokens).collect()
     }
 
     /// The requests, indexed by request id.

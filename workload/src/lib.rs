@@ -8,6 +8,7 @@
 //!   time (Vidur's scale factors), trim to a maximum total length, replace arrivals.
 //! * [`stats`]: describe a workload.
 
+pub mod error;
 pub mod mooncake;
 pub mod sample;
 pub mod stats;

@@ -3,7 +3,7 @@
 //! "hash_ids": [...]}`, each id naming one block of 512 prompt tokens; identical ids
 //! (after identical ones before them) are identical tokens, so their KV can be shared.
 
-use crate::trace::TraceError;
+use crate::error::TraceError;
 use infersched_core::request::MAX_ARRIVAL_S;
 use infersched_core::{PrefixIds, Request, Workload};
 use serde::Deserialize;

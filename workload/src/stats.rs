@@ -72,7 +72,7 @@ impl WorkloadStats {
             last_arrival_s: last,
             mean_qps: (last > first).then(|| (r.len() - 1) as f64 / (last - first)),
             prefix_cache: w.prefix().map(|p| {
-                let c = p.perfect_cache(r, &w.fcfs_order());
+                let c = p.perfect_cache(&w.input_lengths(), &w.fcfs_order());
                 PrefixCacheStats {
                     block_tokens: p.block_tokens,
                     saved_tokens: c.saved_tokens,

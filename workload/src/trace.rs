@@ -1,41 +1,9 @@
 //! Vidur/Splitwise processed-trace CSV files.
 
-use infersched_core::{PrefixIds, Request, Workload, WorkloadError};
+pub use crate::error::TraceError;
+use infersched_core::{PrefixIds, Request, Workload};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-use thiserror::Error;
-
-/// Why a trace file could not be read or written.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum TraceError {
-    /// Read or write failure.
-    #[error("{path}: {source}")]
-    Io {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        source: io::Error,
-    },
-    /// A header, row or value is wrong.
-    #[error("{path}: {location}: {reason}")]
-    Invalid {
-        /// File.
-        path: PathBuf,
-        /// `header`, `line N` or `line N, column X`.
-        location: String,
-        /// What was expected.
-        reason: String,
-    },
-    /// The rows are well-formed but do not make a workload.
-    #[error("{path}: {source}")]
-    Workload {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        source: WorkloadError,
-    },
-}
+use std::path::Path;
 
 /// Reads a trace: a CSV file, or a Mooncake JSONL file (name ending in `.jsonl`).
 pub fn read_trace(path: &Path) -> Result<Workload, TraceError> {
