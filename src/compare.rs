@@ -38,6 +38,9 @@ pub struct CompareSpec {
     /// Service-level objectives each row's attainment and goodput are measured against
     /// (none: no SLO columns are filled).
     pub slos: Vec<crate::core::Slo>,
+    /// Replicas and router (`--replicas N`, N > 1): every heuristic runs on each replica,
+    /// the solver is the cluster search (`solve --replicas`). None: one replica.
+    pub cluster: Option<(u32, crate::schedulers::Router)>,
 }
 
 /// The result of a comparison: per contender an outcome or the reason it failed.
@@ -62,8 +65,11 @@ pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparis
         .filter(|c| !c.is_solver())
         .map(|&c| (c, run_one(w, cost, spec, &spec.solve, c)))
         .collect();
+    // The heuristics' schedules seed the single-replica solver (a cluster's are per
+    // replica; the cluster search runs every heuristic itself).
     let seeds: Vec<(String, crate::core::Schedule)> = heuristics
         .iter()
+        .filter(|_| spec.cluster.is_none())
         .filter_map(|(c, r)| {
             let o = r.as_ref().ok()?;
             let name = format!("{c} (its own schedule, replayed under these limits)");
@@ -103,7 +109,11 @@ fn run_one(
         objective: spec.objective,
         solve,
     };
-    let mut o = produce(w, cost, c, &with).map_err(|e| e.to_string())?;
+    let mut o = match spec.cluster {
+        Some(cluster) => crate::produce::produce_on_cluster(w, cost, c, &with, cluster),
+        None => produce(w, cost, c, &with),
+    }
+    .map_err(|e| e.to_string())?;
     if !spec.slos.is_empty() {
         o.summary.slo = Some(crate::core::SloReport::of(&o.replay, &spec.slos));
     }
@@ -280,7 +290,7 @@ impl Comparison {
     pub fn rows(&self) -> Vec<ComparisonRow> {
         let opt = self.optimal();
         let opt_value = opt.map(|o| self.objective.of(&o.summary));
-        let bound = opt.and_then(|o| o.solve.as_ref()).map(|r| r.best_bound);
+        let bound = opt.and_then(Outcome::solver_result).map(|r| r.1);
         self.results
             .iter()
             .filter_map(|(c, r)| r.as_ref().ok().map(|o| (*c, o)))
@@ -292,7 +302,7 @@ impl Comparison {
                 ComparisonRow {
                     scheduler: contender,
                     label: row_label(contender, status),
-                    method: o.solve.as_ref().map(|r| r.method.name().to_string()),
+                    method: o.solver_result().map(|r| r.0),
                     clairvoyant: contender.clairvoyant(),
                     status,
                     objective_s: v,
@@ -310,8 +320,8 @@ impl Comparison {
                     peak_kv_tokens: s.peak_kv_tokens,
                     peak_kv_utilization: s.peak_kv_utilization,
                     mean_kv_utilization: s.mean_kv_utilization,
-                    certified_gap: o.solve.as_ref().map(|r| r.certified_gap),
-                    best_bound_s: o.solve.as_ref().map(|r| r.best_bound),
+                    certified_gap: o.solver_result().map(|r| r.2),
+                    best_bound_s: o.solver_result().map(|r| r.1),
                     limits: o.limits,
                     time_split: o.time_split,
                     slo_attainment: s.slo.as_ref().map(|r| r.attainment),
@@ -453,6 +463,18 @@ pub struct Setting {
     pub limits: Limits,
     /// MILP time limit (s).
     pub time_limit_s: f64,
+    /// Replicas and router, where every contender ran on a cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSetting>,
+}
+
+/// The cluster a comparison ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterSetting {
+    /// Replicas (each under the same limits and cost model).
+    pub replicas: u32,
+    /// The router the heuristics ran behind (the solver searches routings).
+    pub router: String,
 }
 
 /// Writes `comparison.json`: the setting, the rows and any failures.
@@ -467,7 +489,10 @@ pub fn write_json(path: &Path, setting: &Setting, c: &Comparison) -> io::Result<
         "setting": setting,
         "rows": c.rows(),
         "failures": failures,
-        "solve": c.optimal().and_then(|o| o.solve.as_ref()),
+        "solve": c.optimal().and_then(|o| match &o.cluster {
+            Some(parts) => parts.search.as_ref().and_then(|r| serde_json::to_value(r).ok()),
+            None => o.solve.as_ref().and_then(|r| serde_json::to_value(r).ok()),
+        }),
     });
     let text = serde_json::to_string_pretty(&doc).map_err(io::Error::other)? + "\n";
     write_bytes_atomic(path, text.as_bytes())

@@ -54,9 +54,8 @@ impl RunStatus {
     /// The status of a produced schedule: the solver's where it solved, else a heuristic's.
     pub fn of(outcome: &Outcome) -> Self {
         outcome
-            .solve
-            .as_ref()
-            .map_or(RunStatus::Heuristic, |r| RunStatus::Solver(r.status))
+            .solver_status()
+            .map_or(RunStatus::Heuristic, RunStatus::Solver)
     }
 
     /// Whether the schedule is proven optimal (the solver's, status `optimal`).
@@ -257,8 +256,89 @@ pub struct Outcome {
     pub limits: Limits,
     /// The solver's report (the solver only).
     pub solve: Option<SolveReport>,
-    /// Where its makespan goes, term by term of the cost model.
+    /// Where its makespan goes, term by term of the cost model (for a cluster, summed
+    /// over the replicas: GPU-seconds).
     pub time_split: TimeBreakdown,
+    /// A cluster's parts, where the contender ran on replicas (`compare --replicas`):
+    /// `schedule` is then empty (each replica's is here) and `replay` is the cluster's
+    /// merged replay.
+    pub cluster: Option<ClusterParts>,
+}
+
+/// What a contender run on a cluster of replicas produced.
+#[derive(Debug, Clone)]
+pub struct ClusterParts {
+    /// The replica of each request.
+    pub routing: Routing,
+    /// Each replica's schedule (the workload's request ids).
+    pub schedules: Vec<Schedule>,
+    /// The replays of every replica and of the cluster.
+    pub replay: ClusterReplay,
+    /// The cluster search's report (the solver only).
+    pub search: Option<crate::solver::cluster::ClusterSolveReport>,
+}
+
+impl Outcome {
+    /// The solver's status, where a solver produced it (on one replica or a cluster).
+    pub fn solver_status(&self) -> Option<SolveStatus> {
+        let search = self.cluster.as_ref().and_then(|c| c.search.as_ref());
+        self.solve
+            .as_ref()
+            .map(|r| r.status)
+            .or(search.map(|r| r.status))
+    }
+
+    /// The solver's method, its proven lower bound (s) and certified gap.
+    pub fn solver_result(&self) -> Option<(String, f64, f64)> {
+        if let Some(r) = &self.solve {
+            return Some((r.method.name().to_string(), r.best_bound, r.certified_gap));
+        }
+        let r = self.cluster.as_ref()?.search.as_ref()?;
+        Some((
+            format!("cluster-{}", r.method.name()),
+            r.best_bound,
+            r.certified_gap,
+        ))
+    }
+
+    /// A cluster outcome of `producer` from each replica's schedule: replayed, summarized
+    /// (by the cluster replay) and split into the cost model's terms per replica, summed.
+    fn of_cluster(
+        w: &Workload,
+        cost: &LinearCostModel,
+        producer: &str,
+        parts: (Routing, Vec<Schedule>, Limits, &str),
+        search: Option<crate::solver::cluster::ClusterSolveReport>,
+    ) -> Result<Self, ProduceError> {
+        let (routing, schedules, limits, router) = parts;
+        let replay = replay_cluster(w, &limits, cost, &routing, &schedules).map_err(|e| {
+            ProduceError::ClusterRejected {
+                producer: producer.to_string(),
+                source: e,
+            }
+        })?;
+        let summary = Summary::of_cluster(&replay, router);
+        let mut time_split = TimeBreakdown::default();
+        for (s, r) in schedules.iter().zip(&replay.replicas) {
+            if let Some(r) = r {
+                time_split = time_split.plus(&TimeBreakdown::of(cost, w, s, r));
+            }
+        }
+        Ok(Outcome {
+            schedule: Schedule::new(Vec::new()),
+            replay: replay.merged.clone(),
+            summary,
+            limits,
+            solve: None,
+            time_split,
+            cluster: Some(ClusterParts {
+                routing,
+                schedules,
+                replay,
+                search,
+            }),
+        })
+    }
 }
 
 /// Why a contender produced no outcome.
@@ -429,6 +509,62 @@ pub fn produce_cluster(
     })
 }
 
+/// `contender` on `replicas` replicas behind `router` (`compare --replicas`): a heuristic
+/// on every replica, or the cluster search (`solve --replicas`) for the solver, whose
+/// class must be the unconstrained one. Every replica's schedule is replayed.
+pub fn produce_on_cluster(
+    w: &Workload,
+    cost: &LinearCostModel,
+    contender: Contender,
+    with: &ProduceWith<'_>,
+    cluster: (u32, Router),
+) -> Result<Outcome, ProduceError> {
+    let (replicas, router) = cluster;
+    match contender {
+        Contender::Heuristic(kind) => {
+            let o = produce_cluster(w, cost, kind, with.knobs, replicas, router)?;
+            let parts = (o.routing, o.schedules, o.limits, router.name());
+            Outcome::of_cluster(
+                w,
+                cost,
+                kind.name(),
+                (parts.0, parts.1, parts.2, &parts.3),
+                None,
+            )
+        }
+        Contender::Optimal(class) => {
+            let options = SolveOptions {
+                constraints: union(with.solve.constraints, class),
+                ..with.solve.clone()
+            };
+            check_schedule_memory(
+                w,
+                with.limits,
+                solver_schedules_held(with.objective),
+                "the solver",
+            )?;
+            let report = crate::solver::cluster::solve_cluster(
+                w,
+                with.limits,
+                cost,
+                with.objective,
+                replicas,
+                &options,
+            )?;
+            let (routing, schedules) = (report.routing.clone(), report.schedules.clone());
+            let router = report.router.clone();
+            let producer = contender.to_string();
+            Outcome::of_cluster(
+                w,
+                cost,
+                &producer,
+                (routing, schedules, *with.limits, &router),
+                Some(report),
+            )
+        }
+    }
+}
+
 /// Solves for `objective` under `limits` with `options` and replays the solver's schedule.
 pub fn produce_optimal(
     w: &Workload,
@@ -472,6 +608,7 @@ fn outcome(
         limits,
         solve,
         time_split,
+        cluster: None,
     })
 }
 

@@ -2536,6 +2536,116 @@ fn compare_can_skip_plots_and_traces() {
 }
 
 #[test]
+fn compare_on_replicas_runs_every_scheduler_on_the_cluster_and_the_cluster_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cmp");
+    let wl = dir.path().join("w.csv");
+    std::fs::write(
+        &wl,
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,300,20\n0,40,5\n0.01,200,30\n0.02,30,4\n0.03,250,10\n0.05,20,6\n",
+    )
+    .unwrap();
+    let args = [
+        "compare",
+        "--workload",
+        wl.to_str().unwrap(),
+        "--schedulers",
+        "optimal,vllm-v1,fastgen",
+        "--objective",
+        "mean-latency",
+        "--kv-capacity",
+        "2048",
+        "--token-budget",
+        "512",
+        "--time-limit",
+        "3",
+        "--replicas",
+        "2",
+        "--router",
+        "least-outstanding",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("2 replicas behind least-outstanding"),
+        "{}",
+        stdout(&o)
+    );
+    // Each scheduler's folder is a cluster's; the solver's has the search's report.
+    for name in ["optimal", "vllm-v1", "fastgen"] {
+        let routing = std::fs::read_to_string(out.join(name).join("routing.csv")).unwrap();
+        assert_eq!(
+            routing.lines().count(),
+            1 + 6,
+            "{name}: every request routed once"
+        );
+        assert!(
+            out.join(name).join("replica-1/schedule.json").is_file(),
+            "{name}"
+        );
+        assert!(
+            out.join(name).join("replica-0/trace.json").is_file(),
+            "{name}"
+        );
+    }
+    let search: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("optimal/solve.json")).unwrap())
+            .unwrap();
+    assert_eq!(search["replicas"], 2);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc["setting"]["cluster"]["replicas"], 2);
+    assert_eq!(doc["setting"]["cluster"]["router"], "least-outstanding");
+    let rows = doc["rows"].as_array().unwrap();
+    let solver = &rows[0];
+    let (best, bound) = (
+        solver["objective_s"].as_f64().unwrap(),
+        solver["best_bound_s"].as_f64().unwrap(),
+    );
+    assert!(bound > 0.0 && bound <= best, "{solver}");
+    // Called optimal only with a proof; its method is the cluster search's.
+    let proven = search["status"] == "optimal";
+    assert_eq!(
+        solver["scheduler"],
+        if proven { "optimal" } else { "best-found" }
+    );
+    assert!(
+        solver["method"].as_str().unwrap().starts_with("cluster-"),
+        "{solver}"
+    );
+    for row in &rows[1..] {
+        // The search runs every heuristic behind every router, so none beats it.
+        assert!(
+            row["objective_s"].as_f64().unwrap() >= best * (1.0 - 1e-9),
+            "{row}"
+        );
+    }
+    // The cluster's metrics are the merged replay's: one row per request.
+    let requests = std::fs::read_to_string(out.join("vllm-v1/requests.csv")).unwrap();
+    assert_eq!(requests.lines().count(), 1 + 6);
+    // Without --replicas the same flags give today's single-replica folders.
+    let single = dir.path().join("one");
+    let o = run(&[
+        "compare",
+        "--workload",
+        wl.to_str().unwrap(),
+        "--schedulers",
+        "vllm-v1",
+        "--kv-capacity",
+        "2048",
+        "--token-budget",
+        "512",
+        "--out",
+        single.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(single.join("vllm-v1/schedule.json").is_file());
+}
+
+#[test]
 fn simulate_traces_every_request_from_arrival_to_completion() {
     let dir = tempfile::tempdir().unwrap();
     let w = dir.path().join("w.csv");

@@ -31,6 +31,7 @@ fn setting(w: &Workload, l: Limits) -> Setting {
         objective: Objective::Makespan,
         limits: l,
         time_limit_s: 30.0,
+        cluster: None,
     }
 }
 
@@ -46,6 +47,7 @@ fn spec(contenders: Vec<Contender>, l: Limits) -> CompareSpec {
             ..SolveOptions::default()
         },
         slos: Vec::new(),
+        cluster: None,
     }
 }
 

@@ -146,6 +146,18 @@ impl TimeBreakdown {
         self.terms().iter().sum()
     }
 
+    /// Term by term, `self` plus `other` (replicas' splits summed: GPU-seconds).
+    pub fn plus(&self, other: &TimeBreakdown) -> TimeBreakdown {
+        TimeBreakdown {
+            batch_bias_s: self.batch_bias_s + other.batch_bias_s,
+            entry_overhead_s: self.entry_overhead_s + other.entry_overhead_s,
+            linear_tokens_s: self.linear_tokens_s + other.linear_tokens_s,
+            attention_s: self.attention_s + other.attention_s,
+            recomputation_s: self.recomputation_s + other.recomputation_s,
+            idle_s: self.idle_s + other.idle_s,
+        }
+    }
+
     /// Term by term, `self` minus `other` (what a schedule spends more than another);
     /// differences under 1e-12 s (rounding) are 0.
     pub fn minus(&self, other: &TimeBreakdown) -> [f64; 6] {

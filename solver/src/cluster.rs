@@ -50,6 +50,17 @@ pub enum ClusterMethod {
     Searched,
 }
 
+impl ClusterMethod {
+    /// Its name in files (`routed`, `routed-then-solved`, `searched`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Routed => "routed",
+            Self::RoutedThenSolved => "routed-then-solved",
+            Self::Searched => "searched",
+        }
+    }
+}
+
 /// The answer of [`solve_cluster`].
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterSolveReport {

@@ -44,6 +44,15 @@ pub(crate) struct CompareArgs {
     /// the goodput and whether each holds (table, comparison.csv, comparison.json).
     #[arg(long = "slo", value_name = "SLO")]
     pub(crate) slo: Vec<infersched::core::Slo>,
+    /// Replicas of the model: each heuristic runs on every replica behind --router, and
+    /// optimal is the cluster search (`solve --replicas`: the best schedule found over
+    /// routings, with a bound valid for every routing). Each scheduler's folder is then a
+    /// cluster's (routing.csv, replica-K/).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
+    pub(crate) replicas: u32,
+    /// How the heuristics' requests are spread over the replicas (as `simulate`'s).
+    #[arg(long, default_value = "round-robin", requires = "replicas")]
+    pub(crate) router: infersched::schedulers::Router,
     /// Output directory.
     #[arg(long)]
     pub(crate) out: PathBuf,
@@ -77,6 +86,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         knobs,
         solve,
         slos: a.slo.clone(),
+        cluster: (a.replicas > 1).then_some((a.replicas, a.router)),
     };
     let setting = Setting {
         workload: a.workload.display().to_string(),
@@ -85,13 +95,22 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         objective,
         limits,
         time_limit_s: a.milp.time_limit,
+        cluster: (a.replicas > 1).then(|| infersched::compare::ClusterSetting {
+            replicas: a.replicas,
+            router: a.router.name(),
+        }),
     };
     outln!(
-        "{} requests from {}, cost model {}, objective {}",
+        "{} requests from {}, cost model {}, objective {}{}",
         w.len(),
         a.workload.display(),
         cost.name,
-        objective.name()
+        objective.name(),
+        if a.replicas > 1 {
+            format!(", {} replicas behind {}", a.replicas, a.router)
+        } else {
+            String::new()
+        }
     );
     let started = std::time::Instant::now();
     let c = compare::run(&w, &cost, &spec);
@@ -113,16 +132,29 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         "\n{}",
         infersched::report::comparison_text(&rows, objective)
     );
-    if let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) {
-        let proven = r.status == infersched::solver::SolveStatus::Optimal;
+    if a.replicas > 1 {
+        outln!(
+            "(a cluster: every metric is the whole cluster's; the makespan split sums the {} replicas' terms, GPU-seconds)",
+            a.replicas
+        );
+    }
+    if let Some(o) = c.optimal()
+        && let (Some(status), Some((method, bound, gap))) = (o.solver_status(), o.solver_result())
+    {
+        let proven = status == infersched::solver::SolveStatus::Optimal;
+        let bound_method = match (&o.solve, o.cluster.as_ref().and_then(|p| p.search.as_ref())) {
+            (Some(r), _) => r.bound_method.name().to_string(),
+            (None, Some(r)) => format!("{}; valid for every routing", r.bound_argument.name()),
+            (None, None) => String::new(),
+        };
         outln!(
             "{}: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%{}",
             if proven { "optimal" } else { "best-found" },
-            r.status.name(),
-            r.method.name(),
-            r.best_bound * 1e3,
-            r.bound_method.name(),
-            r.certified_gap * 100.0,
+            status.name(),
+            method,
+            bound * 1e3,
+            bound_method,
+            gap * 100.0,
             if proven {
                 ""
             } else {
@@ -142,10 +174,10 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         "report: {}  (tables: comparison.csv, comparison.json{}{})",
         a.out.join("report.html").display(),
         if a.no_plots { "" } else { "; plots/" },
-        if a.no_traces {
-            ""
-        } else {
-            "; trace-<scheduler>.json"
+        match (a.no_traces, a.replicas > 1) {
+            (true, _) => "",
+            (false, false) => "; trace-<scheduler>.json",
+            (false, true) => "; <scheduler>/replica-K/trace.json",
         }
     );
     if !failures.is_empty() {

@@ -66,6 +66,12 @@ fn objective_label(o: Objective) -> &'static str {
 /// The comparison's plots.
 pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
     let runs = c.succeeded();
+    // A cluster's KV and timeline are per replica (in each replica-K/ folder's files).
+    let single: Vec<_> = runs
+        .iter()
+        .copied()
+        .filter(|(_, o)| o.cluster.is_none())
+        .collect();
     let rows = c.rows();
     let caption = match compare::reference(&rows) {
         Reference::Optimum => format!(
@@ -81,17 +87,19 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
             objective_label(c.objective)
         ),
     };
-    let mut plots = vec![
-        Plot {
-            stem: "objective".into(),
-            caption,
-            svg: plots::objective_bars(&rows, objective_label(c.objective)),
-        },
-        Plot {
+    let mut plots = vec![Plot {
+        stem: "objective".into(),
+        caption,
+        svg: plots::objective_bars(&rows, objective_label(c.objective)),
+    }];
+    if !single.is_empty() {
+        plots.push(Plot {
             stem: "kv-memory".into(),
             caption: "KV cache tokens held after each batch; dashed red: the capacity M".into(),
-            svg: plots::kv_memory(&runs, c.limits.kv_capacity),
-        },
+            svg: plots::kv_memory(&single, c.limits.kv_capacity),
+        });
+    }
+    plots.extend([
         Plot {
             stem: "latency-cdf".into(),
             caption: "Latency distributions over requests".into(),
@@ -99,11 +107,15 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
         },
         Plot {
             stem: "tokens-per-batch".into(),
-            caption: "Tokens processed per batch, at each batch's start".into(),
+            caption: if single.len() == runs.len() {
+                "Tokens processed per batch, at each batch's start".into()
+            } else {
+                "Tokens processed per batch (every replica's), at each batch's start".into()
+            },
             svg: plots::tokens_per_batch(&runs),
         },
-    ];
-    for (name, o) in &runs {
+    ]);
+    for (name, o) in &single {
         plots.push(Plot {
             stem: format!("timeline-{name}"),
             caption: format!("{name}: what each request is doing over time"),
@@ -381,6 +393,13 @@ fn results_html(rows: &[ComparisonRow], objective: Objective) -> String {
 /// How the solver answered: its status and method, where its schedule and its bound come
 /// from, the certified gap and its note (why no exact model ran, which schedule won).
 fn solver_html(c: &Comparison) -> String {
+    if let Some(r) = c
+        .optimal()
+        .and_then(|o| o.cluster.as_ref())
+        .and_then(|p| p.search.as_ref())
+    {
+        return cluster_search_html(r);
+    }
     let Some(r) = c.optimal().and_then(|o| o.solve.as_ref()) else {
         return String::new();
     };
@@ -409,6 +428,44 @@ fn solver_html(c: &Comparison) -> String {
     row("certified gap", format!("{:.2}%", r.certified_gap * 100.0));
     if let Some(note) = &r.note {
         row("note", note.clone());
+    }
+    h.push_str("</table>\n");
+    h
+}
+
+/// The cluster search's answer (`compare --replicas`).
+fn cluster_search_html(r: &crate::solver::cluster::ClusterSolveReport) -> String {
+    let rows = [
+        ("status", r.status.name().to_string()),
+        ("method", format!("cluster-{}", r.method.name())),
+        (
+            "schedule",
+            format!(
+                "{} behind {} ({} requests moved, {} replicas' parts re-solved)",
+                r.scheduler, r.router, r.requests_moved, r.replicas_improved
+            ),
+        ),
+        (
+            "lower bound",
+            format!(
+                "{} ({}; valid for every routing)",
+                fmt_s(r.best_bound),
+                r.bound_argument.name()
+            ),
+        ),
+        ("certified gap", format!("{:.2}%", r.certified_gap * 100.0)),
+    ];
+    let mut h = format!(
+        "<h2>How the solver answered ({} replicas)</h2>\n<table>\n",
+        r.replicas
+    );
+    for (k, v) in rows {
+        let _ = writeln!(
+            h,
+            "<tr><th style=\"white-space:nowrap\">{}</th><td style=\"text-align:left;white-space:normal\">{}</td></tr>",
+            html_escape(k),
+            html_escape(&v)
+        );
     }
     h.push_str("</table>\n");
     h
@@ -589,6 +646,15 @@ fn setting_html(setting: &Setting, ran_solver: bool) -> String {
     };
     row("workload", setting.workload.clone());
     row("requests", ws.requests.to_string());
+    if let Some(c) = &setting.cluster {
+        row(
+            "cluster",
+            format!(
+                "{} replicas, heuristics behind {} (the solver searches routings); metrics are the whole cluster's, the time split sums the replicas' (GPU-seconds); each replica's schedule, replay and trace are in <scheduler>/replica-K/",
+                c.replicas, c.router
+            ),
+        );
+    }
     row(
         "prompt tokens I",
         format!(
@@ -718,6 +784,36 @@ pub fn write_comparison(
     write_comparison_parts(dir, w, setting, c, ReportParts::default())
 }
 
+/// A contender's folder where it ran on a cluster: the cluster's files
+/// (`write_cluster_outputs`: routing.csv, the merged requests.csv and summary.json, and
+/// replica-K/ with each replica's schedule, replay and, with `traces`, trace.json), and
+/// the cluster search's solve.json for the solver.
+fn write_cluster_contender(
+    sub: &Path,
+    w: &Workload,
+    name: &str,
+    o: &crate::produce::Outcome,
+    parts: &crate::produce::ClusterParts,
+    traces: bool,
+) -> io::Result<Vec<PathBuf>> {
+    let mut paths = crate::cluster::write_cluster_outputs(
+        sub,
+        w,
+        &parts.routing,
+        &parts.schedules,
+        &parts.replay,
+        &o.summary,
+        traces.then_some(name),
+    )?;
+    if let Some(report) = &parts.search {
+        let p = sub.join("solve.json");
+        let text = serde_json::to_string_pretty(report).map_err(io::Error::other)? + "\n";
+        write_bytes_atomic(&p, text.as_bytes())?;
+        paths.push(p);
+    }
+    Ok(paths)
+}
+
 /// The optional parts of a comparison's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReportParts {
@@ -748,9 +844,22 @@ pub fn write_comparison_parts(
     std::fs::create_dir_all(dir)?;
     let mut paths = Vec::new();
     let mut links = Vec::new();
+    let parts_traces = parts.traces;
     for (name, o) in c.succeeded() {
         let sub = dir.join(name);
         std::fs::create_dir_all(&sub)?;
+        if let Some(parts) = &o.cluster {
+            paths.extend(write_cluster_contender(
+                &sub,
+                w,
+                name,
+                o,
+                parts,
+                parts_traces,
+            )?);
+            links.push(format!("{name}/summary.json"));
+            continue;
+        }
         let schedule_path = sub.join("schedule.json");
         let mut schedule = o.schedule.clone();
         schedule.meta = Some(serde_json::json!({"producer": name}));
