@@ -422,6 +422,58 @@ fn mooncake_traces_carry_their_prefix_ids_through_sampling() {
 }
 
 #[test]
+fn a_hugging_face_config_gives_the_roofline_of_its_shape() {
+    // The shipped config.json of a built-in model gives exactly its roofline.
+    let show = |spec: &str| {
+        let o = run(&["cost-model", "show", spec]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(
+        show("roofline:h100:notebooks-data/models/llama3-8b/config.json:tp2"),
+        show("roofline:h100:llama3-8b:tp2")
+    );
+    // Any dense model: a shape of its own, its KV capacity from its KV heads, and every
+    // command takes it.
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-gqa");
+    std::fs::create_dir(&model).unwrap();
+    let config = model.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000,
+            "torch_dtype": "bfloat16", "model_type": "llama"}"#,
+    )
+    .unwrap();
+    let spec = format!("roofline:a100:{}", config.display());
+    let text = show(&spec);
+    assert!(text.starts_with("roofline:a100-80gb:tiny-gqa:"), "{text}");
+    // 2 x 16 layers x 4 KV heads x 128 dims x 2 bytes = 32,768 bytes per token.
+    assert!(text.contains("32768 KV bytes/token/GPU"), "{text}");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        &example("arxiv-4.csv"),
+        "--scheduler",
+        "vllm-v1",
+        "--cost-model",
+        &spec,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A mixture of experts is refused, naming why.
+    std::fs::write(
+        &config,
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8}"#,
+    )
+    .unwrap();
+    let o = run(&["cost-model", "show", &spec]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("mixture-of-experts"), "{}", stderr(&o));
+}
+
+#[test]
 fn fit_writes_a_usable_cost_model() {
     let dir = tempfile::tempdir().unwrap();
     let coeffs = dir.path().join("fit.json");

@@ -15,6 +15,7 @@ pub mod breakdown;
 pub mod fit;
 pub mod fit_file;
 pub mod hardware;
+pub mod hf_config;
 pub mod linear;
 pub mod presets;
 pub mod roofline;

@@ -141,6 +141,30 @@ pub fn model_named(name: &str) -> Option<ModelSpec> {
     }
 }
 
+/// A model shape by name (`llama2-7b`, `llama3-8b`, `llama3-70b`), or from a JSON file:
+/// a Hugging Face `config.json` (named after its folder) or infersched's own model spec.
+pub fn resolve_model(spec: &str) -> Result<ModelSpec, String> {
+    if let Some(m) = model_named(spec) {
+        return Ok(m);
+    }
+    let path = std::path::Path::new(spec);
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "\"{spec}\": neither a known model ({}) nor a readable JSON file: {e}",
+            ROOFLINE_MODELS.join(", ")
+        )
+    })?;
+    if let Ok(m) = serde_json::from_str::<ModelSpec>(&text) {
+        return Ok(m);
+    }
+    let name = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .or_else(|| path.file_stem())
+        .map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
+    crate::hf_config::model_from_hf_config(&text, &name).map_err(|e| format!("{spec}: {e}"))
+}
+
 /// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp` over
 /// NVLink.
 pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostModel {
@@ -300,7 +324,7 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let parts: Vec<&str> = rest.split(':').collect();
     let usage = || {
         format!(
-            "\"{spec}\": expected roofline:GPU:MODEL[:tpN[:nvlink|pcie]] with GPU one of {} and MODEL one of {}",
+            "\"{spec}\": expected roofline:GPU:MODEL[:tpN[:nvlink|pcie]] with GPU one of {} and MODEL one of {} or a Hugging Face config.json",
             ROOFLINE_GPUS.join(", "),
             ROOFLINE_MODELS.join(", ")
         )
@@ -309,7 +333,11 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
         return Err(usage());
     }
     let sheet = Datasheet::named(parts[0]).ok_or_else(usage)?;
-    let model = model_named(parts[1]).ok_or_else(usage)?;
+    let model = if parts[1].ends_with(".json") {
+        resolve_model(parts[1])?
+    } else {
+        model_named(parts[1]).ok_or_else(usage)?
+    };
     let tp = match parts.get(2) {
         None => 1,
         Some(p) => {

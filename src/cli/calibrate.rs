@@ -1,14 +1,14 @@
 //! `calibrate`: measure a layer's kernels on an NVIDIA GPU and fit the cost model.
 
 use super::path_list;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use infersched::cost_model;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Args)]
 pub(crate) struct CalibrateArgs {
-    /// Model: llama2-7b, llama3-8b, llama3-70b, or a model-spec JSON file.
+    /// Model: llama2-7b, llama3-8b, llama3-70b, a Hugging Face config.json, or a model-spec JSON file.
     #[arg(long, required_unless_present = "from_samples")]
     pub(crate) model: Option<String>,
     /// Tensor-parallel degree (heads and MLP width per GPU divided by it).
@@ -45,18 +45,7 @@ pub(crate) struct CalibrateArgs {
 }
 
 pub(crate) fn calibration_model(spec: &str) -> Result<cost_model::ModelSpec> {
-    if let Some(m) = cost_model::roofline::model_named(spec) {
-        return Ok(m);
-    }
-    let path = Path::new(spec);
-    if !path.is_file() {
-        bail!(
-            "--model: \"{spec}\" is neither a known model ({}) nor a model-spec JSON file",
-            cost_model::roofline::ROOFLINE_MODELS.join(", ")
-        );
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {spec}"))?;
-    serde_json::from_str(&text).with_context(|| format!("{spec}: not a model spec"))
+    cost_model::roofline::resolve_model(spec).map_err(|e| anyhow::anyhow!("--model: {e}"))
 }
 
 pub(crate) fn cmd_calibrate(a: &CalibrateArgs) -> Result<()> {
