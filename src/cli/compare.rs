@@ -59,53 +59,15 @@ pub(crate) struct CompareArgs {
 }
 
 pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
-    use infersched::compare::{self, CompareSpec, Contender, Setting};
     let w = load_workload(&a.workload)?;
     let cost = cost_model::resolve(&a.cost_model)?;
-    let knobs = a.knobs.knobs(&w, &cost)?;
-    let limits = a.knobs.explicit_limits(&cost)?;
-    let objective = a.objective;
-    let contenders = Contender::parse_list(&a.schedulers)
-        .map_err(anyhow::Error::msg)
-        .context("--schedulers")?;
-    // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
-    let solve = infersched::interrupt::SolveInterruptSaver::observing(
-        SolveOptions {
-            constraints: a.class.constraints(),
-            ..a.milp.options()?
-        },
-        a.out.join("optimal"),
-        &w,
-        limits,
-        &cost,
-    );
-    let spec = CompareSpec {
-        contenders,
-        objective,
-        limits,
-        knobs,
-        solve,
-        slos: a.slo.clone(),
-        cluster: (a.replicas > 1).then_some((a.replicas, a.router)),
-    };
-    let setting = Setting {
-        workload: a.workload.display().to_string(),
-        workload_stats: WorkloadStats::of(&w),
-        cost_model: cost.name.clone(),
-        objective,
-        limits,
-        time_limit_s: a.milp.time_limit,
-        cluster: (a.replicas > 1).then(|| infersched::compare::ClusterSetting {
-            replicas: a.replicas,
-            router: a.router.name(),
-        }),
-    };
+    let (spec, setting) = spec_and_setting(a, &w, &cost)?;
     outln!(
         "{} requests from {}, cost model {}, objective {}{}",
         w.len(),
         a.workload.display(),
         cost.name,
-        objective.name(),
+        a.objective.name(),
         if a.replicas > 1 {
             format!(", {} replicas behind {}", a.replicas, a.router)
         } else {
@@ -113,7 +75,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         }
     );
     let started = std::time::Instant::now();
-    let c = compare::run(&w, &cost, &spec);
+    let c = infersched::compare::run(&w, &cost, &spec);
     let ran_s = started.elapsed().as_secs_f64();
     infersched::interrupt::clear();
     let parts = infersched::report::ReportParts {
@@ -127,44 +89,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
             complete_outputs(&a.out)
         )));
     }
-    let rows = c.rows();
-    outln!(
-        "\n{}",
-        infersched::report::comparison_text(&rows, objective)
-    );
-    if a.replicas > 1 {
-        outln!(
-            "(a cluster: every metric is the whole cluster's; the makespan split sums the {} replicas' terms, GPU-seconds)",
-            a.replicas
-        );
-    }
-    if let Some(o) = c.optimal()
-        && let (Some(status), Some((method, bound, gap))) = (o.solver_status(), o.solver_result())
-    {
-        let proven = status == infersched::solver::SolveStatus::Optimal;
-        let bound_method = match (&o.solve, o.cluster.as_ref().and_then(|p| p.search.as_ref())) {
-            (Some(r), _) => r.bound_method.name().to_string(),
-            (None, Some(r)) => format!("{}; valid for every routing", r.bound_argument.name()),
-            (None, None) => String::new(),
-        };
-        outln!(
-            "{}: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%{}",
-            if proven { "optimal" } else { "best-found" },
-            status.name(),
-            method,
-            bound * 1e3,
-            bound_method,
-            gap * 100.0,
-            if proven {
-                ""
-            } else {
-                "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
-            }
-        );
-    }
-    if !a.slo.is_empty() {
-        outln!("{}", slo_table(&rows));
-    }
+    print_results(a, &c)?;
     outln!("all schedulers produced and replayed in {ran_s:.1} s");
     let failures = c.failures();
     for (name, e) in &failures {
@@ -187,6 +112,106 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
             c.results.len()
         );
     }
+    Ok(())
+}
+
+/// What to compare (from the flags) and the setting the report states.
+fn spec_and_setting(
+    a: &CompareArgs,
+    w: &infersched::core::Workload,
+    cost: &cost_model::LinearCostModel,
+) -> Result<(
+    infersched::compare::CompareSpec,
+    infersched::compare::Setting,
+)> {
+    use infersched::compare::{ClusterSetting, CompareSpec, Contender, Setting};
+    let knobs = a.knobs.knobs(w, cost)?;
+    let limits = a.knobs.explicit_limits(cost)?;
+    let contenders = Contender::parse_list(&a.schedulers)
+        .map_err(anyhow::Error::msg)
+        .context("--schedulers")?;
+    // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
+    let solve = infersched::interrupt::SolveInterruptSaver::observing(
+        SolveOptions {
+            constraints: a.class.constraints(),
+            ..a.milp.options()?
+        },
+        a.out.join("optimal"),
+        w,
+        limits,
+        cost,
+    );
+    let spec = CompareSpec {
+        contenders,
+        objective: a.objective,
+        limits,
+        knobs,
+        solve,
+        slos: a.slo.clone(),
+        cluster: (a.replicas > 1).then_some((a.replicas, a.router)),
+    };
+    let setting = Setting {
+        workload: a.workload.display().to_string(),
+        workload_stats: WorkloadStats::of(w),
+        cost_model: cost.name.clone(),
+        objective: a.objective,
+        limits,
+        time_limit_s: a.milp.time_limit,
+        cluster: (a.replicas > 1).then(|| ClusterSetting {
+            replicas: a.replicas,
+            router: a.router.name(),
+        }),
+    };
+    Ok((spec, setting))
+}
+
+/// The comparison's tables, the solver's answer and the SLO table.
+fn print_results(a: &CompareArgs, c: &infersched::compare::Comparison) -> Result<()> {
+    let rows = c.rows();
+    outln!(
+        "\n{}",
+        infersched::report::comparison_text(&rows, a.objective)
+    );
+    if a.replicas > 1 {
+        outln!(
+            "(a cluster: every metric is the whole cluster's; the makespan split sums the {} replicas' terms, GPU-seconds)",
+            a.replicas
+        );
+    }
+    if let Some(o) = c.optimal() {
+        print_solver_answer(o)?;
+    }
+    if !a.slo.is_empty() {
+        outln!("{}", slo_table(&rows));
+    }
+    Ok(())
+}
+
+/// The solver's status, method, bound and gap; never "optimal" without a proof.
+fn print_solver_answer(o: &infersched::compare::Outcome) -> Result<()> {
+    let (Some(status), Some((method, bound, gap))) = (o.solver_status(), o.solver_result()) else {
+        return Ok(());
+    };
+    let proven = status == infersched::solver::SolveStatus::Optimal;
+    let bound_method = match (&o.solve, o.cluster.as_ref().and_then(|p| p.search.as_ref())) {
+        (Some(r), _) => r.bound_method.name().to_string(),
+        (None, Some(r)) => format!("{}; valid for every routing", r.bound_argument.name()),
+        (None, None) => String::new(),
+    };
+    outln!(
+        "{}: {} by {}, best bound {:.6} ms ({}), certified gap {:.4}%{}",
+        if proven { "optimal" } else { "best-found" },
+        status.name(),
+        method,
+        bound * 1e3,
+        bound_method,
+        gap * 100.0,
+        if proven {
+            ""
+        } else {
+            "\n  no proof of optimality: the ratios are to the best schedule found; /bound is proven"
+        }
+    );
     Ok(())
 }
 
