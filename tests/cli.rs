@@ -2675,6 +2675,19 @@ fn compare_on_replicas_runs_every_scheduler_on_the_cluster_and_the_cluster_searc
             "{row}"
         );
     }
+    // The plots call the solver's series by the row's label, and show each replica's load.
+    let cdf = std::fs::read_to_string(out.join("plots/latency-cdf.svg")).unwrap();
+    let label = if proven { ">optimal<" } else { ">best-found<" };
+    assert!(
+        cdf.contains(label),
+        "the legend names the solver's row {label}"
+    );
+    assert!(proven || !cdf.contains(">optimal<"));
+    assert!(out.join("plots/replica-load.svg").is_file());
+    assert!(
+        !out.join("plots/kv-memory.svg").exists(),
+        "KV is per replica"
+    );
     // The cluster's metrics are the merged replay's: one row per request.
     let requests = std::fs::read_to_string(out.join("vllm-v1/requests.csv")).unwrap();
     assert_eq!(requests.lines().count(), 1 + 6);

@@ -65,14 +65,21 @@ fn objective_label(o: Objective) -> &'static str {
 
 /// The comparison's plots.
 pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
-    let runs = c.succeeded();
+    let rows = c.rows();
+    // Series go by the rows' labels: the solver's unproven schedule is `best-found`.
+    let labelled: Vec<(String, &crate::produce::Outcome)> = rows
+        .iter()
+        .zip(c.succeeded())
+        .map(|(r, (_, o))| (r.label.clone(), o))
+        .collect();
+    let runs: Vec<(&str, &crate::produce::Outcome)> =
+        labelled.iter().map(|(n, o)| (n.as_str(), *o)).collect();
     // A cluster's KV and timeline are per replica (in each replica-K/ folder's files).
     let single: Vec<_> = runs
         .iter()
         .copied()
         .filter(|(_, o)| o.cluster.is_none())
         .collect();
-    let rows = c.rows();
     let caption = match compare::reference(&rows) {
         Reference::Optimum => format!(
             "{} of each scheduler divided by the proven optimum (dashed red: the solver's lower bound)",
@@ -115,12 +122,22 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
             svg: plots::tokens_per_batch(&runs),
         },
     ]);
-    for (name, o) in &single {
+    if single.len() < runs.len() {
         plots.push(Plot {
-            stem: format!("timeline-{name}"),
-            caption: format!("{name}: what each request is doing over time"),
-            svg: plots::timeline(w, name, o),
+            stem: "replica-load".into(),
+            caption: "Time each replica ran batches, per scheduler: how evenly the requests were spread (per-replica requests, batches and peak KV are in each scheduler's summary.json)".into(),
+            svg: plots::replica_load(&runs),
         });
+    }
+    // Timelines are files named after the contender (its folder's name), titled by label.
+    for ((file, o), (label, _)) in c.succeeded().into_iter().zip(&runs) {
+        if o.cluster.is_none() {
+            plots.push(Plot {
+                stem: format!("timeline-{file}"),
+                caption: format!("{label}: what each request is doing over time"),
+                svg: plots::timeline(w, label, o),
+            });
+        }
     }
     plots
 }

@@ -312,6 +312,39 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
     s
 }
 
+/// Each replica's busy time (the time it ran batches), per scheduler run on a cluster:
+/// how evenly its router spread the work (`compare --replicas`).
+pub fn replica_load(runs: &[(&str, &Outcome)]) -> Svg {
+    let series: Vec<Series> = runs
+        .iter()
+        .filter_map(|(name, o)| {
+            let load = o.summary.cluster.as_ref()?;
+            Some(Series {
+                name: name.to_string(),
+                points: load
+                    .per_replica
+                    .iter()
+                    .map(|r| (f64::from(r.replica), r.busy_s))
+                    .collect(),
+                markers: true,
+                ..Default::default()
+            })
+        })
+        .collect();
+    let mut s = Svg::new(960, 420);
+    svg::line_chart(
+        &mut s,
+        (0.0, 0.0, 960.0, 420.0),
+        "Time each replica ran batches",
+        "replica",
+        "busy time (s)",
+        &series,
+        &[],
+        true,
+    );
+    s
+}
+
 /// The KV plot's steps (time scaled by `k`, tokens): from 0, each batch's KV at its end,
 /// then, where requests finish in it, what is still held once they free theirs, so idle
 /// time until the next batch shows what is really held.
