@@ -54,6 +54,7 @@ pub mod capacity;
 pub mod ceiling;
 pub mod cluster;
 pub mod compare;
+pub mod cost_models;
 #[cfg(feature = "calibrate")]
 pub mod gpu_replay;
 #[cfg(feature = "cli")]

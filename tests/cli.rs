@@ -37,6 +37,9 @@ fn solve_mean_latency(
         w.to_str().unwrap(),
         "--objective",
         "mean-latency",
+        // The numbers these tests were measured with.
+        "--cost-model",
+        "llama2-7b-a100",
         "--token-budget",
         "2048",
         "--time-limit",
@@ -87,6 +90,10 @@ fn replay_example(out: &Path, extra: &[&str]) -> Output {
         "--out".into(),
         out.display().to_string(),
     ];
+    // The hand computations are of this preset's batch times, unless a test names another.
+    if !extra.contains(&"--cost-model") {
+        args.extend(["--cost-model".into(), "llama2-7b-a100".into()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     run(&refs)
@@ -471,6 +478,49 @@ fn a_hugging_face_config_gives_the_roofline_of_its_shape() {
     let o = run(&["cost-model", "show", &spec]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("mixture-of-experts"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_default_cost_model_is_calibrated_and_unphysical_ones_are_warned_about_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = |extra: &[&str], out: &str| {
+        let out = dir.path().join(out);
+        let mut args = vec![
+            "simulate",
+            "--workload",
+            "notebooks-data/examples/arxiv-4.csv",
+            "--scheduler",
+            "vllm,sarathi",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (o, out)
+    };
+    let (o, out) = sim(&[], "default");
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("vllm/summary.json")).unwrap())
+            .unwrap();
+    assert!(summary["makespan_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        stdout(&o).contains("cost model llama3-8b-h100-fa2"),
+        "{}",
+        stdout(&o)
+    );
+    // InferMax's A100 preset, faster than physics on small decodes: said once per command
+    // although two schedulers use it.
+    let (o, _) = sim(&["--cost-model", "llama2-7b-a100"], "a100");
+    assert_eq!(
+        stderr(&o)
+            .matches("warning: llama2-7b-a100 predicts less time than")
+            .count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -1091,6 +1141,8 @@ fn the_phase_relaxation_bounds_and_plans_mean_ttft_on_real_requests() {
             w.to_str().unwrap(),
             "--objective",
             "mean-ttft",
+            "--cost-model",
+            "llama2-7b-a100",
             "--token-budget",
             "4096",
             "--kv-capacity",

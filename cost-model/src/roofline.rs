@@ -315,6 +315,23 @@ pub fn check_against_roofline(m: &LinearCostModel) -> Option<Vec<RooflineCheck>>
     )
 }
 
+/// The warning for a cost model that predicts less time than its GPU's datasheet allows
+/// on some reference batch (None where it never does, or names no model and known GPU).
+pub fn physics_warning(m: &LinearCostModel) -> Option<String> {
+    let bad: Vec<&str> = check_against_roofline(m)?
+        .iter()
+        .filter(|c| c.faster_than_physics())
+        .map(|c| c.batch)
+        .collect();
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{} predicts less time than its GPU's datasheet allows for: {}. Its times are not physically attainable on that GPU; use it to reproduce the results it was published with, and a calibrated preset for predictions.",
+            m.name,
+            bad.join("; ")
+        )
+    })
+}
+
 /// Parses `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]`; `Ok(None)` if `spec` is not a roofline
 /// spec.
 pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {

@@ -26,7 +26,8 @@ echo "   (C = 128 tokens per batch, M = 196 KV tokens; see the notes in the sche
 echo
 echo "== 5. The same schedule with M = 190: the replay rejects it and says why"
 if "$BIN" replay --workload notebooks-data/examples/tiny-workload.csv \
-  --schedule notebooks-data/examples/tiny-schedule.json --token-budget 128 --kv-capacity 190 \
+  --schedule notebooks-data/examples/tiny-schedule.json --cost-model llama2-7b-a100 \
+  --token-budget 128 --kv-capacity 190 \
   --out "$OUT/replay-rejected"; then
   echo "unexpected: the schedule was accepted" >&2
   exit 1
@@ -44,7 +45,7 @@ echo
 echo "== 7. How far from optimal? 4 arXiv requests (lengths scaled down), M = 20 KV tokens in blocks of 1, Llama-2-7B on an A100"
 echo "   (made with: workload sample --trace notebooks-data/traces/arxiv_summarization.csv --random 4 --seed 3"
 echo "    --prefill-scale 0.003 --decode-scale 0.02 --max-total-tokens 16)"
-"$BIN" compare --workload notebooks-data/examples/arxiv-4.csv \
+"$BIN" compare --workload notebooks-data/examples/arxiv-4.csv --cost-model llama2-7b-a100 \
   --schedulers optimal,vllm,vllm-v1,sarathi,orca,static --kv-capacity 20 --block-size 1 \
   --time-limit 60 --out "$OUT/compare"
 echo
@@ -53,7 +54,7 @@ echo "   arrivals 4x compressed), mean latency, C = 4,096, M = 32,768 KV tokens 
 echo "   (no proof of optimality here: the optimum lies between the proven bound and the best schedule found)"
 "$BIN" workload sample --trace notebooks-data/traces/splitwise_code.csv --first 8 --time-scale 0.25 \
   --max-total-tokens 4096 --rebase-time --out "$OUT/splitwise-8.csv" > /dev/null
-"$BIN" compare --workload "$OUT/splitwise-8.csv" --objective mean-latency \
+"$BIN" compare --workload "$OUT/splitwise-8.csv" --objective mean-latency --cost-model llama2-7b-a100 \
   --schedulers optimal,vllm,vllm-v1,sarathi,orca,mcsf --token-budget 4096 --kv-capacity 32768 \
   --block-size 16 --time-limit 10 --out "$OUT/compare-real"
 echo

@@ -29,12 +29,14 @@ run() { # family n objective workload C M block
   local family=$1 n=$2 objective=$3 wl=$4 c=$5 m=$6 block=$7
   local dir="$work/$family-$n-$objective"
   /usr/bin/time -f "%e %M" -o "$work/time" "$bin" solve --workload "$wl" --objective "$objective" \
+    --cost-model llama2-7b-a100 \
     --token-budget "$c" --kv-capacity "$m" --block-size "$block" --time-limit 60 --threads 2 \
     --out "$dir" > /dev/null
   read -r wall rss < "$work/time"
   # Policies that cannot serve the workload (prompts over C without chunking) fail; the
   # others' results are kept.
   "$bin" simulate --workload "$wl" --scheduler vllm,vllm-v1,sarathi,orca,orca-max,static,mcsf \
+    --cost-model llama2-7b-a100 \
     --token-budget "$c" --kv-capacity "$m" --block-size "$block" --out "$dir-heuristics" \
     > /dev/null 2>&1 || true
   python3 - "$dir/solve.json" "$family" "$n" "$objective" "$c" "$m" "$block" "$wall" "$rss" \

@@ -7,7 +7,7 @@ use infersched::capacity::{
     Capacity, CapacityResult, CapacitySpec, Replicas, capacity, trace_rate,
 };
 use infersched::core::{Limits, Slo, Workload};
-use infersched::cost_model::{self, LinearCostModel};
+use infersched::cost_model::LinearCostModel;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub(crate) struct CapacityArgs {
     pub(crate) scheduler: Vec<SchedulerKind>,
     /// Cost-model preset name or coefficient JSON file, or a comma-separated list (each a
     /// configuration axis, e.g. two GPUs).
-    #[arg(long, default_value = "llama2-7b-a100", value_delimiter = ',')]
+    #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL, value_delimiter = ',')]
     pub(crate) cost_model: Vec<String>,
     #[command(flatten)]
     pub(crate) knobs: KnobArgs,
@@ -186,7 +186,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let costs = a
         .cost_model
         .iter()
-        .map(|c| cost_model::resolve(c))
+        .map(|c| infersched::cost_models::resolve(c))
         .collect::<Result<Vec<_>, _>>()?;
     super::refuse_repeated_schedulers(&a.scheduler)?;
     let spec = CapacitySpec {

@@ -20,7 +20,7 @@ pub(crate) struct CompareArgs {
     #[arg(long, default_value = "makespan", value_parser = named::<Objective>())]
     pub(crate) objective: Objective,
     /// Cost-model preset name or coefficient JSON file.
-    #[arg(long, default_value = "llama2-7b-a100")]
+    #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
     /// The heuristics' knobs, as `simulate` takes them: each heuristic runs with these and
     /// its own defaults for the rest, so its schedule is the one `simulate` gives. The
@@ -60,7 +60,7 @@ pub(crate) struct CompareArgs {
 
 pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
-    let cost = cost_model::resolve(&a.cost_model)?;
+    let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let (spec, setting) = spec_and_setting(a, &w, &cost)?;
     outln!(
         "{} requests from {}, cost model {}, objective {}{}",

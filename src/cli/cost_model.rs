@@ -112,18 +112,7 @@ pub(crate) fn show_model(m: &LinearCostModel, utilization: f64) -> Result<()> {
                     }
                 );
             }
-            let bad: Vec<&str> = checks
-                .iter()
-                .filter(|c| c.faster_than_physics())
-                .map(|c| c.batch)
-                .collect();
-            if !bad.is_empty() {
-                eprintln!(
-                    "warning: {} predicts less time than its GPU's datasheet allows for: {}. Its times are not physically attainable on that GPU; use it to reproduce the results it was published with, and a calibrated preset for predictions.",
-                    m.name,
-                    bad.join("; ")
-                );
-            }
+            infersched::cost_models::warn_if_unphysical(m);
         }
         None => outln!(
             "  no roofline check: the file names no model, or a GPU without a known datasheet ({})",

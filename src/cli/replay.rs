@@ -22,7 +22,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long, conflicts_with_all = ["schedule", "on_gpu"])]
     pub(crate) cluster: Option<PathBuf>,
     /// Cost-model preset name or coefficient JSON file.
-    #[arg(long, default_value = "llama2-7b-a100")]
+    #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
@@ -74,7 +74,7 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         None => None,
     };
     let w = load_workload(&a.workload)?;
-    let cost = cost_model::resolve(&a.cost_model)?;
+    let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
     let instance = Instance::new(w, limits, cost)
         .with_context(|| format!("{} under these limits", a.workload.display()))?;

@@ -20,7 +20,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, required = true, value_delimiter = ',', value_parser = named::<SchedulerKind>())]
     pub(crate) scheduler: Vec<SchedulerKind>,
     /// Cost-model preset name or coefficient JSON file.
-    #[arg(long, default_value = "llama2-7b-a100")]
+    #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) knobs: KnobArgs,
@@ -60,7 +60,7 @@ pub(crate) struct SimulateArgs {
 
 pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
-    let cost = cost_model::resolve(&a.cost_model)?;
+    let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let kinds = &a.scheduler;
     super::refuse_repeated_schedulers(kinds)?;
     let knobs = a.knobs.knobs(&w, &cost)?;

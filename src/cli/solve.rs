@@ -18,7 +18,7 @@ pub(crate) struct SolveArgs {
     #[arg(long, default_value = "makespan", value_parser = named::<Objective>())]
     pub(crate) objective: Objective,
     /// Cost-model preset name or coefficient JSON file.
-    #[arg(long, default_value = "llama2-7b-a100")]
+    #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
@@ -52,7 +52,7 @@ pub(crate) struct SolveArgs {
 
 pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
-    let cost = cost_model::resolve(&a.cost_model)?;
+    let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
     let objective = a.objective;
     let options = SolveOptions {

@@ -315,7 +315,10 @@ schedulers = ["vllm", "sarathi"]
             "M=;C=;P=;R_max=;I=fixed:8;O=fixed:3;n=6;qps=;seed=0;cost_model=llama3-8b-h100-fa2;replicas=3;router=least-kv;objective=makespan;scheduler=sarathi"
         );
         assert_eq!(s.cost_of(p).name, "llama3-8b-h100-fa2");
-        assert_eq!(s.cost_of(&s.points[0]).name, "llama2-7b-a100");
+        assert_eq!(
+            s.cost_of(&s.points[0]).name,
+            crate::cost_models::DEFAULT_COST_MODEL
+        );
         // Without cluster axes the keys are what they always were.
         let plain = Sweep::parse(SPEC, Path::new(".")).unwrap();
         assert!(

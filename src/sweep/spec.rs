@@ -531,7 +531,10 @@ impl Sweep {
 
 /// The spec's cost model: a coefficient file relative to the spec, or a preset.
 fn cost_model_of(spec: &SweepSpec, base_dir: &Path) -> Result<LinearCostModel> {
-    let cost_name = spec.cost_model.clone().unwrap_or("llama2-7b-a100".into());
+    let cost_name = spec
+        .cost_model
+        .clone()
+        .unwrap_or(crate::cost_models::DEFAULT_COST_MODEL.into());
     resolve_cost(&cost_name, base_dir).with_context(|| format!("cost_model = \"{cost_name}\""))
 }
 
@@ -561,7 +564,7 @@ fn resolve_cost(cost_name: &str, base_dir: &Path) -> Result<LinearCostModel> {
     } else {
         cost_name.to_string()
     };
-    Ok(cost_model::resolve(&name)?)
+    Ok(crate::cost_models::resolve(&name)?)
 }
 
 /// The per-run solver options and the block size, in range.
