@@ -1,5 +1,6 @@
 //! DeepSpeed-FastGen's Dynamic SplitFuse (`schedulers.md`, "fastgen"): DeepSpeed-MII's
-//! `RaggedBatchBase.schedule_requests` (`mii/batching/ragged_batching.py`, MII 0.3) over
+//! `RaggedBatchBase.schedule_requests` (`mii/batching/ragged_batching.py`, microsoft/DeepSpeed-MII
+//! main at commit 041a216) over
 //! DeepSpeed's blocked KV cache (`deepspeed/inference/v2`, `engine_v2.query` and
 //! `get_kv_requirements`).
 //!
@@ -59,8 +60,12 @@ impl Fastgen {
         let new = sim.arrived_count() - self.arrived;
         self.arrived = sim.arrived_count();
         let waiting = sim.waiting();
-        self.buffer
-            .extend(waiting.iter().skip(waiting.len() - new).copied());
+        self.buffer.extend(
+            waiting
+                .iter()
+                .skip(waiting.len().saturating_sub(new))
+                .copied(),
+        );
         let ran = std::mem::take(&mut self.ran);
         self.buffer
             .extend(ran.into_iter().filter(|&i| !sim.is_finished(i)));
