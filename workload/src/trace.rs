@@ -1,6 +1,7 @@
 //! Vidur/Splitwise processed-trace CSV files.
 
 pub use crate::error::TraceError;
+use infersched_core::request::MAX_ARRIVAL_S;
 use infersched_core::{PrefixIds, Request, Workload};
 use std::io::{self, Write};
 use std::path::Path;
@@ -31,7 +32,6 @@ fn parse_count(s: &str) -> Option<u32> {
 /// indices. Columns: `num_prefill_tokens` (I >= 1), `num_decode_tokens` (O >= 1),
 /// optional `arrived_at` (seconds >= 0; all 0 when absent); others are ignored.
 pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
-    use infersched_core::request::MAX_ARRIVAL_S;
     let invalid = |location: String, reason: String| TraceError::Invalid {
         path: path.to_owned(),
         location,
@@ -105,47 +105,13 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         let output_tokens = count(output_col, "num_decode_tokens")?;
         let arrival_s = match arrival_col {
             None => 0.0,
-            Some(k) => {
-                let s = rec.get(k).unwrap_or("");
-                match s.parse::<f64>() {
-                    Ok(v) if (0.0..=MAX_ARRIVAL_S).contains(&v) => v,
-                    _ => {
-                        return Err(invalid(
-                            format!("line {line}, column arrived_at"),
-                            format!(
-                                "expected a time in seconds from 0 to {MAX_ARRIVAL_S:e} (beyond it batch times added to it lose their resolution), got \"{}\"",
-                                infersched_core::io::excerpt(s)
-                            ),
-                        ));
-                    }
-                }
-            }
+            Some(k) => parse_arrival(rec.get(k).unwrap_or(""))
+                .map_err(|reason| invalid(format!("line {line}, column arrived_at"), reason))?,
         };
         if let Some((b, h)) = hash_cols {
             let block = count(b, "hash_block_tokens")?;
-            let p = prefix.get_or_insert_with(|| PrefixIds {
-                block_tokens: block,
-                ids: Vec::new(),
-            });
-            if p.block_tokens != block {
-                return Err(invalid(
-                    format!("line {line}, column hash_block_tokens"),
-                    format!(
-                        "expected the same block size on every row ({}), got {block}",
-                        p.block_tokens
-                    ),
-                ));
-            }
-            let ids = parse_ids(rec.get(h).unwrap_or("")).ok_or_else(|| {
-                invalid(
-                    format!("line {line}, column hash_ids"),
-                    format!(
-                        "expected block ids (whole numbers) separated by spaces, got \"{}\"",
-                        infersched_core::io::excerpt(rec.get(h).unwrap_or(""))
-                    ),
-                )
-            })?;
-            p.ids.push(ids);
+            push_prefix_row(&mut prefix, block, rec.get(h).unwrap_or(""), line)
+                .map_err(|(location, reason)| invalid(location, reason))?;
         }
         requests.push(Request {
             input_tokens,
@@ -162,6 +128,51 @@ pub fn read_trace_str(text: &str, path: &Path) -> Result<Workload, TraceError> {
         Some(p) => w.with_prefix(p).map_err(to_error),
         None => Ok(w),
     }
+}
+
+/// An `arrived_at` value: seconds from 0 to [`MAX_ARRIVAL_S`], else what was expected.
+fn parse_arrival(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=MAX_ARRIVAL_S).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "expected a time in seconds from 0 to {MAX_ARRIVAL_S:e} (beyond it batch times added to it lose their resolution), got \"{}\"",
+            infersched_core::io::excerpt(s)
+        )),
+    }
+}
+
+/// Adds one row's prompt block ids (`ids` as written, blocks of `block` tokens) to
+/// `prefix`; an error is the location on `line` and what was expected.
+fn push_prefix_row(
+    prefix: &mut Option<PrefixIds>,
+    block: u32,
+    ids: &str,
+    line: u64,
+) -> Result<(), (String, String)> {
+    let p = prefix.get_or_insert_with(|| PrefixIds {
+        block_tokens: block,
+        ids: Vec::new(),
+    });
+    if p.block_tokens != block {
+        return Err((
+            format!("line {line}, column hash_block_tokens"),
+            format!(
+                "expected the same block size on every row ({}), got {block}",
+                p.block_tokens
+            ),
+        ));
+    }
+    let parsed = parse_ids(ids).ok_or_else(|| {
+        (
+            format!("line {line}, column hash_ids"),
+            format!(
+                "expected block ids (whole numbers) separated by spaces, got \"{}\"",
+                infersched_core::io::excerpt(ids)
+            ),
+        )
+    })?;
+    p.ids.push(parsed);
+    Ok(())
 }
 
 /// Block ids separated by spaces (none for an empty field).
