@@ -23,6 +23,7 @@
 //! With `default-features = false` the library is the solver, replay, compare and SVG
 //! reports.
 //!
+//! * [`settings`]: M, vLLM's block count and `max_model_len` as every front end reads them;
 //! * [`output`]: the files and text a replay produces (`requests.csv`, `batches.csv`,
 //!   `summary.json`).
 //!
@@ -63,5 +64,6 @@ pub mod output;
 pub mod produce;
 pub mod report;
 pub mod resources;
+pub mod settings;
 #[cfg(feature = "sweep")]
 pub mod sweep;

@@ -4,8 +4,9 @@
 //! printed in their shortest round-trip form, so identical inputs give identical bytes.
 
 use crate::core::io::write_atomic;
-use crate::core::{Replay, Summary};
+use crate::core::{Replay, Schedule, Summary};
 use crate::cost_model::TimeBreakdown;
+use crate::solver::{Objective, SolveReport};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -91,6 +92,43 @@ pub fn write_replay_outputs(
         w.write_all(b"\n")
     })?;
     Ok(paths.to_vec())
+}
+
+/// Writes a run's `schedule.json` and its replay's outputs (`requests.csv`,
+/// `batches.csv`, `summary.json`) into `dir`, as `simulate --out` does per scheduler;
+/// returns their paths.
+pub fn write_run_outputs(
+    dir: &Path,
+    schedule: &Schedule,
+    replay: &Replay,
+    summary: &Summary,
+) -> io::Result<Vec<PathBuf>> {
+    let schedule_path = dir.join("schedule.json");
+    schedule.write(&schedule_path).map_err(io::Error::other)?;
+    let mut paths = vec![schedule_path];
+    paths.extend(write_replay_outputs(dir, replay, summary)?);
+    Ok(paths)
+}
+
+/// Writes what `solve --out` writes: the solver's schedule (`schedule.json`, its meta
+/// naming the solver and `objective`), the replay's outputs and `solve.json` (the
+/// report); returns their paths.
+pub fn write_solve_outputs(
+    out: &Path,
+    report: &SolveReport,
+    objective: Objective,
+    replay: &Replay,
+    summary: &Summary,
+) -> io::Result<Vec<PathBuf>> {
+    let mut schedule = report.schedule.clone();
+    schedule.meta =
+        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
+    let mut paths = write_run_outputs(out, &schedule, replay, summary)?;
+    let solve_path = out.join("solve.json");
+    let json = serde_json::to_string_pretty(report)? + "\n";
+    crate::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    Ok(paths)
 }
 
 /// A cell of [`text_table`].

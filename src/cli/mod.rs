@@ -1,6 +1,6 @@
 //! The command line's modules: one per command, and the flag groups they share.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 use infersched::core::Limits;
 use infersched::core::names::Named;
@@ -163,11 +163,13 @@ impl KvCapacityArgs {
     /// M from --kv-capacity, --num-gpu-blocks (blocks of `block` tokens), or `cost`'s model
     /// and GPU at --gpu-memory-utilization.
     pub(crate) fn kv_capacity(&self, cost: &LinearCostModel, block: u32) -> Result<u64> {
-        let flag = match self.num_gpu_blocks {
-            Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, block)?),
-            None => self.kv_capacity,
-        };
-        kv_capacity_for(flag, cost, self.gpu_memory_utilization)
+        Ok(infersched::settings::kv_capacity(
+            self.kv_capacity,
+            self.num_gpu_blocks,
+            self.gpu_memory_utilization,
+            cost,
+            block,
+        )?)
     }
 }
 
@@ -315,22 +317,7 @@ impl KnobArgs {
         w: &infersched::core::Workload,
         cost: &LinearCostModel,
     ) -> Result<Knobs> {
-        if let Some(len) = self.max_model_len {
-            // vLLM rejects a request longer than max_model_len; so does infersched, up front.
-            if let Some((i, r)) = w
-                .requests()
-                .iter()
-                .enumerate()
-                .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len)
-            {
-                bail!(
-                    "--max-model-len {len}: request {i} has I + O = {} tokens (I = {}, O = {}); expected at least the workload's longest request",
-                    u64::from(r.input_tokens) + u64::from(r.output_tokens),
-                    r.input_tokens,
-                    r.output_tokens
-                );
-            }
-        }
+        infersched::settings::check_max_model_len(w, self.max_model_len)?;
         let l = &self.limits;
         Ok(Knobs {
             token_budget: l.token_budget,
@@ -365,43 +352,6 @@ impl KnobArgs {
         // vLLM's default block size when none is given.
         let l = &self.limits;
         l.memory.kv_capacity(cost, l.block_size.unwrap_or(16))
-    }
-}
-
-/// M for vLLM's `--num-gpu-blocks N` with blocks of `block` tokens: the pool less vLLM's
-/// null block, `(N - 1) x block`.
-pub(crate) fn kv_capacity_from_num_gpu_blocks(n: u64, block: u32) -> Result<u64> {
-    if n < 2 {
-        bail!("--num-gpu-blocks: expected at least 2 (vLLM keeps one as its null block), got {n}");
-    }
-    let block = u64::from(block);
-    (n - 1)
-        .checked_mul(block)
-        .with_context(|| format!("--num-gpu-blocks {n} x block size {block} overflows"))
-}
-
-/// M for heuristic runs: the flag, or else what the cost model's model and GPU imply with
-/// `memory_fraction` of GPU memory for weights, activations and KV.
-pub(crate) fn kv_capacity_for(
-    flag: Option<u64>,
-    cost: &LinearCostModel,
-    memory_fraction: f64,
-) -> Result<u64> {
-    if let Some(m) = flag {
-        return Ok(m);
-    }
-    let f = &cost.file;
-    match (&f.model, &f.gpu) {
-        (Some(model), Some(gpu)) => Ok(infersched::cost_model::kv_capacity_tokens(
-            model,
-            gpu,
-            f.tensor_parallel,
-            memory_fraction,
-        )?),
-        _ => bail!(
-            "--kv-capacity is required: cost model {} has no model and GPU spec to derive M from",
-            cost.name
-        ),
     }
 }
 

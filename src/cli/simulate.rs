@@ -197,13 +197,8 @@ fn write_outputs(
     o: &infersched::produce::Outcome,
     trace: bool,
 ) -> Result<Vec<PathBuf>> {
-    let schedule_path = dir.join("schedule.json");
-    o.schedule.write(&schedule_path)?;
-    let mut paths = vec![schedule_path];
-    paths.extend(
-        infersched::output::write_replay_outputs(dir, &o.replay, &o.summary)
-            .with_context(|| format!("writing results to {}", dir.display()))?,
-    );
+    let mut paths = infersched::output::write_run_outputs(dir, &o.schedule, &o.replay, &o.summary)
+        .with_context(|| format!("writing results to {}", dir.display()))?;
     if trace {
         let trace_path = dir.join("trace.json");
         let trace = infersched::report::trace::chrome_trace(w, kind.name(), &o.schedule, &o.replay);

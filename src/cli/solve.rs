@@ -84,7 +84,7 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         .solve
         .as_ref()
         .context("internal error: the solver's outcome has no report")?;
-    let paths = write_solve_outputs(&a.out, report, objective, r, summary)?;
+    let paths = infersched::output::write_solve_outputs(&a.out, report, objective, r, summary)?;
     outln!(
         "{} ({} requests), objective {}, cost model {}",
         a.workload.display(),
@@ -100,29 +100,6 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     );
     outln!("wrote {}", path_list(&paths));
     Ok(())
-}
-
-/// Writes the solver's schedule (`schedule.json`), the replay's outputs and `solve.json`
-/// (the report) under `out`; the paths written.
-fn write_solve_outputs(
-    out: &std::path::Path,
-    report: &infersched::solver::SolveReport,
-    objective: infersched::solver::Objective,
-    r: &infersched::core::Replay,
-    summary: &infersched::core::Summary,
-) -> Result<Vec<std::path::PathBuf>> {
-    let schedule_path = out.join("schedule.json");
-    let mut schedule = report.schedule.clone();
-    schedule.meta =
-        Some(serde_json::json!({"producer": "infersched-solver", "objective": objective}));
-    schedule.write(&schedule_path)?;
-    let mut paths = vec![schedule_path];
-    paths.extend(infersched::output::write_replay_outputs(out, r, summary)?);
-    let solve_path = out.join("solve.json");
-    let json = serde_json::to_string_pretty(report)? + "\n";
-    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
-    paths.push(solve_path);
-    Ok(paths)
 }
 
 /// Prints the report: status, objective, bound and gap, warm start, note and the method's

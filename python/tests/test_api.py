@@ -1,0 +1,102 @@
+"""The package's own surface: workloads from DataFrames and rows, results as DataFrames,
+errors as exceptions naming what was wrong, SLOs, Ctrl-C during a solve."""
+
+import _thread
+import threading
+
+import pandas as pd
+import pytest
+
+import infersched as isd
+from conftest import TRACE
+
+
+def test_a_dataframe_a_path_and_rows_give_the_same_workload(trace_head):
+    df = pd.read_csv(trace_head)
+    from_df = isd.Workload.from_dataframe(df)
+    from_path = isd.Workload.read(trace_head)
+    assert from_df.rows() == from_path.rows()
+    assert len(from_df) == 40
+    from_rows = isd.Workload.from_rows(from_path.rows())
+    assert from_rows.rows() == from_path.rows()
+    a = isd.simulate(df, "vllm", kv_capacity=30000)
+    b = isd.simulate(from_path, "vllm", kv_capacity=30000)
+    assert a.requests_csv() == b.requests_csv()
+
+
+def test_results_are_dataframes_with_the_commands_columns(trace_head):
+    run = isd.simulate(trace_head, "vllm-v1")
+    req, bat = run.requests, run.batches
+    assert len(req) == 40 and list(req.columns) == run.requests_csv().splitlines()[0].split(",")
+    assert len(bat) == run.summary["batches"]
+    # Every request completes after it arrives and no earlier than its first token.
+    assert (req["completion_s"] >= req["first_token_s"]).all()
+    assert (req["first_token_s"] > req["arrival_s"]).all()
+    assert run.summary["e2e_s"]["mean"] == pytest.approx(run.summary["mean_e2e_s"])
+
+
+def test_bad_rows_name_the_line_and_column():
+    df = pd.DataFrame({"num_prefill_tokens": [10, 0], "num_decode_tokens": [3, 4]})
+    with pytest.raises(isd.InferschedError, match=r"<DataFrame>: line 3, column num_prefill_tokens"):
+        isd.Workload.from_dataframe(df)
+    with pytest.raises(isd.InferschedError, match="no such file|No such file"):
+        isd.Workload.read("/nonexistent/trace.csv")
+    with pytest.raises(TypeError, match="workload: expected"):
+        isd.simulate(42, "vllm")
+
+
+def test_bad_settings_are_refused_with_the_flag_named(trace_head):
+    w = isd.Workload.read(trace_head)
+    with pytest.raises(isd.InferschedError, match="unknown name \"vllm-v9\""):
+        isd.simulate(w, "vllm-v9")
+    with pytest.raises(isd.InferschedError, match="num-gpu-blocks: expected at least 2"):
+        isd.simulate(w, "vllm", num_gpu_blocks=1)
+    with pytest.raises(isd.InferschedError, match="max-model-len 100: request 0"):
+        isd.simulate(w, "vllm", max_model_len=100)
+    with pytest.raises(isd.InferschedError, match="time_limit must be > 0"):
+        isd.solve(w, time_limit=0)
+    with pytest.raises(isd.InferschedError, match="slo \"ttft\""):
+        isd.simulate(w, "vllm", slo=["ttft"])
+
+
+def test_an_invalid_schedule_is_refused_by_the_replay():
+    w = isd.Workload.from_rows([(4, 2, 0.0)])
+    # One batch processing 5 tokens of a 4-token prompt breaks the request state rule.
+    bad = isd.Schedule.from_json(
+        '{"format": "infersched-schedule/1", "batches": [{"entries": [{"request": 0, "tokens": 5}]}]}'
+    )
+    with pytest.raises(isd.InferschedError):
+        isd.replay(w, bad, kv_capacity=100)
+
+
+def test_slos_give_attainment_and_goodput(trace_head):
+    loose = isd.simulate(trace_head, "vllm-v1", slo=["e2e-max=1000s"])
+    tight = isd.simulate(trace_head, "vllm-v1", slo=["ttft-max=1us"])
+    assert loose.summary["slo"]["attainment"] == 1.0
+    assert tight.summary["slo"]["attainment"] == 0.0
+
+
+def test_clairvoyant_schedulers_are_named_and_marked():
+    assert isd.is_clairvoyant("mcsf") and isd.is_clairvoyant("lightllm")
+    assert not isd.is_clairvoyant("vllm-v1")
+    w = isd.Workload.from_rows([(100, 5, 0.0), (50, 20, 0.0)])
+    runs = [isd.simulate(w, k, kv_capacity=1000) for k in ("vllm-v1", "mcsf")]
+    df = isd.compare_rows(runs)
+    assert list(df["clairvoyant"]) == [False, True]
+    assert df["mean_e2e_over_reference"].min() == pytest.approx(1.0)
+
+
+def test_ctrl_c_during_a_solve_keeps_the_best_schedule_found():
+    # 48 real requests at once: the mean-latency solve runs to its time limit.
+    w = isd.Workload.from_rows([(i, o, 0.0) for i, o, _ in isd.Workload.read(TRACE).rows()[:48]])
+    timer = threading.Timer(1.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(isd.SolveInterrupted) as caught:
+            isd.solve(w, "mean-latency", kv_capacity=60000, time_limit=8)
+    finally:
+        timer.cancel()
+    assert isinstance(caught.value, KeyboardInterrupt)
+    best = isd.Run(caught.value.args[1])
+    assert best.producer == "optimal (interrupted)"
+    assert best.summary["requests"] == 48

@@ -1,0 +1,99 @@
+"""The package gives the command's answers: the same files, byte for byte, for every
+policy, for a solve and for a replay."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import infersched as isd
+from conftest import run_cli
+
+RUN_FILES = ["schedule.json", "requests.csv", "batches.csv", "summary.json"]
+# The solver's report holds the time it measured; everything else must match.
+MEASURED = {"build_s", "solve_s"}
+
+
+def assert_same_files(a: Path, b: Path, names):
+    for name in names:
+        left, right = (a / name).read_bytes(), (b / name).read_bytes()
+        assert left == right, f"{name} differs between {a} and {b}"
+
+
+@pytest.mark.parametrize("scheduler", isd.schedulers())
+def test_every_policy_writes_the_commands_files(cli, trace_head, tmp_path, scheduler):
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", scheduler,
+            "--out", str(tmp_path / "cli"))
+    run = isd.simulate(trace_head, scheduler)
+    run.write(tmp_path / "py")
+    assert_same_files(tmp_path / "cli" / scheduler, tmp_path / "py", RUN_FILES)
+    assert run.producer == scheduler
+    assert run.summary["requests"] == 40
+
+
+def test_limits_and_knobs_reach_the_policy_as_the_flags_do(cli, trace_head, tmp_path):
+    flags = ["--token-budget", "512", "--num-gpu-blocks", "300", "--block-size", "16",
+             "--max-running", "8", "--victim", "longest", "--no-scheduler-reserve-full-isl"]
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--cost-model", "llama2-7b-a100", *flags, "--out", str(tmp_path / "cli"))
+    run = isd.simulate(trace_head, "vllm-v1", cost_model="llama2-7b-a100", token_budget=512,
+                       num_gpu_blocks=300, block_size=16, max_running=8, victim="longest",
+                       scheduler_reserve_full_isl=False)
+    run.write(tmp_path / "py")
+    assert_same_files(tmp_path / "cli" / "vllm-v1", tmp_path / "py", RUN_FILES)
+    # The knobs changed the run: the default one differs.
+    default = isd.simulate(trace_head, "vllm-v1", cost_model="llama2-7b-a100")
+    assert default.summary != run.summary
+    assert run.limits.startswith("C = 512")
+
+
+def test_a_solve_matches_the_command_and_reports_its_proof(cli, tmp_path):
+    rows = [(300, 6, 0.0), (120, 12, 0.0), (40, 3, 0.0), (500, 2, 0.0), (64, 9, 0.0)]
+    w = isd.Workload.from_rows(rows)
+    path = tmp_path / "w.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens,arrived_at\n"
+                    + "".join(f"{i},{o},{t}\n" for i, o, t in rows))
+    run_cli(cli, "solve", "--workload", str(path), "--objective", "makespan",
+            "--token-budget", "256", "--kv-capacity", "2048", "--time-limit", "30",
+            "--out", str(tmp_path / "cli"))
+    points = []
+    run = isd.solve(w, "makespan", token_budget=256, kv_capacity=2048, time_limit=30,
+                    progress=points.append)
+    run.write(tmp_path / "py")
+    assert_same_files(tmp_path / "cli", tmp_path / "py", RUN_FILES)
+    cli_report = json.loads((tmp_path / "cli" / "solve.json").read_text())
+    py_report = json.loads((tmp_path / "py" / "solve.json").read_text())
+    for k in MEASURED:
+        cli_report.pop(k), py_report.pop(k)
+    assert cli_report == py_report
+    # With C = 256 no exact model fits: the best schedule found, with its bound.
+    assert (run.status, run.method) == ("not-proven", "best-heuristic")
+    assert run.bound_method == cli_report["bound_method"]["combinatorial"]
+    assert run.bound < run.summary["makespan_s"]
+    assert run.gap == pytest.approx(1 - run.bound / run.summary["makespan_s"])
+    assert run.producer == "optimal"
+    assert all(set(p) == {"bound", "incumbent", "gap_percent", "elapsed_s"} for p in points)
+
+
+def test_a_proven_optimum_says_so():
+    w = isd.Workload.from_rows([(300, 6, 0.0), (120, 12, 0.0), (40, 3, 0.0), (500, 2, 0.0)])
+    run = isd.solve(w, "makespan", kv_capacity=2048, time_limit=30)
+    assert (run.status, run.method, run.bound_method) == ("optimal", "counting-search", "exact")
+    assert run.gap == 0.0 and run.bound == pytest.approx(run.summary["makespan_s"], rel=1e-12)
+    with pytest.raises(AttributeError, match="only a solve"):
+        isd.simulate(w, "vllm", kv_capacity=2048).status
+
+
+def test_replay_matches_the_command_and_round_trips_a_schedule(cli, trace_head, tmp_path):
+    sim = isd.simulate(trace_head, "sarathi", kv_capacity=20000, block_size=16)
+    sched = tmp_path / "s.json"
+    sim.schedule.write(str(sched))
+    run_cli(cli, "replay", "--workload", str(trace_head), "--schedule", str(sched),
+            "--kv-capacity", "20000", "--block-size", "16", "--out", str(tmp_path / "cli"))
+    run = isd.replay(trace_head, sched, kv_capacity=20000, block_size=16)
+    run.write(tmp_path / "py")
+    assert_same_files(tmp_path / "cli", tmp_path / "py", RUN_FILES[1:])
+    again = isd.replay(trace_head, isd.Schedule.from_json(sim.schedule.to_json()),
+                       kv_capacity=20000, block_size=16)
+    assert again.summary == sim.summary
+    assert run.producer == "sarathi"

@@ -1,0 +1,160 @@
+//! What every front end (the command line, the Python package) turns its settings into
+//! the same way, so that both give the same answers: M from an explicit value, vLLM's
+//! block count or the cost model's model and GPU, and the `max_model_len` check. Errors
+//! name the command line's flags (the Python package's keyword arguments have the same
+//! names with underscores).
+
+use crate::core::Workload;
+use crate::cost_model::{HardwareError, LinearCostModel};
+use thiserror::Error;
+
+/// Why a setting is refused.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    /// `--num-gpu-blocks` below 2.
+    #[error("--num-gpu-blocks: expected at least 2 (vLLM keeps one as its null block), got {0}")]
+    TooFewGpuBlocks(u64),
+    /// `--num-gpu-blocks` x the block size does not fit 64 bits.
+    #[error("--num-gpu-blocks {blocks} x block size {block} overflows")]
+    GpuBlocksOverflow {
+        /// The blocks asked for.
+        blocks: u64,
+        /// The block size.
+        block: u64,
+    },
+    /// No M given and the cost model names no model and GPU.
+    #[error("--kv-capacity is required: cost model {0} has no model and GPU spec to derive M from")]
+    NoKvCapacity(String),
+    /// M from the model and GPU failed (weights larger than the memory, a bad fraction...).
+    #[error(transparent)]
+    Hardware(#[from] HardwareError),
+    /// `--max-model-len` shorter than a request.
+    #[error(
+        "--max-model-len {len}: request {index} has I + O = {tokens} tokens (I = {input}, O = {output}); expected at least the workload's longest request"
+    )]
+    MaxModelLen {
+        /// The length given.
+        len: u64,
+        /// The first request longer than it.
+        index: usize,
+        /// Its I + O.
+        tokens: u64,
+        /// Its I.
+        input: u32,
+        /// Its O.
+        output: u32,
+    },
+}
+
+/// M for vLLM's `--num-gpu-blocks N` with blocks of `block` tokens: the pool less vLLM's
+/// null block, `(N - 1) x block`.
+pub fn kv_capacity_from_num_gpu_blocks(blocks: u64, block: u32) -> Result<u64, SettingsError> {
+    if blocks < 2 {
+        return Err(SettingsError::TooFewGpuBlocks(blocks));
+    }
+    let block = u64::from(block);
+    (blocks - 1)
+        .checked_mul(block)
+        .ok_or(SettingsError::GpuBlocksOverflow { blocks, block })
+}
+
+/// M: `explicit` if given, else what `cost`'s model and GPU leave for KV with
+/// `memory_fraction` of the GPU's memory for weights, activations and KV (vLLM's
+/// `--gpu-memory-utilization`).
+pub fn kv_capacity_for(
+    explicit: Option<u64>,
+    cost: &LinearCostModel,
+    memory_fraction: f64,
+) -> Result<u64, SettingsError> {
+    if let Some(m) = explicit {
+        return Ok(m);
+    }
+    let f = &cost.file;
+    match (&f.model, &f.gpu) {
+        (Some(model), Some(gpu)) => Ok(crate::cost_model::kv_capacity_tokens(
+            model,
+            gpu,
+            f.tensor_parallel,
+            memory_fraction,
+        )?),
+        _ => Err(SettingsError::NoKvCapacity(cost.name.clone())),
+    }
+}
+
+/// M from `--kv-capacity`, else `--num-gpu-blocks` (blocks of `block` tokens), else the
+/// cost model's model and GPU at `--gpu-memory-utilization`.
+pub fn kv_capacity(
+    kv_capacity: Option<u64>,
+    num_gpu_blocks: Option<u64>,
+    gpu_memory_utilization: f64,
+    cost: &LinearCostModel,
+    block: u32,
+) -> Result<u64, SettingsError> {
+    let explicit = match num_gpu_blocks {
+        Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, block)?),
+        None => kv_capacity,
+    };
+    kv_capacity_for(explicit, cost, gpu_memory_utilization)
+}
+
+/// Refuses a `--max-model-len` shorter than one of `w`'s requests (vLLM rejects such a
+/// request; infersched says so up front).
+pub fn check_max_model_len(w: &Workload, len: Option<u64>) -> Result<(), SettingsError> {
+    let Some(len) = len else { return Ok(()) };
+    let longer = w
+        .requests()
+        .iter()
+        .enumerate()
+        .find(|(_, r)| u64::from(r.input_tokens) + u64::from(r.output_tokens) > len);
+    match longer {
+        Some((index, r)) => Err(SettingsError::MaxModelLen {
+            len,
+            index,
+            tokens: u64::from(r.input_tokens) + u64::from(r.output_tokens),
+            input: r.input_tokens,
+            output: r.output_tokens,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Request;
+
+    #[test]
+    fn gpu_blocks_leave_out_the_null_block_and_refuse_fewer_than_two() {
+        assert_eq!(kv_capacity_from_num_gpu_blocks(3, 16).unwrap(), 32);
+        assert!(matches!(
+            kv_capacity_from_num_gpu_blocks(1, 16),
+            Err(SettingsError::TooFewGpuBlocks(1))
+        ));
+        assert!(kv_capacity_from_num_gpu_blocks(u64::MAX, 16).is_err());
+    }
+
+    #[test]
+    fn explicit_m_wins_and_a_bare_preset_without_hardware_is_refused() {
+        let cost = crate::cost_model::preset("llama2-7b-a100").unwrap();
+        assert_eq!(kv_capacity(Some(100), None, 0.9, &cost, 16).unwrap(), 100);
+        assert_eq!(kv_capacity(Some(100), Some(5), 0.9, &cost, 16).unwrap(), 64);
+        let mut bare = cost.clone();
+        bare.file.model = None;
+        let e = kv_capacity(None, None, 0.9, &bare, 16).unwrap_err();
+        assert!(e.to_string().contains("--kv-capacity is required"), "{e}");
+    }
+
+    #[test]
+    fn max_model_len_names_the_first_longer_request() {
+        let r = |i, o| Request {
+            input_tokens: i,
+            output_tokens: o,
+            arrival_s: 0.0,
+        };
+        let w = Workload::new(vec![r(4, 2), r(10, 3)]).unwrap();
+        assert!(check_max_model_len(&w, Some(13)).is_ok());
+        let e = check_max_model_len(&w, Some(12)).unwrap_err().to_string();
+        assert!(e.contains("request 1 has I + O = 13"), "{e}");
+    }
+}
