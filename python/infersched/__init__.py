@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import tempfile
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 
 from . import _infersched
@@ -37,6 +38,8 @@ __all__ = [
     "simulate",
     "solve",
     "replay",
+    "compare",
+    "Comparison",
     "compare_rows",
     "schedulers",
     "objectives",
@@ -281,6 +284,32 @@ def _limits(
     )
 
 
+def _solve_options(
+    time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
+    plan_search_tries, no_phase_relaxation, no_independent_groups, no_warm_start,
+    warm_start_from, no_evict, no_chunk, no_mix, fcfs, reserve,
+) -> dict:
+    return dict(
+        time_limit=float(time_limit),
+        threads=threads,
+        mip_gap=float(mip_gap),
+        memory_limit=float(memory_limit),
+        horizon=horizon,
+        milp_only=bool(milp_only),
+        list_search_tries=list_search_tries,
+        plan_search_tries=plan_search_tries,
+        no_phase_relaxation=bool(no_phase_relaxation),
+        no_independent_groups=bool(no_independent_groups),
+        no_warm_start=bool(no_warm_start),
+        warm_start_from=list(warm_start_from),
+        no_evict=bool(no_evict),
+        no_chunk=bool(no_chunk),
+        no_mix=bool(no_mix),
+        fcfs=bool(fcfs),
+        reserve=bool(reserve),
+    )
+
+
 def simulate(
     workload: Any,
     scheduler: str,
@@ -395,27 +424,115 @@ def solve(
     solver cannot be stopped early: its thread runs on until ``time_limit``."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
-    options = dict(
-        time_limit=float(time_limit),
-        threads=threads,
-        mip_gap=float(mip_gap),
-        memory_limit=float(memory_limit),
-        horizon=horizon,
-        milp_only=bool(milp_only),
-        list_search_tries=list_search_tries,
-        plan_search_tries=plan_search_tries,
-        no_phase_relaxation=bool(no_phase_relaxation),
-        no_independent_groups=bool(no_independent_groups),
-        no_warm_start=bool(no_warm_start),
-        warm_start_from=list(warm_start_from),
-        no_evict=bool(no_evict),
-        no_chunk=bool(no_chunk),
-        no_mix=bool(no_mix),
-        fcfs=bool(fcfs),
-        reserve=bool(reserve),
+    options = _solve_options(
+        time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
+        plan_search_tries, no_phase_relaxation, no_independent_groups, no_warm_start,
+        warm_start_from, no_evict, no_chunk, no_mix, fcfs, reserve,
     )
     inner = _infersched.solve(_workload(workload), objective, cost_model, limits, options, list(slo), progress)
     return Run(inner)
+
+
+class Comparison:
+    """What :func:`compare` ran: ``.table`` (``comparison.csv`` as a DataFrame: one row per
+    scheduler, the ratios to the optimum and to the bound, status, method, clairvoyance),
+    ``.report`` (``comparison.json``), ``.runs`` (each scheduler's :class:`Run`),
+    ``.failures`` (each failed scheduler's error) and ``.out`` (the folder written: a
+    folder per scheduler, plots/ and report.html, as the command writes them)."""
+
+    def __init__(self, out: str, contended: list):
+        self.out = out
+        self.runs = {name: Run(run) for name, run, _ in contended if run is not None}
+        self.failures = {name: e for name, run, e in contended if run is None}
+
+    @property
+    def table(self) -> Any:
+        """``comparison.csv`` as a DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(os.path.join(self.out, "comparison.csv"))
+
+    @property
+    def report(self) -> dict:
+        """``comparison.json`` as a dict (the setting, the rows, the solver's report)."""
+        with open(os.path.join(self.out, "comparison.json")) as f:
+            return json.load(f)
+
+    def __repr__(self) -> str:
+        return f"Comparison({', '.join(self.runs)} in {self.out})"
+
+
+def compare(
+    workload: Any,
+    schedulers: Union[str, Sequence[str]] = "optimal,vllm,vllm-v1,sarathi,orca,mcsf",
+    objective: str = "makespan",
+    *,
+    out: Optional[Union[str, os.PathLike]] = None,
+    plots: bool = True,
+    traces: bool = True,
+    replicas: int = 1,
+    router: str = "round-robin",
+    cost_model: str = DEFAULT_COST_MODEL,
+    token_budget: Optional[int] = None,
+    prefill_budget: Optional[int] = None,
+    kv_capacity: Optional[int] = None,
+    num_gpu_blocks: Optional[int] = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_running: Optional[int] = None,
+    block_size: Optional[int] = None,
+    watermark: Optional[float] = None,
+    no_preemption: bool = False,
+    victim: str = "newest",
+    max_model_len: Optional[int] = None,
+    mcsf_order: str = "output",
+    scheduler_reserve_full_isl: Optional[bool] = None,
+    long_prefill_token_threshold: Optional[int] = None,
+    max_ragged_sequence_count: Optional[int] = None,
+    max_waiting_iters: Optional[int] = None,
+    time_limit: float = 60.0,
+    threads: int = 2,
+    mip_gap: float = 1e-6,
+    memory_limit: float = 4.0,
+    horizon: Optional[int] = None,
+    milp_only: bool = False,
+    list_search_tries: int = _infersched.DEFAULT_LIST_SEARCH_TRIES,
+    plan_search_tries: int = _infersched.DEFAULT_PLAN_SEARCH_TRIES,
+    no_phase_relaxation: bool = False,
+    no_independent_groups: bool = False,
+    no_evict: bool = False,
+    no_chunk: bool = False,
+    no_mix: bool = False,
+    fcfs: bool = False,
+    reserve: bool = False,
+    slo: Sequence[str] = (),
+    progress: Optional[Callable[[dict], None]] = None,
+) -> Comparison:
+    """The optimal scheduler and heuristics on one setting: ``infersched compare``.
+    ``schedulers`` as ``--schedulers`` takes them (``optimal``, ``optimal+no-evict``, any
+    heuristic). Writes the command's folder to ``out`` (a new temporary folder when None).
+    The ``optimal`` row is ``best-found`` unless the solver proved it. Runs without the
+    GIL; Ctrl-C raises :class:`SolveInterrupted` as :func:`solve` does."""
+    if not isinstance(schedulers, str):
+        schedulers = ",".join(schedulers)
+    out = os.fspath(out) if out is not None else tempfile.mkdtemp(prefix="infersched-compare-")
+    limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
+                     gpu_memory_utilization, max_running, block_size, watermark)
+    knobs = dict(
+        no_preemption=bool(no_preemption), victim=victim, max_model_len=max_model_len,
+        mcsf_order=mcsf_order, scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        max_ragged_sequence_count=max_ragged_sequence_count, max_waiting_iters=max_waiting_iters,
+    )
+    options = _solve_options(
+        time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
+        plan_search_tries, no_phase_relaxation, no_independent_groups, False, (), no_evict,
+        no_chunk, no_mix, fcfs, reserve,
+    )
+    how = dict(schedulers=schedulers, objective=objective, replicas=int(replicas), router=router,
+               out=out, plots=bool(plots), traces=bool(traces))
+    contended = _infersched.compare(_workload(workload), cost_model, limits, knobs, options,
+                                    list(slo), how, progress)
+    return Comparison(out, contended)
 
 
 def compare_rows(runs: Sequence[Run], reference: Optional[Run] = None) -> Any:

@@ -204,6 +204,11 @@ impl PyRun {
     fn write(&self, dir: PathBuf) -> PyResult<Vec<PathBuf>> {
         std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         let o = &self.outcome;
+        if o.cluster.is_some() {
+            return Err(err(
+                "a cluster's run: its files (routing.csv, replica-K/) are in the comparison's folder",
+            ));
+        }
         let written = match (&o.solve, self.objective) {
             (Some(report), Some(objective)) => infersched::output::write_solve_outputs(
                 &dir, report, objective, &o.replay, &o.summary,
@@ -253,6 +258,25 @@ impl LimitKwargs {
             block,
         )
         .map_err(err)
+    }
+
+    /// The limits `compare` gives the solver: those set (block size 1 and C, P, R_max
+    /// unlimited where unset), M as the heuristics get it, no watermark (a policy's
+    /// admission rule, not a limit of the GPU).
+    fn explicit_limits(&self, cost: &LinearCostModel) -> PyResult<Limits> {
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: Some(self.kv_capacity(cost, self.block_size.unwrap_or(16))?),
+            max_running: self.max_running,
+            block_size: self.block_size.unwrap_or(1),
+            watermark: self.watermark.unwrap_or(0.0),
+        };
+        l.validate().map_err(err)?;
+        Ok(Limits {
+            watermark: 0.0,
+            ..l
+        })
     }
 
     /// The limits as `solve` and `replay` read them: unset ones unlimited, block 1.
@@ -511,21 +535,53 @@ fn solve(
         ..solve_kwargs.options()?
     };
     let producer = infersched::produce::Contender::Optimal(options.constraints).to_string();
-    let (tx, rx) = mpsc::channel();
     let (w, c) = (workload.inner.clone(), cost.clone());
+    let job = move || produce_optimal(&w, &c, &limits, objective, &options);
+    let outcome = match wait_watched(py, &watch, progress.as_ref(), job)? {
+        Waited::Done(result) => result.map_err(err)?,
+        Waited::Interrupted(e) => {
+            return Err(interrupted(py, e, &watch, &workload.inner, &limits, &cost));
+        }
+    };
+    Ok(PyRun {
+        outcome: with_slo(outcome, &slo),
+        objective: Some(objective),
+        producer,
+    })
+}
+
+/// How a watched job ended.
+enum Waited<T> {
+    /// It returned.
+    Done(T),
+    /// A signal handler raised (Ctrl-C: KeyboardInterrupt) while it ran.
+    Interrupted(PyErr),
+}
+
+/// Runs `job` on its own thread without the GIL, passing progress points to `progress`
+/// every 100 ms and running Python's signal handlers, until it returns or a handler
+/// raises. A job abandoned on an interrupt runs on until it returns (its time limit);
+/// its answer is dropped.
+fn wait_watched<T: Send + 'static>(
+    py: Python<'_>,
+    watch: &Watch,
+    progress: Option<&Py<PyAny>>,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<Waited<T>> {
+    let (tx, mut rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("infersched-solve".into())
         .spawn(move || {
-            let _ = tx.send(produce_optimal(&w, &c, &limits, objective, &options));
+            let _ = tx.send(job());
         })
         .map_err(err)?;
-    let mut rx = rx;
-    let outcome = loop {
+    loop {
         // The receiver is Send but not Sync: it goes into the GIL-free closure and back.
         let (received, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(100)), rx));
         rx = back;
+        report_progress(py, watch, progress)?;
         match received {
-            Ok(result) => break result.map_err(err)?,
+            Ok(done) => return Ok(Waited::Done(done)),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(err(
                     "internal error: the solver's thread ended without a result",
@@ -533,17 +589,10 @@ fn solve(
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
-        report_progress(py, &watch, progress.as_ref())?;
         if let Err(e) = py.check_signals() {
-            return Err(interrupted(py, e, &watch, &workload.inner, &limits, &cost));
+            return Ok(Waited::Interrupted(e));
         }
-    };
-    report_progress(py, &watch, progress.as_ref())?;
-    Ok(PyRun {
-        outcome: with_slo(outcome, &slo),
-        objective: Some(objective),
-        producer,
-    })
+    }
 }
 
 /// Passes the progress points gathered since the last call to `callback`.
@@ -629,6 +678,119 @@ fn replay_outcome(
     })
 }
 
+/// Where and how a comparison runs, beside its settings.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct CompareKwargs {
+    schedulers: String,
+    objective: String,
+    replicas: u32,
+    router: String,
+    out: PathBuf,
+    plots: bool,
+    traces: bool,
+}
+
+/// One contender of a comparison: its name, and its run or why it failed.
+type Contended = (String, Option<PyRun>, Option<String>);
+
+/// The optimal scheduler and heuristics on one setting (`infersched compare`): writes the
+/// command's folder (comparison.csv and .json, a folder per scheduler, plots,
+/// report.html) under `out` and returns each contender's run or error.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    py: Python<'_>,
+    workload: &PyWorkload,
+    cost_model_spec: &str,
+    limits: LimitKwargs,
+    knob_kwargs: KnobKwargs,
+    solve_kwargs: SolveKwargs,
+    slo: Vec<String>,
+    how: CompareKwargs,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Vec<Contended>> {
+    use infersched::compare::{ClusterSetting, CompareSpec, Contender, Setting};
+    let w = &workload.inner;
+    let cost = cost_model(cost_model_spec)?;
+    let objective = named::<Objective>("objective", &how.objective)?;
+    let max = infersched::core::cluster::MAX_REPLICAS;
+    if !(1..=max).contains(&how.replicas) {
+        return Err(err(format!(
+            "replicas: expected 1 to {max}, got {}",
+            how.replicas
+        )));
+    }
+    let router = how
+        .router
+        .parse::<infersched::schedulers::Router>()
+        .map_err(|e| err(format!("router: {e}")))?;
+    let contenders =
+        Contender::parse_list(&how.schedulers).map_err(|e| err(format!("schedulers: {e}")))?;
+    let explicit = limits.explicit_limits(&cost)?;
+    let watch = Arc::new(Watch::default());
+    let cluster = (how.replicas > 1).then_some((how.replicas, router));
+    let spec = CompareSpec {
+        contenders,
+        objective,
+        limits: explicit,
+        knobs: knobs(w, &cost, &limits, &knob_kwargs)?,
+        solve: SolveOptions {
+            observer: Some(Observer::new(WatchObserver(watch.clone()))),
+            ..solve_kwargs.options()?
+        },
+        slos: slos(&slo)?,
+        cluster,
+    };
+    let setting = Setting {
+        workload: workload.source.clone(),
+        workload_stats: infersched::workload::WorkloadStats::of(w),
+        cost_model: cost.name.clone(),
+        objective,
+        limits: explicit,
+        time_limit_s: solve_kwargs.time_limit,
+        cluster: cluster.map(|(replicas, router)| ClusterSetting {
+            replicas,
+            router: router.name(),
+        }),
+    };
+    let (w2, c2) = (w.clone(), cost.clone());
+    let job = move || infersched::compare::run(&w2, &c2, &spec);
+    let c = match wait_watched(py, &watch, progress.as_ref(), job)? {
+        Waited::Done(c) => c,
+        Waited::Interrupted(e) => return Err(interrupted(py, e, &watch, w, &explicit, &cost)),
+    };
+    let parts = infersched::report::ReportParts {
+        plots: how.plots,
+        traces: how.traces,
+    };
+    infersched::report::write_comparison_parts(&how.out, w, &setting, &c, parts).map_err(|e| {
+        err(format!(
+            "writing the comparison to {}: {e}",
+            how.out.display()
+        ))
+    })?;
+    Ok(contended(c, objective))
+}
+
+fn contended(c: infersched::compare::Comparison, objective: Objective) -> Vec<Contended> {
+    let runs = c.results.into_iter().map(|(contender, result)| {
+        let name = contender.to_string();
+        match result {
+            Ok(outcome) => {
+                let run = PyRun {
+                    objective: contender.is_solver().then_some(objective),
+                    producer: name.clone(),
+                    outcome,
+                };
+                (name, Some(run), None)
+            }
+            Err(e) => (name, None, Some(e)),
+        }
+    });
+    runs.collect()
+}
+
 /// The names `scheduler` accepts, in the command's order.
 #[pyfunction]
 fn scheduler_names() -> Vec<&'static str> {
@@ -683,6 +845,7 @@ fn _infersched(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(solve, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(scheduler_names, m)?)?;
     m.add_function(wrap_pyfunction!(is_clairvoyant, m)?)?;
     m.add_function(wrap_pyfunction!(objective_names, m)?)?;

@@ -45,6 +45,8 @@ def test_limits_and_knobs_reach_the_policy_as_the_flags_do(cli, trace_head, tmp_
     default = isd.simulate(trace_head, "vllm-v1", cost_model="llama2-7b-a100")
     assert default.summary != run.summary
     assert run.limits.startswith("C = 512")
+    # Memory binds, so the victim rule is exercised.
+    assert run.summary["evictions"] > 0
 
 
 def test_a_solve_matches_the_command_and_reports_its_proof(cli, tmp_path):
@@ -97,3 +99,31 @@ def test_replay_matches_the_command_and_round_trips_a_schedule(cli, trace_head, 
                        kv_capacity=20000, block_size=16)
     assert again.summary == sim.summary
     assert run.producer == "sarathi"
+
+
+def test_compare_writes_the_commands_folder(cli, tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n300,6\n120,12\n40,3\n500,2\n64,9\n")
+    names = ["optimal", "vllm-v1", "mcsf", "sarathi"]
+    run_cli(cli, "compare", "--workload", str(path), "--schedulers", ",".join(names),
+            "--objective", "mean-latency", "--kv-capacity", "2048", "--time-limit", "20",
+            "--no-plots", "--out", str(tmp_path / "cli"))
+    c = isd.compare(isd.Workload.read(str(path)), names, "mean-latency", kv_capacity=2048,
+                    time_limit=20, plots=False, out=tmp_path / "py")
+    assert_same_files(tmp_path / "cli", tmp_path / "py", ["comparison.csv"])
+    for name in names:
+        assert_same_files(tmp_path / "cli" / name, tmp_path / "py" / name, RUN_FILES)
+    left = json.loads((tmp_path / "cli" / "comparison.json").read_text())
+    right = c.report
+    for doc in (left, right):
+        for k in MEASURED:
+            doc["solve"].pop(k)
+    assert left == right
+    assert list(c.table["scheduler"]) == names
+    assert set(c.runs) == set(names) and not c.failures
+    optimal = c.runs["optimal"]
+    assert optimal.status == "optimal"
+    # No heuristic beats a proven optimum.
+    best = optimal.summary["mean_e2e_s"]
+    assert all(r.summary["mean_e2e_s"] >= best * (1 - 1e-9) for r in c.runs.values())
+    assert bool(c.table.set_index("scheduler").loc["mcsf", "clairvoyant"])
