@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: installs what is missing, then runs a job.
 #   bash run.sh demo   the main job (a demo comparison on bundled data)
-#   bash run.sh test   the whole test suite, formatting and lints (what CI runs)
+#   bash run.sh test   the whole test suite, formatting and lints (what CI runs), the
+#                      Python package's and the notebooks' included
 #
 # A new machine needs: the Rust toolchain (cargo, rustfmt, clippy) and Debian's apt.
 # run.sh installs, when missing: cmake and a C++ compiler (HiGHS is built from source by
@@ -31,6 +32,11 @@ need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 find_libclang >/dev/null || need_apt+=(libclang-dev)
+# The Python package's tests (run.sh test) need Python 3.9+ with venv and pip.
+if [ "${1:-}" = test ]; then
+  command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=()
   if [ "$(id -u)" -ne 0 ]; then
@@ -54,6 +60,24 @@ if ! LIBCLANG_DIR="$(find_libclang)"; then
 fi
 export LIBCLANG_PATH="$LIBCLANG_DIR"
 
+# The Python package (python/): its formatting and lints, then built by pip (maturin)
+# into a virtual environment under target/ with the same target directory, profile and
+# --target as the tests above, so it reuses their compiled dependencies; then its tests
+# (byte-for-byte parity with the command `cargo test` built) and the notebooks.
+python_package_tests() {
+  local host="$1" venv="target/python-venv"
+  cargo fmt --manifest-path python/Cargo.toml -- --check
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    pytest pandas matplotlib nbclient nbformat ipykernel
+  PYO3_PYTHON="$PWD/$venv/bin/python" CARGO_TARGET_DIR="$PWD/target" \
+    cargo clippy --manifest-path python/Cargo.toml --target "$host" --quiet -- -D warnings
+  CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev --target $host" \
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./python
+  INFERSCHED_BIN="$PWD/target/$host/debug/infersched" "$venv/bin/python" -m pytest -q \
+    -p no:cacheprovider --rootdir python python/tests
+}
+
 case "${1:-}" in
   demo)
     cargo build --release --quiet --bin infersched
@@ -71,6 +95,7 @@ case "${1:-}" in
     # The library without the CLI's dependencies (resvg, toml, indicatif, ctrlc) builds too.
     cargo clippy --lib --no-default-features --target "$host" --quiet -- -D warnings
     cargo test --workspace --target "$host" --quiet
+    python_package_tests "$host"
     ;;
   *)
     echo "usage: bash run.sh demo|test" >&2
