@@ -60,19 +60,16 @@ if ! LIBCLANG_DIR="$(find_libclang)"; then
 fi
 export LIBCLANG_PATH="$LIBCLANG_DIR"
 
-# The Python package (python/): its formatting and lints, then built by pip (maturin)
-# into a virtual environment under target/ with the same target directory, profile and
-# --target as the tests above, so it reuses their compiled dependencies; then its tests
-# (byte-for-byte parity with the command `cargo test` built) and the notebooks.
+# The Python package (python/, a workspace member: formatted and linted above): built by
+# pip (maturin) into a virtual environment under target/ with the profile and --target of
+# the tests above, so it reuses the library they compiled; then its tests (byte-for-byte
+# parity with the command `cargo test` built) and the notebooks.
 python_package_tests() {
   local host="$1" venv="target/python-venv"
-  cargo fmt --manifest-path python/Cargo.toml -- --check
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     pytest pandas matplotlib nbclient nbformat ipykernel
-  PYO3_PYTHON="$PWD/$venv/bin/python" CARGO_TARGET_DIR="$PWD/target" \
-    cargo clippy --manifest-path python/Cargo.toml --target "$host" --quiet -- -D warnings
-  CARGO_TARGET_DIR="$PWD/target" MATURIN_PEP517_ARGS="--profile dev --target $host" \
+  MATURIN_PEP517_ARGS="--profile dev --target $host" \
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./python
   INFERSCHED_BIN="$PWD/target/$host/debug/infersched" "$venv/bin/python" -m pytest -q \
     -p no:cacheprovider --rootdir python python/tests
@@ -94,7 +91,7 @@ case "${1:-}" in
     cargo clippy --workspace --all-targets --target "$host" --quiet -- -D warnings
     # The library without the CLI's dependencies (resvg, toml, indicatif, ctrlc) builds too.
     cargo clippy --lib --no-default-features --target "$host" --quiet -- -D warnings
-    cargo test --workspace --target "$host" --quiet
+    cargo test --workspace --exclude infersched-python --target "$host" --quiet
     python_package_tests "$host"
     ;;
   *)

@@ -21,6 +21,7 @@ const CRATES: &[&str] = &[
     "solver/src",
     "kernels-calibration/src",
     "test-kit/src",
+    "python/src",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -2,13 +2,14 @@
 errors as exceptions naming what was wrong, SLOs, Ctrl-C during a solve."""
 
 import _thread
+import json
 import threading
 
 import pandas as pd
 import pytest
 
 import infersched as isd
-from conftest import TRACE
+from conftest import ROOT, TRACE
 
 
 def test_a_dataframe_a_path_and_rows_give_the_same_workload(trace_head):
@@ -100,3 +101,40 @@ def test_ctrl_c_during_a_solve_keeps_the_best_schedule_found():
     best = isd.Run(caught.value.args[1])
     assert best.producer == "optimal (interrupted)"
     assert best.summary["requests"] == 48
+
+
+@pytest.mark.parametrize(
+    "frame, expected",
+    [
+        ({"num_prefill_tokens": [10, 20], "num_decode_tokens": [3.0, float("nan")]},
+         r"line 3, column num_decode_tokens"),
+        ({"num_prefill_tokens": [10, 20]}, r"num_decode_tokens"),
+        ({"num_prefill_tokens": [10.5], "num_decode_tokens": [3]}, r"line 2, column num_prefill_tokens"),
+        ({"num_prefill_tokens": [10], "num_decode_tokens": [3], "arrived_at": [-1.0]},
+         r"line 2, column arrived_at"),
+    ],
+    ids=["nan", "missing-column", "fractional-tokens", "negative-arrival"],
+)
+def test_bad_dataframes_are_refused_with_the_line_and_column(frame, expected):
+    with pytest.raises(isd.InferschedError, match=expected):
+        isd.Workload.from_dataframe(pd.DataFrame(frame))
+
+
+def test_unknown_keywords_are_refused_by_python(trace_head):
+    with pytest.raises(TypeError, match="token_budgett"):
+        isd.simulate(trace_head, "vllm", token_budgett=512)
+
+
+def test_a_hugging_face_config_runs_end_to_end_and_bad_ones_are_refused(trace_head, tmp_path):
+    config = ROOT / "notebooks-data" / "models" / "llama3-8b" / "config.json"
+    by_file = isd.simulate(trace_head, "vllm-v1", cost_model=f"roofline:h100:{config}")
+    by_name = isd.simulate(trace_head, "vllm-v1", cost_model="roofline:h100:llama3-8b")
+    assert by_file.summary == by_name.summary
+    with pytest.raises(isd.InferschedError, match="does not divide"):
+        isd.simulate(trace_head, "vllm-v1", cost_model=f"roofline:h100:{config}:tp3")
+    broken = json.loads(config.read_text())
+    del broken["num_hidden_layers"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(isd.InferschedError, match="num_hidden_layers"):
+        isd.simulate(trace_head, "vllm-v1", cost_model=f"roofline:h100:{path}")

@@ -1,0 +1,219 @@
+//! The keyword arguments (the command's flags, underscores for dashes) and what they
+//! become: limits, knobs, solver options, SLOs.
+
+use crate::errors::{err, named};
+use infersched::core::{Limits, Slo, SloReport, Workload};
+use infersched::cost_model::LinearCostModel;
+use infersched::produce::Outcome;
+use infersched::schedulers::{Knobs, McsfOrder, SchedulerKind, Victim};
+use infersched::solver::{PolicyConstraints, SolveOptions};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+/// The per-batch limits as keyword arguments (the command's flags, underscores for dashes).
+#[derive(FromPyObject, Default)]
+#[pyo3(from_item_all)]
+pub(crate) struct LimitKwargs {
+    pub(crate) token_budget: Option<u64>,
+    pub(crate) prefill_budget: Option<u64>,
+    pub(crate) kv_capacity: Option<u64>,
+    pub(crate) num_gpu_blocks: Option<u64>,
+    pub(crate) gpu_memory_utilization: f64,
+    pub(crate) max_running: Option<u64>,
+    pub(crate) block_size: Option<u32>,
+    pub(crate) watermark: Option<f64>,
+}
+
+impl LimitKwargs {
+    /// M as every command derives it (blocks of `block` tokens for --num-gpu-blocks).
+    pub(crate) fn kv_capacity(&self, cost: &LinearCostModel, block: u32) -> PyResult<u64> {
+        infersched::settings::kv_capacity(
+            self.kv_capacity,
+            self.num_gpu_blocks,
+            self.gpu_memory_utilization,
+            cost,
+            block,
+        )
+        .map_err(err)
+    }
+
+    /// The limits `compare` gives the solver: those set (block size 1 and C, P, R_max
+    /// unlimited where unset), M as the heuristics get it, no watermark (a policy's
+    /// admission rule, not a limit of the GPU).
+    pub(crate) fn explicit_limits(&self, cost: &LinearCostModel) -> PyResult<Limits> {
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: Some(self.kv_capacity(cost, self.block_size.unwrap_or(16))?),
+            max_running: self.max_running,
+            block_size: self.block_size.unwrap_or(1),
+            watermark: self.watermark.unwrap_or(0.0),
+        };
+        l.validate().map_err(err)?;
+        Ok(Limits {
+            watermark: 0.0,
+            ..l
+        })
+    }
+
+    /// The limits as `solve` and `replay` read them: unset ones unlimited, block 1.
+    pub(crate) fn limits(&self, cost: &LinearCostModel) -> PyResult<Limits> {
+        let block = self.block_size.unwrap_or(1);
+        let l = Limits {
+            token_budget: self.token_budget,
+            prefill_budget: self.prefill_budget,
+            kv_capacity: Some(self.kv_capacity(cost, block)?),
+            max_running: self.max_running,
+            block_size: block,
+            watermark: self.watermark.unwrap_or(0.0),
+        };
+        l.validate().map_err(err)?;
+        Ok(l)
+    }
+}
+
+/// The heuristics' knobs as keyword arguments (unset ones take each policy's default).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct KnobKwargs {
+    pub(crate) no_preemption: bool,
+    pub(crate) victim: String,
+    pub(crate) max_model_len: Option<u64>,
+    pub(crate) mcsf_order: String,
+    pub(crate) scheduler_reserve_full_isl: Option<bool>,
+    pub(crate) long_prefill_token_threshold: Option<u64>,
+    pub(crate) max_ragged_sequence_count: Option<u64>,
+    pub(crate) max_waiting_iters: Option<u64>,
+}
+
+pub(crate) fn knobs(
+    w: &Workload,
+    cost: &LinearCostModel,
+    l: &LimitKwargs,
+    k: &KnobKwargs,
+) -> PyResult<Knobs> {
+    infersched::settings::check_max_model_len(w, k.max_model_len).map_err(err)?;
+    if k.max_ragged_sequence_count == Some(0) {
+        return Err(err("max_ragged_sequence_count: expected at least 1, got 0"));
+    }
+    Ok(Knobs {
+        token_budget: l.token_budget,
+        prefill_budget: l.prefill_budget,
+        kv_capacity: Some(l.kv_capacity(cost, l.block_size.unwrap_or(16))?),
+        max_running: l.max_running,
+        block_size: l.block_size,
+        watermark: l.watermark,
+        no_preemption: k.no_preemption,
+        victim: named::<Victim>("victim", &k.victim)?,
+        max_model_len: k.max_model_len,
+        mcsf_order: named::<McsfOrder>("mcsf_order", &k.mcsf_order)?,
+        reserve_full_isl: k.scheduler_reserve_full_isl,
+        long_prefill_token_threshold: k.long_prefill_token_threshold,
+        max_ragged_sequence_count: k.max_ragged_sequence_count,
+        max_waiting_iters: k.max_waiting_iters,
+    })
+}
+
+pub(crate) fn cost_model(spec: &str) -> PyResult<LinearCostModel> {
+    infersched::cost_models::resolve(spec).map_err(err)
+}
+
+pub(crate) fn slos(slo: &[String]) -> PyResult<Vec<Slo>> {
+    slo.iter()
+        .map(|s| s.parse::<Slo>().map_err(|e| err(format!("slo {s:?}: {e}"))))
+        .collect()
+}
+
+pub(crate) fn with_slo(mut outcome: Outcome, slo: &[Slo]) -> Outcome {
+    if !slo.is_empty() {
+        outcome.summary.slo = Some(SloReport::of(&outcome.replay, slo));
+    }
+    outcome
+}
+
+/// The solver's options as keyword arguments (the command's flags).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct SolveKwargs {
+    pub(crate) time_limit: f64,
+    pub(crate) threads: u32,
+    pub(crate) mip_gap: f64,
+    pub(crate) memory_limit: f64,
+    pub(crate) horizon: Option<usize>,
+    pub(crate) milp_only: bool,
+    pub(crate) list_search_tries: usize,
+    pub(crate) plan_search_tries: usize,
+    pub(crate) no_phase_relaxation: bool,
+    pub(crate) no_independent_groups: bool,
+    pub(crate) no_warm_start: bool,
+    pub(crate) warm_start_from: Vec<String>,
+    pub(crate) no_evict: bool,
+    pub(crate) no_chunk: bool,
+    pub(crate) no_mix: bool,
+    pub(crate) fcfs: bool,
+    pub(crate) reserve: bool,
+}
+
+impl SolveKwargs {
+    /// Checked options, as `solve`'s flags give them.
+    pub(crate) fn options(&self) -> PyResult<SolveOptions> {
+        if !self.time_limit.is_finite() || self.time_limit <= 0.0 {
+            return Err(err("time_limit must be > 0 seconds"));
+        }
+        if !(0.0..1.0).contains(&self.mip_gap) {
+            return Err(err("mip_gap must be in [0, 1)"));
+        }
+        if !(1..=256).contains(&self.threads) {
+            return Err(err(format!(
+                "threads: expected 1 to 256, got {}",
+                self.threads
+            )));
+        }
+        if !self.memory_limit.is_finite() || self.memory_limit <= 0.0 || self.memory_limit > 1e6 {
+            return Err(err("memory_limit must be > 0 and at most 1e6 GiB"));
+        }
+        let defaults = SolveOptions::default();
+        let warm_start_from = self.warm_start_from.iter();
+        Ok(SolveOptions {
+            memory_limit_bytes: (self.memory_limit * (1u64 << 30) as f64) as u64,
+            time_limit_s: self.time_limit,
+            threads: self.threads,
+            mip_rel_gap: self.mip_gap,
+            max_search_states: if self.milp_only {
+                0
+            } else {
+                defaults.max_search_states
+            },
+            list_search_evaluations: self.list_search_tries,
+            plan_search_evaluations: self.plan_search_tries,
+            phase_relaxation: !self.no_phase_relaxation,
+            independent_groups: !self.no_independent_groups,
+            horizon: self.horizon,
+            warm_start: !self.no_warm_start,
+            warm_start_from: warm_start_from
+                .map(|n| named::<SchedulerKind>("warm_start_from", n))
+                .collect::<PyResult<_>>()?,
+            constraints: PolicyConstraints {
+                no_evict: self.no_evict,
+                no_chunk: self.no_chunk,
+                no_mix: self.no_mix,
+                fcfs: self.fcfs,
+                reserve: self.reserve,
+            },
+            ..defaults
+        })
+    }
+}
+
+/// Where and how a comparison runs, beside its settings.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct CompareKwargs {
+    pub(crate) schedulers: String,
+    pub(crate) objective: String,
+    pub(crate) replicas: u32,
+    pub(crate) router: String,
+    pub(crate) out: PathBuf,
+    pub(crate) plots: bool,
+    pub(crate) traces: bool,
+}
