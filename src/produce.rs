@@ -509,6 +509,27 @@ pub fn produce_cluster(
     })
 }
 
+/// Heuristic `kind` on `replicas` replicas behind `router`, as an [`Outcome`] (the merged
+/// replay, the cluster's summary, each replica's part in [`Outcome::cluster`]).
+pub fn produce_heuristic_on_cluster(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    cluster: (u32, Router),
+) -> Result<Outcome, ProduceError> {
+    let (replicas, router) = cluster;
+    let o = produce_cluster(w, cost, kind, knobs, replicas, router)?;
+    let parts = (o.routing, o.schedules, o.limits, router.name());
+    Outcome::of_cluster(
+        w,
+        cost,
+        kind.name(),
+        (parts.0, parts.1, parts.2, &parts.3),
+        None,
+    )
+}
+
 /// `contender` on `replicas` replicas behind `router` (`compare --replicas`): a heuristic
 /// on every replica, or the cluster search (`solve --replicas`) for the solver, whose
 /// class must be the unconstrained one. Every replica's schedule is replayed.
@@ -522,15 +543,7 @@ pub fn produce_on_cluster(
     let (replicas, router) = cluster;
     match contender {
         Contender::Heuristic(kind) => {
-            let o = produce_cluster(w, cost, kind, with.knobs, replicas, router)?;
-            let parts = (o.routing, o.schedules, o.limits, router.name());
-            Outcome::of_cluster(
-                w,
-                cost,
-                kind.name(),
-                (parts.0, parts.1, parts.2, &parts.3),
-                None,
-            )
+            produce_heuristic_on_cluster(w, cost, kind, with.knobs, (replicas, router))
         }
         Contender::Optimal(class) => {
             let options = SolveOptions {

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tempfile
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 
@@ -39,6 +40,7 @@ __all__ = [
     "solve",
     "replay",
     "compare",
+    "capacity",
     "Comparison",
     "compare_rows",
     "schedulers",
@@ -100,8 +102,18 @@ class Workload:
     def from_dataframe(df: Any, name: str = "<DataFrame>") -> "Workload":
         """A workload from a DataFrame with a trace's columns (``num_prefill_tokens``,
         ``num_decode_tokens``, optional ``arrived_at``, ...). Errors name the CSV line
-        (the header is line 1, so row ``k`` of the frame is line ``k + 2``) and column."""
-        return Workload.from_csv_text(df.to_csv(index=False), name)
+        (the header is line 1, so the frame's ``k``-th row is line ``k + 2``), the
+        column, and the row's index label in the frame."""
+        try:
+            return Workload.from_csv_text(df.to_csv(index=False), name)
+        except InferschedError as e:
+            line = re.search(r"line (\d+)", str(e))
+            row = int(line.group(1)) - 2 if line else -1
+            if 0 <= row < len(df):
+                label = df.index[row]
+                label = label.item() if hasattr(label, "item") else label  # numpy scalars
+                raise InferschedError(f"{e} (DataFrame row {label!r})") from None
+            raise
 
     @staticmethod
     def from_rows(rows: Iterable[Tuple[int, int, float]], name: str = "<rows>") -> "Workload":
@@ -170,6 +182,11 @@ class Run:
     def limits(self) -> str:
         """The limits it ran under and was replayed against."""
         return self._inner.limits
+
+    @property
+    def replicas(self) -> int:
+        """Replicas the run had (1: one GPU)."""
+        return self._inner.replicas
 
     @property
     def schedule(self) -> Schedule:
@@ -332,13 +349,18 @@ def simulate(
     max_ragged_sequence_count: Optional[int] = None,
     max_waiting_iters: Optional[int] = None,
     slo: Sequence[str] = (),
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> Run:
     """Runs one heuristic scheduler (see :func:`schedulers`) on ``workload`` (a
     :class:`Workload`, a trace path or a DataFrame), replays its schedule and measures it:
     ``infersched simulate --scheduler SCHEDULER``. Unset limits take the policy's
     defaults; M comes from ``kv_capacity``, ``num_gpu_blocks`` or the cost model's model and
-    GPU. ``slo`` takes the command's SLO strings (``"ttft-p90=2s"``). The simulation runs
-    without the GIL."""
+    GPU. ``slo`` takes the command's SLO strings (``"ttft-p90=2s"``). With ``replicas`` > 1
+    each replica runs the scheduler on the requests ``router`` sends it (``round-robin``,
+    ``least-outstanding``, ``least-waiting``, ``least-kv``, ``vllm-dp``,
+    ``power-of-two[:SEED]``, ``random[:SEED]``); the run is the cluster's (``write`` gives
+    routing.csv and replica-K/ as ``--out`` does). The simulation runs without the GIL."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = dict(
@@ -351,7 +373,8 @@ def simulate(
         max_ragged_sequence_count=max_ragged_sequence_count,
         max_waiting_iters=max_waiting_iters,
     )
-    inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs, list(slo))
+    cluster = dict(replicas=int(replicas), router=router)
+    inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs, list(slo), cluster)
     return Run(inner)
 
 
@@ -528,11 +551,68 @@ def compare(
         plan_search_tries, no_phase_relaxation, no_independent_groups, False, (), no_evict,
         no_chunk, no_mix, fcfs, reserve,
     )
-    how = dict(schedulers=schedulers, objective=objective, replicas=int(replicas), router=router,
+    how = dict(schedulers=schedulers, objective=objective,
+               cluster=dict(replicas=int(replicas), router=router),
                out=out, plots=bool(plots), traces=bool(traces))
     contended = _infersched.compare(_workload(workload), cost_model, limits, knobs, options,
                                     list(slo), how, progress)
     return Comparison(out, contended)
+
+
+def capacity(
+    workload: Any,
+    scheduler: str,
+    slo: Sequence[str],
+    *,
+    warmup: float = 0.1,
+    cooldown: float = 0.1,
+    min_rate: float = 0.01,
+    max_rate: float = 10_000.0,
+    tolerance: float = 0.01,
+    max_probes: int = 64,
+    replicas: int = 1,
+    router: str = "round-robin",
+    cost_model: str = DEFAULT_COST_MODEL,
+    token_budget: Optional[int] = None,
+    prefill_budget: Optional[int] = None,
+    kv_capacity: Optional[int] = None,
+    num_gpu_blocks: Optional[int] = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    max_running: Optional[int] = None,
+    block_size: Optional[int] = None,
+    watermark: Optional[float] = None,
+    no_preemption: bool = False,
+    victim: str = "newest",
+    max_model_len: Optional[int] = None,
+    mcsf_order: str = "output",
+    scheduler_reserve_full_isl: Optional[bool] = None,
+    long_prefill_token_threshold: Optional[int] = None,
+    max_ragged_sequence_count: Optional[int] = None,
+    max_waiting_iters: Optional[int] = None,
+) -> dict:
+    """The highest request rate at which ``scheduler`` meets every SLO in ``slo`` on the
+    trace with its arrivals scaled (``infersched capacity`` for one configuration; the
+    first ``warmup`` and last ``cooldown`` shares of requests are not measured; bisection
+    to ``tolerance``, at most ``max_probes`` simulations), and the ceiling: a rate at
+    which no schedule at all meets them under the same limits (None where the bounds give
+    none). Returns a dict: ``result`` (``found``, ``at-least``: they hold at ``max_rate``,
+    ``below``: they miss at ``min_rate``), ``max_rate_per_s``, ``misses_at_per_s``,
+    ``binding_slos``, ``report`` (the SLO report at the rate found), ``probes``
+    (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``."""
+    limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
+                     gpu_memory_utilization, max_running, block_size, watermark)
+    knobs = dict(
+        no_preemption=bool(no_preemption), victim=victim, max_model_len=max_model_len,
+        mcsf_order=mcsf_order, scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        max_ragged_sequence_count=max_ragged_sequence_count, max_waiting_iters=max_waiting_iters,
+    )
+    search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
+                  max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes))
+    cluster = dict(replicas=int(replicas), router=router)
+    text = _infersched.capacity(_workload(workload), scheduler, cost_model, limits, knobs,
+                                list(slo), cluster, search)
+    return json.loads(text)
 
 
 def compare_rows(runs: Sequence[Run], reference: Optional[Run] = None) -> Any:

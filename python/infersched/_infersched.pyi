@@ -48,11 +48,18 @@ class Run:
     def solve_json(self) -> Optional[str]: ...
     def solve_names(self) -> Optional[tuple[str, str, str]]: ...
     def write(self, dir: Union[str, PathLike]) -> list[str]: ...
+    @property
+    def replicas(self) -> int: ...
 
 def simulate(
     workload: Workload, scheduler: str, cost_model_spec: str, limits: dict[str, Any],
-    knob_kwargs: dict[str, Any], slo: list[str],
+    knob_kwargs: dict[str, Any], slo: list[str], cluster: dict[str, Any],
 ) -> Run: ...
+def capacity(
+    workload: Workload, scheduler: str, cost_model_spec: str, limits: dict[str, Any],
+    knob_kwargs: dict[str, Any], slo: list[str], cluster: dict[str, Any],
+    search: dict[str, Any],
+) -> str: ...
 def replay(
     workload: Workload, schedule: Schedule, cost_model_spec: str, limits: dict[str, Any],
     slo: list[str],

@@ -2,10 +2,11 @@
 //! become: limits, knobs, solver options, SLOs.
 
 use crate::errors::{err, named};
+use infersched::capacity::CapacitySpec;
 use infersched::core::{Limits, Slo, SloReport, Workload};
 use infersched::cost_model::LinearCostModel;
 use infersched::produce::Outcome;
-use infersched::schedulers::{Knobs, McsfOrder, SchedulerKind, Victim};
+use infersched::schedulers::{Knobs, McsfOrder, Router, SchedulerKind, Victim};
 use infersched::solver::{PolicyConstraints, SolveOptions};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -205,15 +206,67 @@ impl SolveKwargs {
     }
 }
 
+/// Replicas and their router (`--replicas`, `--router`).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct ClusterKwargs {
+    pub(crate) replicas: u32,
+    pub(crate) router: String,
+}
+
+impl ClusterKwargs {
+    /// None for one replica, else the replicas and the router; checked.
+    pub(crate) fn cluster(&self) -> PyResult<Option<(u32, Router)>> {
+        let max = infersched::core::cluster::MAX_REPLICAS;
+        if !(1..=max).contains(&self.replicas) {
+            return Err(err(format!(
+                "replicas: expected 1 to {max}, got {}",
+                self.replicas
+            )));
+        }
+        let router = self
+            .router
+            .parse::<Router>()
+            .map_err(|e| err(format!("router: {e}")))?;
+        Ok((self.replicas > 1).then_some((self.replicas, router)))
+    }
+}
+
 /// Where and how a comparison runs, beside its settings.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
 pub(crate) struct CompareKwargs {
     pub(crate) schedulers: String,
     pub(crate) objective: String,
-    pub(crate) replicas: u32,
-    pub(crate) router: String,
+    pub(crate) cluster: ClusterKwargs,
     pub(crate) out: PathBuf,
     pub(crate) plots: bool,
     pub(crate) traces: bool,
+}
+
+/// The capacity search's rule and precision (`capacity`'s flags).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct CapacityKwargs {
+    pub(crate) warmup: f64,
+    pub(crate) cooldown: f64,
+    pub(crate) min_rate: f64,
+    pub(crate) max_rate: f64,
+    pub(crate) tolerance: f64,
+    pub(crate) max_probes: usize,
+}
+
+impl CapacityKwargs {
+    /// The search for `slos` (checked by the search itself).
+    pub(crate) fn spec(&self, slos: Vec<Slo>) -> CapacitySpec {
+        CapacitySpec {
+            slos,
+            warmup: self.warmup,
+            cooldown: self.cooldown,
+            min_rate: self.min_rate,
+            max_rate: self.max_rate,
+            tolerance: self.tolerance,
+            max_probes: self.max_probes,
+        }
+    }
 }

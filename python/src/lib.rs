@@ -6,13 +6,16 @@
 
 use crate::errors::{InferschedError, SolveInterrupted, err, guarded, named};
 use crate::kwargs::{
-    CompareKwargs, KnobKwargs, LimitKwargs, SolveKwargs, cost_model, knobs, slos, with_slo,
+    CapacityKwargs, ClusterKwargs, CompareKwargs, KnobKwargs, LimitKwargs, SolveKwargs, cost_model,
+    knobs, slos, with_slo,
 };
 use crate::objects::{PyRun, PySchedule, PyWorkload, meta_producer};
 use crate::watch::{Waited, Watch, WatchObserver, interrupted, wait_watched};
-use infersched::core::{Instance, Summary};
+use infersched::core::{Instance, Summary, Workload};
 use infersched::cost_model::TimeBreakdown;
-use infersched::produce::{Outcome, produce_heuristic, produce_optimal};
+use infersched::produce::{
+    Outcome, produce_heuristic, produce_heuristic_on_cluster, produce_optimal,
+};
 use infersched::schedulers::SchedulerKind;
 use infersched::solver::progress::Observer;
 use infersched::solver::{Objective, SolveOptions};
@@ -27,6 +30,7 @@ mod watch;
 /// Runs a heuristic scheduler on `workload`, replays its schedule and measures it
 /// (`infersched simulate` for one scheduler). The simulation runs without the GIL.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python wrapper's groups of keyword arguments
 fn simulate(
     py: Python<'_>,
     workload: &PyWorkload,
@@ -35,19 +39,24 @@ fn simulate(
     limits: LimitKwargs,
     knob_kwargs: KnobKwargs,
     slo: Vec<String>,
+    cluster: ClusterKwargs,
 ) -> PyResult<PyRun> {
     let kind = named::<SchedulerKind>("scheduler", scheduler)?;
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
     let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
     let slo = slos(&slo)?;
-    let outcome =
-        py.detach(|| guarded(|| produce_heuristic(w, &cost, kind, &knobs).map_err(err)))?;
-    Ok(PyRun {
-        outcome: with_slo(outcome, &slo),
-        objective: None,
-        producer: kind.name().to_owned(),
-    })
+    let cluster = cluster.cluster()?;
+    let outcome = py.detach(|| {
+        guarded(|| {
+            match cluster {
+                Some(c) => produce_heuristic_on_cluster(w, &cost, kind, &knobs, c),
+                None => produce_heuristic(w, &cost, kind, &knobs),
+            }
+            .map_err(err)
+        })
+    })?;
+    Ok(PyRun::new(with_slo(outcome, &slo), None, kind.name(), w))
 }
 
 /// Replays `schedule` on `workload` under the limits and measures it (`infersched
@@ -78,11 +87,12 @@ fn replay(
         time_split,
         cluster: None,
     };
-    Ok(PyRun {
-        outcome: with_slo(outcome, &slo),
-        objective: None,
+    Ok(PyRun::new(
+        with_slo(outcome, &slo),
+        None,
         producer,
-    })
+        &workload.inner,
+    ))
 }
 
 /// Finds an optimal schedule for `objective` (or the best found with a bound and the
@@ -120,11 +130,13 @@ fn solve(
             return Err(interrupted(py, e, &watch, &workload.inner, &limits, &cost));
         }
     };
-    Ok(PyRun {
-        outcome: with_slo(outcome, &slo),
-        objective: Some(objective),
+    let outcome = with_slo(outcome, &slo);
+    Ok(PyRun::new(
+        outcome,
+        Some(objective),
         producer,
-    })
+        &workload.inner,
+    ))
 }
 
 /// One contender of a comparison: its name, and its run or why it failed.
@@ -150,22 +162,11 @@ fn compare(
     let w = &workload.inner;
     let cost = cost_model(cost_model_spec)?;
     let objective = named::<Objective>("objective", &how.objective)?;
-    let max = infersched::core::cluster::MAX_REPLICAS;
-    if !(1..=max).contains(&how.replicas) {
-        return Err(err(format!(
-            "replicas: expected 1 to {max}, got {}",
-            how.replicas
-        )));
-    }
-    let router = how
-        .router
-        .parse::<infersched::schedulers::Router>()
-        .map_err(|e| err(format!("router: {e}")))?;
     let contenders =
         Contender::parse_list(&how.schedulers).map_err(|e| err(format!("schedulers: {e}")))?;
     let explicit = limits.explicit_limits(&cost)?;
     let watch = Arc::new(Watch::default());
-    let cluster = (how.replicas > 1).then_some((how.replicas, router));
+    let cluster = how.cluster.cluster()?;
     let spec = CompareSpec {
         contenders,
         objective,
@@ -206,25 +207,84 @@ fn compare(
             how.out.display()
         ))
     })?;
-    Ok(contended(c, objective))
+    Ok(contended(c, objective, w))
 }
 
-fn contended(c: infersched::compare::Comparison, objective: Objective) -> Vec<Contended> {
+fn contended(
+    c: infersched::compare::Comparison,
+    objective: Objective,
+    w: &Workload,
+) -> Vec<Contended> {
     let runs = c.results.into_iter().map(|(contender, result)| {
         let name = contender.to_string();
         match result {
             Ok(outcome) => {
-                let run = PyRun {
-                    objective: contender.is_solver().then_some(objective),
-                    producer: name.clone(),
-                    outcome,
-                };
+                let objective = contender.is_solver().then_some(objective);
+                let run = PyRun::new(outcome, objective, name.clone(), w);
                 (name, Some(run), None)
             }
             Err(e) => (name, None, Some(e)),
         }
     });
     runs.collect()
+}
+
+/// The highest request rate at which `scheduler` meets every SLO on the trace, its
+/// arrivals scaled (`infersched capacity` for one configuration), and the ceiling no
+/// schedule passes; JSON text (the Python side parses it). Runs without the GIL.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn capacity(
+    py: Python<'_>,
+    workload: &PyWorkload,
+    scheduler: &str,
+    cost_model_spec: &str,
+    limits: LimitKwargs,
+    knob_kwargs: KnobKwargs,
+    slo: Vec<String>,
+    cluster: ClusterKwargs,
+    search: CapacityKwargs,
+) -> PyResult<String> {
+    use infersched::capacity::{Capacity, Replicas};
+    let kind = named::<SchedulerKind>("scheduler", scheduler)?;
+    let cost = cost_model(cost_model_spec)?;
+    let w = &workload.inner;
+    let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
+    let spec = search.spec(slos(&slo)?);
+    let replicas = cluster
+        .cluster()?
+        .map_or(Replicas::ONE, |(count, router)| Replicas { count, router });
+    let lim = kind.limits(&knobs, w);
+    let (found, ceiling) = py.detach(|| {
+        guarded(|| {
+            let found = infersched::capacity::capacity(w, &cost, kind, &knobs, replicas, &spec)
+                .map_err(err)?;
+            let ceiling =
+                infersched::ceiling::ceiling(w, &lim, &cost, replicas.count, &spec).map_err(err)?;
+            Ok((found, ceiling))
+        })
+    })?;
+    let (result, rate, above, slos) = match &found.capacity {
+        Capacity::Found {
+            rate,
+            above,
+            binding,
+        } => ("found", Some(*rate), Some(*above), binding),
+        Capacity::AtLeast { rate } => ("at-least", Some(*rate), None, &Vec::new()),
+        Capacity::Below { rate, missed } => ("below", None, Some(*rate), missed),
+    };
+    let doc = serde_json::json!({
+        "scheduler": kind.name(),
+        "limits": lim.to_string(),
+        "result": result,
+        "max_rate_per_s": rate,
+        "misses_at_per_s": above,
+        "binding_slos": slos,
+        "report": found.report,
+        "probes": found.probes,
+        "ceiling_per_s": ceiling,
+    });
+    Ok(doc.to_string())
 }
 
 /// The names `scheduler` accepts, in the command's order.
@@ -282,6 +342,7 @@ fn _infersched(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay, m)?)?;
     m.add_function(wrap_pyfunction!(solve, m)?)?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
+    m.add_function(wrap_pyfunction!(capacity, m)?)?;
     m.add_function(wrap_pyfunction!(scheduler_names, m)?)?;
     m.add_function(wrap_pyfunction!(is_clairvoyant, m)?)?;
     m.add_function(wrap_pyfunction!(objective_names, m)?)?;

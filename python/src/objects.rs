@@ -103,6 +103,26 @@ pub(crate) struct PyRun {
     pub(crate) outcome: Outcome,
     pub(crate) objective: Option<Objective>,
     pub(crate) producer: String,
+    /// The requests, kept for a cluster's run (its files name each replica's requests).
+    pub(crate) cluster_workload: Option<Workload>,
+}
+
+impl PyRun {
+    /// A run of `w`: `objective` for the solver's (its files then include solve.json).
+    pub(crate) fn new(
+        outcome: Outcome,
+        objective: Option<Objective>,
+        producer: impl Into<String>,
+        w: &Workload,
+    ) -> Self {
+        let cluster_workload = outcome.cluster.is_some().then(|| w.clone());
+        Self {
+            outcome,
+            objective,
+            producer: producer.into(),
+            cluster_workload,
+        }
+    }
 }
 
 #[pymethods]
@@ -167,18 +187,34 @@ impl PyRun {
     fn write(&self, dir: PathBuf) -> PyResult<Vec<PathBuf>> {
         std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         let o = &self.outcome;
-        if o.cluster.is_some() {
-            return Err(err(
-                "a cluster's run: its files (routing.csv, replica-K/) are in the comparison's folder",
-            ));
-        }
-        let written = match (&o.solve, self.objective) {
-            (Some(report), Some(objective)) => infersched::output::write_solve_outputs(
+        let written = match (&o.cluster, &self.cluster_workload, &o.solve, self.objective) {
+            (Some(parts), Some(w), _, _) => infersched::cluster::write_cluster_outputs(
+                &dir,
+                w,
+                &parts.routing,
+                &parts.schedules,
+                &parts.replay,
+                &o.summary,
+                None,
+            ),
+            (Some(_), None, _, _) => {
+                return Err(err("internal error: a cluster's run without its workload"));
+            }
+            (None, _, Some(report), Some(objective)) => infersched::output::write_solve_outputs(
                 &dir, report, objective, &o.replay, &o.summary,
             ),
             _ => infersched::output::write_run_outputs(&dir, &o.schedule, &o.replay, &o.summary),
         };
         written.map_err(|e| err(format!("writing results to {}: {e}", dir.display())))
+    }
+
+    /// Replicas the run had (1 for one GPU).
+    #[getter]
+    fn replicas(&self) -> usize {
+        self.outcome
+            .cluster
+            .as_ref()
+            .map_or(1, |c| c.schedules.len())
     }
 }
 

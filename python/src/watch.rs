@@ -136,14 +136,7 @@ pub(crate) fn interrupted(
     };
     let message =
         format!("interrupted; the best schedule found so far ({source}) is not proven optimal");
-    match Py::new(
-        py,
-        PyRun {
-            outcome: run,
-            objective: None,
-            producer: "optimal (interrupted)".to_owned(),
-        },
-    ) {
+    match Py::new(py, PyRun::new(run, None, "optimal (interrupted)", w)) {
         Ok(run) => SolveInterrupted::new_err((message, run)),
         Err(e) => e,
     }

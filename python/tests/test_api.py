@@ -37,8 +37,9 @@ def test_results_are_dataframes_with_the_commands_columns(trace_head):
 
 
 def test_bad_rows_name_the_line_and_column():
-    df = pd.DataFrame({"num_prefill_tokens": [10, 0], "num_decode_tokens": [3, 4]})
-    with pytest.raises(isd.InferschedError, match=r"<DataFrame>: line 3, column num_prefill_tokens"):
+    df = pd.DataFrame({"num_prefill_tokens": [10, 0], "num_decode_tokens": [3, 4]}, index=[7, 9])
+    with pytest.raises(isd.InferschedError,
+                       match=r"<DataFrame>: line 3, column num_prefill_tokens.*\(DataFrame row 9\)"):
         isd.Workload.from_dataframe(df)
     with pytest.raises(isd.InferschedError, match="no such file|No such file"):
         isd.Workload.read("/nonexistent/trace.csv")

@@ -127,3 +127,40 @@ def test_compare_writes_the_commands_folder(cli, tmp_path):
     best = optimal.summary["mean_e2e_s"]
     assert all(r.summary["mean_e2e_s"] >= best * (1 - 1e-9) for r in c.runs.values())
     assert bool(c.table.set_index("scheduler").loc["mcsf", "clairvoyant"])
+
+
+def all_files(root: Path):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_cluster_simulation_writes_the_commands_folder(cli, trace_head, tmp_path):
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "sarathi",
+            "--replicas", "3", "--router", "least-outstanding", "--out", str(tmp_path / "cli"))
+    run = isd.simulate(trace_head, "sarathi", replicas=3, router="least-outstanding")
+    run.write(tmp_path / "py")
+    names = all_files(tmp_path / "cli" / "sarathi")
+    assert "routing.csv" in names and "replica-2/schedule.json" in names
+    assert names == all_files(tmp_path / "py")
+    assert_same_files(tmp_path / "cli" / "sarathi", tmp_path / "py", names)
+    assert run.replicas == 3 and run.summary["requests"] == 40
+    one = isd.simulate(trace_head, "sarathi")
+    assert one.replicas == 1
+    # Three replicas serve the same requests no later on average than one.
+    assert run.summary["mean_e2e_s"] <= one.summary["mean_e2e_s"]
+
+
+def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path):
+    run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--slo", "ttft-p90=300ms", "--slo", "tbt-p99=100ms", "--out", str(tmp_path / "cli"))
+    rows = (tmp_path / "cli" / "capacity.csv").read_text().splitlines()
+    header, row = rows[0].split(","), dict(zip(rows[0].split(","), rows[1].split(",")))
+    assert "max_rate_per_s" in header
+    got = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms", "tbt-p99=100ms"])
+    assert got["result"] == row["result"] == "found"
+    assert got["max_rate_per_s"] == float(row["max_rate_per_s"])
+    assert got["ceiling_per_s"] == float(row["ceiling_per_s"])
+    assert len(got["probes"]) == int(row["probes"])
+    assert got["max_rate_per_s"] < got["misses_at_per_s"] <= got["max_rate_per_s"] * 1.01 + 1e-12
+    assert got["ceiling_per_s"] >= got["max_rate_per_s"]
+    # The rate found holds when simulated there.
+    assert got["report"]["all_hold"]
