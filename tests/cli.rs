@@ -2740,6 +2740,10 @@ fn compare_on_replicas_runs_every_scheduler_on_the_cluster_and_the_cluster_searc
         !out.join("plots/kv-memory.svg").exists(),
         "KV is per replica"
     );
+    // ... in a plot per contender, a series per replica.
+    let kv = std::fs::read_to_string(out.join("plots/kv-memory-vllm-v1.svg")).unwrap();
+    assert!(kv.contains(">replica 0<") && kv.contains(">replica 1<"));
+    assert!(!kv.contains(">replica 2<"));
     // The cluster's metrics are the merged replay's: one row per request.
     let requests = std::fs::read_to_string(out.join("vllm-v1/requests.csv")).unwrap();
     assert_eq!(requests.lines().count(), 1 + 6);

@@ -129,14 +129,22 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
             svg: plots::replica_load(&runs),
         });
     }
-    // Timelines are files named after the contender (its folder's name), titled by label.
+    // Timelines (one GPU) and each replica's KV (a cluster) are files named after the
+    // contender (its folder's name), titled by label.
     for ((file, o), (label, _)) in c.succeeded().into_iter().zip(&runs) {
-        if o.cluster.is_none() {
-            plots.push(Plot {
+        match &o.cluster {
+            None => plots.push(Plot {
                 stem: format!("timeline-{file}"),
                 caption: format!("{label}: what each request is doing over time"),
                 svg: plots::timeline(w, label, o),
-            });
+            }),
+            Some(parts) => plots.push(Plot {
+                stem: format!("kv-memory-{file}"),
+                caption: format!(
+                    "{label}: KV cache tokens held after each batch on each replica; dashed red: the capacity M of each"
+                ),
+                svg: plots::replica_kv_memory(parts, o.limits.kv_capacity),
+            }),
         }
     }
     plots

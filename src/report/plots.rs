@@ -312,6 +312,52 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
     s
 }
 
+/// KV tokens held after each batch on each replica of one contender run on a cluster,
+/// against M (every replica has the same limits).
+pub fn replica_kv_memory(parts: &crate::produce::ClusterParts, kv_capacity: Option<u64>) -> Svg {
+    let replays: Vec<(usize, &crate::core::Replay)> = parts
+        .replay
+        .replicas
+        .iter()
+        .enumerate()
+        .filter_map(|(k, r)| Some((k, r.as_ref()?)))
+        .collect();
+    let longest = replays
+        .iter()
+        .map(|(_, r)| r.makespan_s())
+        .fold(0.0, f64::max);
+    let (k, unit) = time_unit(longest);
+    let series: Vec<Series> = replays
+        .iter()
+        .map(|(replica, r)| Series {
+            name: format!("replica {replica}"),
+            points: thin(kv_steps(&r.batches, k), 4000),
+            step: true,
+            markers: false,
+            ..Default::default()
+        })
+        .collect();
+    let refs: Vec<RefLine> = kv_capacity
+        .map(|m| RefLine {
+            y: m as f64,
+            label: format!("M = {m}"),
+        })
+        .into_iter()
+        .collect();
+    let mut s = Svg::new(960, 420);
+    svg::line_chart(
+        &mut s,
+        (0.0, 0.0, 960.0, 420.0),
+        "KV memory in use after each batch, per replica",
+        &format!("time ({unit})"),
+        "KV tokens",
+        &series,
+        &refs,
+        true,
+    );
+    s
+}
+
 /// Each replica's busy time (the time it ran batches), per scheduler run on a cluster:
 /// how evenly its router spread the work (`compare --replicas`).
 pub fn replica_load(runs: &[(&str, &Outcome)]) -> Svg {
