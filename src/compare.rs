@@ -52,6 +52,10 @@ pub struct Comparison {
     pub limits: Limits,
     /// In the order of [`CompareSpec::contenders`].
     pub results: Vec<(Contender, Result<Outcome, String>)>,
+    /// With SLOs: the most requests any schedule can have meet every SLO on their own
+    /// values (`ceiling::most_requests_meeting`, under the solver's limits, which no
+    /// heuristic's loosen), so the best possible goodput is at most this many.
+    pub most_meeting_slos: Option<usize>,
 }
 
 /// Runs every contender and replays each schedule: the heuristics first (in parallel),
@@ -89,10 +93,15 @@ pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparis
     // In the order of the contenders.
     let mut all: Vec<_> = heuristics.into_iter().chain(solvers).collect();
     all.sort_by_key(|(c, _)| spec.contenders.iter().position(|x| x == c));
+    let replicas = spec.cluster.map_or(1, |(n, _)| n);
+    let most_meeting_slos = (!spec.slos.is_empty()).then(|| {
+        crate::ceiling::most_requests_meeting(w, &spec.limits, cost, replicas, &spec.slos)
+    });
     Comparison {
         objective: spec.objective,
         limits: spec.limits,
         results: all,
+        most_meeting_slos,
     }
 }
 
@@ -208,6 +217,10 @@ pub struct ComparisonRow {
     pub goodput_requests_per_s: Option<f64>,
     /// With `--slo`: whether every SLO holds over all requests.
     pub slos_hold: Option<bool>,
+    /// With `--slo`: the requests meeting every SLO over the most any schedule can have
+    /// ([`Comparison::most_meeting_slos`]): at least this share of the best possible
+    /// goodput.
+    pub goodput_of_best_possible: Option<f64>,
 }
 
 impl ComparisonRow {
@@ -327,6 +340,10 @@ impl Comparison {
                     slo_attainment: s.slo.as_ref().map(|r| r.attainment),
                     goodput_requests_per_s: s.slo.as_ref().and_then(|r| r.goodput_requests_per_s),
                     slos_hold: s.slo.as_ref().map(|r| r.all_hold),
+                    goodput_of_best_possible: s.slo.as_ref().and_then(|r| {
+                        let most = self.most_meeting_slos.filter(|m| *m > 0)?;
+                        Some(r.good_requests as f64 / most as f64)
+                    }),
                 }
             })
             .collect()
@@ -382,6 +399,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "slo_attainment",
     "goodput_requests_per_s",
     "slos_hold",
+    "goodput_of_best_possible",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -404,7 +422,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.label,
             r.status,
             objective.name(),
@@ -443,6 +461,7 @@ pub fn write_csv(
             opt(r.slo_attainment),
             opt(r.goodput_requests_per_s),
             r.slos_hold.map_or(String::new(), |h| h.to_string()),
+            opt(r.goodput_of_best_possible),
         )?;
     }
     Ok(())
@@ -489,6 +508,7 @@ pub fn write_json(path: &Path, setting: &Setting, c: &Comparison) -> io::Result<
         "setting": setting,
         "rows": c.rows(),
         "failures": failures,
+        "most_requests_meeting_slos": c.most_meeting_slos,
         "solve": c.optimal().and_then(|o| match &o.cluster {
             Some(parts) => parts.search.as_ref().and_then(|r| serde_json::to_value(r).ok()),
             None => o.solve.as_ref().and_then(|r| serde_json::to_value(r).ok()),

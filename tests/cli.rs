@@ -3272,6 +3272,40 @@ fn compare_and_solve_measure_slos() {
         // No request ends within 1 ms: none meets every SLO, and e2e-max misses.
         assert_eq!(&row[col("slo_attainment")], "0", "{row:?}");
         assert_eq!(&row[col("slos_hold")], "false", "{row:?}");
+        // ... and no schedule can do better: the bound is 0 requests, no share is given.
+        assert_eq!(&row[col("goodput_of_best_possible")], "", "{row:?}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc["most_requests_meeting_slos"], 0);
+    // A loose deadline: every request can meet it, and each scheduler's share is its own.
+    let loose = dir.path().join("loose");
+    let o = run(&[
+        "compare",
+        "--workload",
+        &w,
+        "--schedulers",
+        "vllm,orca",
+        "--kv-capacity",
+        "64",
+        "--no-plots",
+        "--no-traces",
+        "--slo",
+        "e2e-max=100s",
+        "--out",
+        loose.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("no schedule at all has more than 4 of the 4 requests"),
+        "{}",
+        stdout(&o)
+    );
+    let mut rdr = csv::Reader::from_path(loose.join("comparison.csv")).unwrap();
+    for row in rdr.records() {
+        let row = row.unwrap();
+        assert_eq!(&row[col("goodput_of_best_possible")], "1", "{row:?}");
     }
     // Without --slo the columns are empty.
     let plain = dir.path().join("plain");

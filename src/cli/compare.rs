@@ -183,6 +183,15 @@ fn print_results(a: &CompareArgs, c: &infersched::compare::Comparison) -> Result
     }
     if !a.slo.is_empty() {
         outln!("{}", slo_table(&rows));
+        if let Some(most) = c.most_meeting_slos {
+            outln!(
+                "no schedule at all has more than {most} of the {} requests meet every SLO (proven: the machine relaxation on TTFT and E2E deadlines); \"of best\" is each scheduler's share of that, at least its share of the best possible goodput",
+                c.results
+                    .iter()
+                    .find_map(|(_, r)| r.as_ref().ok())
+                    .map_or(0, |o| o.summary.requests)
+            );
+        }
     }
     Ok(())
 }
@@ -268,13 +277,23 @@ fn slo_table(rows: &[infersched::compare::ComparisonRow]) -> String {
                     r.slos_hold
                         .map_or("-".into(), |h| if h { "yes" } else { "no" }.into()),
                 ),
+                Cell::Text(
+                    r.goodput_of_best_possible
+                        .map_or("-".into(), |g| format!("{:.1}%", g * 100.0)),
+                ),
             ]
         })
         .collect();
     format!(
         "SLOs (attainment: requests meeting every SLO; goodput: those per second)\n{}",
         text_table(
-            &["scheduler", "attainment", "goodput (req/s)", "all hold"],
+            &[
+                "scheduler",
+                "attainment",
+                "goodput (req/s)",
+                "all hold",
+                "of best"
+            ],
             &cells
         )
     )
