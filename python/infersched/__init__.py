@@ -435,9 +435,13 @@ def solve(
     reserve: bool = False,
     slo: Sequence[str] = (),
     progress: Optional[Callable[[dict], None]] = None,
+    replicas: int = 1,
 ) -> Run:
     """The best schedule for ``objective`` (see :func:`objectives`) with a proven bound:
-    ``infersched solve``. The result's ``status`` is ``optimal`` only with a proof;
+    ``infersched solve``. With ``replicas`` > 1 the cluster search (``solve --replicas``):
+    every heuristic behind every router, the routing searched, each replica's part
+    re-solved, with a bound valid for every routing (``write`` gives the cluster's folder
+    and solve.json). The result's ``status`` is ``optimal`` only with a proof;
     ``bound``, ``bound_method`` and ``gap`` say how far from optimal it can be.
 
     The solve runs on its own thread without the GIL. ``progress``, if given, is called
@@ -452,7 +456,8 @@ def solve(
         plan_search_tries, no_phase_relaxation, no_independent_groups, no_warm_start,
         warm_start_from, no_evict, no_chunk, no_mix, fcfs, reserve,
     )
-    inner = _infersched.solve(_workload(workload), objective, cost_model, limits, options, list(slo), progress)
+    inner = _infersched.solve(_workload(workload), objective, cost_model, limits, options,
+                              list(slo), progress, int(replicas))
     return Run(inner)
 
 

@@ -67,7 +67,7 @@ def replay(
 def solve(
     workload: Workload, objective: str, cost_model_spec: str, limits: dict[str, Any],
     solve_kwargs: dict[str, Any], slo: list[str],
-    progress: Optional[Callable[[dict[str, Any]], None]],
+    progress: Optional[Callable[[dict[str, Any]], None]], replicas: int,
 ) -> Run: ...
 def compare(
     workload: Workload, cost_model_spec: str, limits: dict[str, Any],

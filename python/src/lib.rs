@@ -111,6 +111,7 @@ fn solve(
     solve_kwargs: SolveKwargs,
     slo: Vec<String>,
     progress: Option<Py<PyAny>>,
+    replicas: u32,
 ) -> PyResult<PyRun> {
     let objective = named::<Objective>("objective", objective)?;
     let cost = cost_model(cost_model_spec)?;
@@ -121,9 +122,28 @@ fn solve(
         observer: Some(Observer::new(WatchObserver(watch.clone()))),
         ..solve_kwargs.options()?
     };
-    let producer = infersched::produce::Contender::Optimal(options.constraints).to_string();
+    let contender = infersched::produce::Contender::Optimal(options.constraints);
+    let producer = contender.to_string();
+    let cluster = ClusterKwargs {
+        replicas,
+        router: "round-robin".into(),
+    }
+    .cluster()?;
     let (w, c) = (workload.inner.clone(), cost.clone());
-    let job = move || produce_optimal(&w, &c, &limits, objective, &options);
+    let job = move || match cluster {
+        // The cluster search tries every router itself; the one named here is unused.
+        Some(cluster) => {
+            let knobs = infersched::schedulers::Knobs::default();
+            let with = infersched::produce::ProduceWith {
+                knobs: &knobs,
+                limits: &limits,
+                objective,
+                solve: &options,
+            };
+            infersched::produce::produce_on_cluster(&w, &c, contender, &with, cluster)
+        }
+        None => produce_optimal(&w, &c, &limits, objective, &options),
+    };
     let outcome = match wait_watched(py, &watch, progress.as_ref(), job)? {
         Waited::Done(result) => result.map_err(err)?,
         Waited::Interrupted(e) => {

@@ -108,6 +108,11 @@ pub(crate) struct PyRun {
 }
 
 impl PyRun {
+    /// The cluster search's report, where the solver ran on replicas.
+    fn cluster_search(&self) -> Option<&infersched::solver::cluster::ClusterSolveReport> {
+        self.outcome.cluster.as_ref()?.search.as_ref()
+    }
+
     /// A run of `w`: `objective` for the solver's (its files then include solve.json).
     pub(crate) fn new(
         outcome: Outcome,
@@ -169,6 +174,9 @@ impl PyRun {
 
     /// `solve.json`'s text (the solver's report), or None for a heuristic or a replay.
     fn solve_json(&self) -> PyResult<Option<String>> {
+        if let Some(report) = self.cluster_search() {
+            return serde_json::to_string_pretty(report).map(Some).map_err(err);
+        }
         let Some(report) = &self.outcome.solve else {
             return Ok(None);
         };
@@ -178,6 +186,9 @@ impl PyRun {
     /// The solver's status, method and bound argument by name, or None for a heuristic
     /// or a replay.
     fn solve_names(&self) -> Option<(&'static str, &'static str, &'static str)> {
+        if let Some(r) = self.cluster_search() {
+            return Some((r.status.name(), r.method.name(), r.bound_argument.name()));
+        }
         let r = self.outcome.solve.as_ref()?;
         Some((r.status.name(), r.method.name(), r.bound_method.name()))
     }
@@ -188,15 +199,7 @@ impl PyRun {
         std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
         let o = &self.outcome;
         let written = match (&o.cluster, &self.cluster_workload, &o.solve, self.objective) {
-            (Some(parts), Some(w), _, _) => infersched::cluster::write_cluster_outputs(
-                &dir,
-                w,
-                &parts.routing,
-                &parts.schedules,
-                &parts.replay,
-                &o.summary,
-                None,
-            ),
+            (Some(parts), Some(w), _, _) => write_cluster_run(&dir, w, parts, &o.summary),
             (Some(_), None, _, _) => {
                 return Err(err("internal error: a cluster's run without its workload"));
             }
@@ -230,4 +233,30 @@ pub(crate) fn csv_text(
 pub(crate) fn meta_producer(schedule: &Schedule) -> Option<String> {
     let meta = schedule.meta.as_ref()?;
     Some(meta.get("producer")?.as_str()?.to_owned())
+}
+
+/// What `simulate --replicas` (or, with the search's report, `solve --replicas`) writes:
+/// the cluster's files and solve.json.
+fn write_cluster_run(
+    dir: &Path,
+    w: &Workload,
+    parts: &infersched::produce::ClusterParts,
+    summary: &infersched::core::Summary,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut paths = infersched::cluster::write_cluster_outputs(
+        dir,
+        w,
+        &parts.routing,
+        &parts.schedules,
+        &parts.replay,
+        summary,
+        None,
+    )?;
+    if let Some(report) = &parts.search {
+        let path = dir.join("solve.json");
+        let json = serde_json::to_string_pretty(report)? + "\n";
+        infersched::core::io::write_bytes_atomic(&path, json.as_bytes())?;
+        paths.push(path);
+    }
+    Ok(paths)
 }

@@ -164,3 +164,25 @@ def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path)
     assert got["ceiling_per_s"] >= got["max_rate_per_s"]
     # The rate found holds when simulated there.
     assert got["report"]["all_hold"]
+
+
+def test_a_cluster_solve_matches_the_command(cli, tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n300,6\n120,12\n40,3\n500,2\n64,9\n")
+    run_cli(cli, "solve", "--workload", str(path), "--objective", "mean-latency", "--replicas", "2",
+            "--kv-capacity", "2048", "--time-limit", "20", "--out", str(tmp_path / "cli"))
+    run = isd.solve(isd.Workload.read(str(path)), "mean-latency", replicas=2, kv_capacity=2048,
+                    time_limit=20)
+    run.write(tmp_path / "py")
+    names = all_files(tmp_path / "cli")
+    assert "routing.csv" in names and "replica-1/schedule.json" in names
+    assert names == all_files(tmp_path / "py")
+    assert_same_files(tmp_path / "cli", tmp_path / "py", [n for n in names if n != "solve.json"])
+    left = json.loads((tmp_path / "cli" / "solve.json").read_text())
+    right = run.solve_report
+    for doc in (left, right):
+        doc.pop("solve_s")
+    assert left == right
+    assert run.replicas == 2 and run.status == left["status"]
+    assert run.bound <= run.summary["mean_e2e_s"] * (1 + 1e-9)
+    assert run.bound_method == left["bound_argument"]
