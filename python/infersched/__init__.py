@@ -301,6 +301,22 @@ def _limits(
     )
 
 
+def _knobs(
+    no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
+    long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
+) -> dict:
+    return dict(
+        no_preemption=bool(no_preemption),
+        victim=victim,
+        max_model_len=max_model_len,
+        mcsf_order=mcsf_order,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        max_ragged_sequence_count=max_ragged_sequence_count,
+        max_waiting_iters=max_waiting_iters,
+    )
+
+
 def _solve_options(
     time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
     plan_search_tries, no_phase_relaxation, no_independent_groups, no_warm_start,
@@ -363,16 +379,8 @@ def simulate(
     routing.csv and replica-K/ as ``--out`` does). The simulation runs without the GIL."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
-    knobs = dict(
-        no_preemption=bool(no_preemption),
-        victim=victim,
-        max_model_len=max_model_len,
-        mcsf_order=mcsf_order,
-        scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        max_ragged_sequence_count=max_ragged_sequence_count,
-        max_waiting_iters=max_waiting_iters,
-    )
+    knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
     cluster = dict(replicas=int(replicas), router=router)
     inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs, list(slo), cluster)
     return Run(inner)
@@ -545,12 +553,8 @@ def compare(
     out = os.fspath(out) if out is not None else tempfile.mkdtemp(prefix="infersched-compare-")
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
-    knobs = dict(
-        no_preemption=bool(no_preemption), victim=victim, max_model_len=max_model_len,
-        mcsf_order=mcsf_order, scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        max_ragged_sequence_count=max_ragged_sequence_count, max_waiting_iters=max_waiting_iters,
-    )
+    knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
     options = _solve_options(
         time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
         plan_search_tries, no_phase_relaxation, no_independent_groups, False, (), no_evict,
@@ -606,12 +610,8 @@ def capacity(
     (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
-    knobs = dict(
-        no_preemption=bool(no_preemption), victim=victim, max_model_len=max_model_len,
-        mcsf_order=mcsf_order, scheduler_reserve_full_isl=scheduler_reserve_full_isl,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-        max_ragged_sequence_count=max_ragged_sequence_count, max_waiting_iters=max_waiting_iters,
-    )
+    knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes))
     cluster = dict(replicas=int(replicas), router=router)

@@ -291,6 +291,16 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
             ..Default::default()
         })
         .collect();
+    kv_chart(
+        "KV memory in use after each batch",
+        unit,
+        &series,
+        kv_capacity,
+    )
+}
+
+/// A chart of KV tokens over time (`unit`) with M marked.
+fn kv_chart(title: &str, unit: &str, series: &[Series], kv_capacity: Option<u64>) -> Svg {
     let refs: Vec<RefLine> = kv_capacity
         .map(|m| RefLine {
             y: m as f64,
@@ -302,10 +312,10 @@ pub fn kv_memory(runs: &[(&str, &Outcome)], kv_capacity: Option<u64>) -> Svg {
     svg::line_chart(
         &mut s,
         (0.0, 0.0, 960.0, 420.0),
-        "KV memory in use after each batch",
+        title,
         &format!("time ({unit})"),
         "KV tokens",
-        &series,
+        series,
         &refs,
         true,
     );
@@ -337,25 +347,12 @@ pub fn replica_kv_memory(parts: &crate::produce::ClusterParts, kv_capacity: Opti
             ..Default::default()
         })
         .collect();
-    let refs: Vec<RefLine> = kv_capacity
-        .map(|m| RefLine {
-            y: m as f64,
-            label: format!("M = {m}"),
-        })
-        .into_iter()
-        .collect();
-    let mut s = Svg::new(960, 420);
-    svg::line_chart(
-        &mut s,
-        (0.0, 0.0, 960.0, 420.0),
+    kv_chart(
         "KV memory in use after each batch, per replica",
-        &format!("time ({unit})"),
-        "KV tokens",
+        unit,
         &series,
-        &refs,
-        true,
-    );
-    s
+        kv_capacity,
+    )
 }
 
 /// Each replica's busy time (the time it ran batches), per scheduler run on a cluster:
