@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import operator
 import os
 import re
 import tempfile
@@ -117,9 +118,17 @@ class Workload:
 
     @staticmethod
     def from_rows(rows: Iterable[Tuple[int, int, float]], name: str = "<rows>") -> "Workload":
-        """A workload from ``(input_tokens, output_tokens, arrival_s)`` rows."""
+        """A workload from ``(input_tokens, output_tokens, arrival_s)`` rows (Python or
+        NumPy numbers; token counts must be integers)."""
         lines = ["num_prefill_tokens,num_decode_tokens,arrived_at"]
-        lines += [f"{i},{o},{t!r}" for i, o, t in rows]
+        for k, (i, o, t) in enumerate(rows):
+            try:
+                lines.append(f"{operator.index(i)},{operator.index(o)},{float(t)!r}")
+            except (TypeError, ValueError) as e:
+                raise InferschedError(
+                    f"{name}: row {k}: expected (whole input tokens, whole output tokens, "
+                    f"arrival seconds), got {(i, o, t)!r}: {e}"
+                ) from None
         return Workload.from_csv_text("\n".join(lines) + "\n", name)
 
     @property

@@ -139,3 +139,12 @@ def test_a_hugging_face_config_runs_end_to_end_and_bad_ones_are_refused(trace_he
     path.write_text(json.dumps(broken))
     with pytest.raises(isd.InferschedError, match="num_hidden_layers"):
         isd.simulate(trace_head, "vllm-v1", cost_model=f"roofline:h100:{path}")
+
+
+def test_rows_take_numpy_numbers_and_refuse_fractional_tokens():
+    import numpy as np
+
+    w = isd.Workload.from_rows([(np.int64(5), np.int32(3), np.float64(0.25) * 2)])
+    assert w.rows() == [(5, 3, 0.5)]
+    with pytest.raises(isd.InferschedError, match=r"<rows>: row 1: expected"):
+        isd.Workload.from_rows([(5, 3, 0.0), (5.5, 3, 0.1)])

@@ -13,7 +13,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks-data" / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert {p.stem for p in NOTEBOOKS} >= {"tour", "how-far-from-optimal", "reproduce-evictions"}
+    assert {p.stem for p in NOTEBOOKS} >= {"tour", "how-far-from-optimal", "reproduce-evictions", "slos-and-capacity"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
