@@ -25,10 +25,8 @@ pub fn missed_by_every_schedule(
     slo: &Slo,
     measured: &[bool],
 ) -> bool {
-    let first_token = match slo.metric {
-        SloMetric::Ttft => true,
-        SloMetric::E2e => false,
-        SloMetric::Tbt | SloMetric::Tpot => return false,
+    let Some(first_token) = deadline_on_first_token(slo) else {
+        return false;
     };
     let m = measured.iter().filter(|x| **x).count();
     if m == 0 {
@@ -42,6 +40,16 @@ pub fn missed_by_every_schedule(
     };
     let late = late_in_every_schedule(w, limits, cost, replicas, first_token, slo.threshold_s);
     late.saturating_sub(w.len() - m) >= need
+}
+
+/// Whether `slo` is a deadline on each request's first token (TTFT: true) or last token
+/// (E2E: false); None for TBT and TPOT, which the machine relaxation cannot bound.
+fn deadline_on_first_token(slo: &Slo) -> Option<bool> {
+    match slo.metric {
+        SloMetric::Ttft => Some(true),
+        SloMetric::E2e => Some(false),
+        SloMetric::Tbt | SloMetric::Tpot => None,
+    }
 }
 
 /// How many requests of `w`, at least, have their first token (`first_token`) or their
@@ -95,11 +103,7 @@ pub fn most_requests_meeting(
     let late = slos
         .iter()
         .filter_map(|slo| {
-            let first_token = match slo.metric {
-                SloMetric::Ttft => true,
-                SloMetric::E2e => false,
-                SloMetric::Tbt | SloMetric::Tpot => return None,
-            };
+            let first_token = deadline_on_first_token(slo)?;
             Some(late_in_every_schedule(
                 w,
                 limits,
@@ -161,6 +165,16 @@ mod tests {
 
     fn slo(text: &str) -> Slo {
         text.parse().unwrap()
+    }
+
+    /// The first 200 requests of the bundled Splitwise code trace.
+    fn splitwise_200() -> Workload {
+        let trace = crate::workload::read_trace(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/notebooks-data/traces/splitwise_code.csv"
+        )))
+        .unwrap();
+        Workload::new(trace.requests()[..200].to_vec()).unwrap()
     }
 
     #[test]
@@ -237,12 +251,7 @@ mod tests {
     fn no_schedule_simulated_meets_an_slo_the_certificate_says_is_missed() {
         // Heuristics never beat the certificate: where it says missed, each misses.
         let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
-        let trace = crate::workload::read_trace(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/notebooks-data/traces/splitwise_code.csv"
-        )))
-        .unwrap();
-        let w = Workload::new(trace.requests()[..200].to_vec()).unwrap();
+        let w = splitwise_200();
         let all = vec![true; w.len()];
         let knobs = crate::schedulers::Knobs::default();
         let mut certified = 0;
@@ -273,12 +282,7 @@ mod tests {
     #[test]
     fn no_simulated_schedule_has_more_requests_meeting_the_slos_than_the_bound() {
         let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
-        let trace = crate::workload::read_trace(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/notebooks-data/traces/splitwise_code.csv"
-        )))
-        .unwrap();
-        let w = Workload::new(trace.requests()[..200].to_vec()).unwrap();
+        let w = splitwise_200();
         let knobs = crate::schedulers::Knobs::default();
         let slos = vec![
             slo("ttft-p90=300ms"),
