@@ -193,6 +193,10 @@ pub struct ComparisonRow {
     pub evictions: u64,
     /// Tokens processed again after evictions.
     pub recomputed_tokens: u64,
+    /// Tokens taken from the prefix cache (vllm-v1's prefix caching). The solver's
+    /// schedules and bounds take nothing from a cache, so a row with cached tokens has no
+    /// ratio to them.
+    pub cached_tokens: u64,
     /// Batches.
     pub batches: usize,
     /// Mean processing entries per busy batch.
@@ -224,13 +228,12 @@ pub struct ComparisonRow {
 }
 
 impl ComparisonRow {
-    /// The row's name for people: its label, with `*` where it is clairvoyant.
+    /// The row's name for people: its label, with `*` where it is clairvoyant and `^`
+    /// where it took tokens from the prefix cache.
     pub fn display_name(&self) -> String {
-        if self.clairvoyant {
-            format!("{}*", self.label)
-        } else {
-            self.label.clone()
-        }
+        let star = if self.clairvoyant { "*" } else { "" };
+        let hat = if self.cached_tokens > 0 { "^" } else { "" };
+        format!("{}{star}{hat}", self.label)
     }
 }
 
@@ -310,7 +313,10 @@ impl Comparison {
             .map(|(contender, o)| {
                 let s = &o.summary;
                 let v = self.objective.of(s);
-                let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0).map(|d| v / d);
+                // A schedule that took tokens from the prefix cache is outside what the
+                // solver's optimum and bound cover: no ratio to them.
+                let comparable = s.cached_tokens == 0;
+                let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0 && comparable).map(|d| v / d);
                 let status = RunStatus::of(o);
                 ComparisonRow {
                     scheduler: contender,
@@ -328,6 +334,7 @@ impl Comparison {
                     e2e_s: (&s.e2e_s).into(),
                     evictions: s.evictions,
                     recomputed_tokens: s.recomputed_tokens,
+                    cached_tokens: s.cached_tokens,
                     batches: s.batches,
                     mean_batch_size: s.mean_batch_size,
                     peak_kv_tokens: s.peak_kv_tokens,
@@ -400,6 +407,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "goodput_requests_per_s",
     "slos_hold",
     "goodput_of_best_possible",
+    "cached_tokens",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -422,7 +430,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.label,
             r.status,
             objective.name(),
@@ -462,6 +470,7 @@ pub fn write_csv(
             opt(r.goodput_requests_per_s),
             r.slos_hold.map_or(String::new(), |h| h.to_string()),
             opt(r.goodput_of_best_possible),
+            r.cached_tokens,
         )?;
     }
     Ok(())

@@ -267,6 +267,17 @@ pub fn summary_text(s: &Summary) -> String {
             s.evictions, s.recomputed_tokens
         ),
     );
+    if s.cached_tokens > 0 {
+        line(
+            &mut t,
+            "prefix cache",
+            format!(
+                "{} tokens taken from the cache ({:.1}% of prompt tokens)",
+                s.cached_tokens,
+                100.0 * s.cached_tokens as f64 / s.prompt_tokens.max(1) as f64
+            ),
+        );
+    }
     line(
         &mut t,
         "mean batch",

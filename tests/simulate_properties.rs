@@ -68,6 +68,9 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                     // the strategy tuple is full).
                     max_ragged_sequence_count: long_prefill_token_threshold.map(|t| t + 1),
                     max_waiting_iters: long_prefill_token_threshold,
+                    // vllm-v1's prefix caching: default (on), on or off (tied to the
+                    // full-sequence check's draw).
+                    prefix_caching: reserve_full_isl,
                 };
                 (w, knobs)
             },

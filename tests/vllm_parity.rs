@@ -20,6 +20,7 @@ struct CaseConfig {
     watermark: f64,
     reserve_full_isl: bool,
     num_gpu_blocks: u64,
+    prefix_caching: bool,
 }
 
 fn read_config(dir: &Path) -> CaseConfig {
@@ -36,6 +37,7 @@ fn read_config(dir: &Path) -> CaseConfig {
         watermark: v["watermark"].as_f64().unwrap(),
         reserve_full_isl: v["reserve_full_isl"].as_bool().unwrap(),
         num_gpu_blocks: v["vllm"]["num_gpu_blocks"].as_u64().unwrap(),
+        prefix_caching: v["vllm"]["enable_prefix_caching"].as_bool().unwrap(),
     }
 }
 
@@ -50,14 +52,14 @@ fn cases() -> Vec<PathBuf> {
 }
 
 /// A batch in a form where entry order inside the batch does not matter: evictions, then
-/// (request, tokens) pairs, each sorted.
-fn normalized(b: &Batch) -> (Vec<u32>, Vec<(u32, u32)>) {
+/// (request, tokens, tokens from the prefix cache) triples, each sorted.
+fn normalized(b: &Batch) -> (Vec<u32>, Vec<(u32, u32, u32)>) {
     let mut evicted = Vec::new();
     let mut processed = Vec::new();
     for e in &b.entries {
         match e.action {
             Action::Evict => evicted.push(e.request),
-            Action::Process(t) => processed.push((e.request, t)),
+            Action::Process(t) => processed.push((e.request, t, e.cached)),
         }
     }
     evicted.sort_unstable();
@@ -70,11 +72,11 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
     let cost = preset("llama2-7b-a100").unwrap();
     let dirs = cases();
     assert!(
-        dirs.len() >= 11,
-        "expected the 11 recorded cases, found {}",
+        dirs.len() >= 15,
+        "expected the 15 recorded cases, found {}",
         dirs.len()
     );
-    let mut evictions_seen = 0;
+    let (mut evictions_seen, mut cached_seen) = (0, 0u64);
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let cfg = read_config(dir);
@@ -97,6 +99,7 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
             block_size: Some(cfg.block_size),
             watermark: Some(cfg.watermark),
             reserve_full_isl: Some(cfg.reserve_full_isl),
+            prefix_caching: Some(cfg.prefix_caching),
             ..Knobs::default()
         };
         let sim = SchedulerKind::VllmV1
@@ -131,9 +134,62 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
             .flat_map(|b| &b.entries)
             .filter(|e| e.action == Action::Evict)
             .count();
+        cached_seen += theirs
+            .iter()
+            .flat_map(|b| &b.entries)
+            .map(|e| u64::from(e.cached))
+            .sum::<u64>();
     }
-    // The cases exercise preemption, not only admission.
+    // The cases exercise preemption, not only admission, and prefix-cache hits.
     assert!(evictions_seen > 0);
+    assert!(cached_seen > 0);
+}
+
+#[test]
+fn without_prefix_caching_vllm_v1_differs_where_vllm_0_32_hits_the_cache() {
+    // A Mooncake window recorded with caching on: switching it off must change the
+    // schedule (shared prompt blocks are computed again).
+    let cost = preset("llama2-7b-a100").unwrap();
+    let dir = Path::new(FIXTURES).join("mooncake-syn100-c2048-m24576");
+    let cfg = read_config(&dir);
+    assert!(cfg.prefix_caching);
+    let workload = read_trace(&dir.join("workload.csv")).unwrap();
+    let knobs = |on| Knobs {
+        token_budget: Some(cfg.token_budget),
+        kv_capacity: Some(cfg.kv_capacity),
+        max_running: Some(cfg.max_running),
+        block_size: Some(cfg.block_size),
+        watermark: Some(cfg.watermark),
+        reserve_full_isl: Some(cfg.reserve_full_isl),
+        prefix_caching: Some(on),
+        ..Knobs::default()
+    };
+    let run = |on| {
+        SchedulerKind::VllmV1
+            .simulate(&workload, &knobs(on), &cost)
+            .unwrap()
+            .schedule
+    };
+    let (on, off) = (run(true), run(false));
+    assert!(on.has_cache_hits() && !off.has_cache_hits());
+    let processed = |s: &Schedule| replay(&workload, &knobs_limits(&cfg), &cost, s).unwrap();
+    let (a, b) = (processed(&on), processed(&off));
+    let tokens = |r: &infersched::core::Replay| -> u64 {
+        r.requests.iter().map(|q| q.processed_tokens).sum()
+    };
+    assert!(tokens(&a) < tokens(&b));
+}
+
+/// The limits a case's config names (for replaying outside a simulation).
+fn knobs_limits(cfg: &CaseConfig) -> Limits {
+    Limits {
+        token_budget: Some(cfg.token_budget),
+        prefill_budget: None,
+        kv_capacity: Some(cfg.kv_capacity),
+        max_running: Some(cfg.max_running),
+        block_size: cfg.block_size,
+        watermark: cfg.watermark,
+    }
 }
 
 #[test]
@@ -152,6 +208,7 @@ fn without_the_full_prompt_check_vllm_v1_differs_where_vllm_0_32_holds_a_prompt_
         block_size: Some(cfg.block_size),
         watermark: Some(cfg.watermark),
         reserve_full_isl: Some(isl),
+        prefix_caching: Some(false),
         ..Knobs::default()
     };
     let evictions = |s: &Schedule| {

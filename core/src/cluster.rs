@@ -280,7 +280,16 @@ fn replay_replica(
         .iter()
         .map(|&g| workload.requests()[g as usize])
         .collect();
-    let sub = Workload::new(reqs).expect("members of a valid workload, at least one");
+    let mut sub = Workload::new(reqs).expect("members of a valid workload, at least one");
+    if let Some(p) = workload.prefix() {
+        let ids = members.iter().map(|&g| p.ids[g as usize].clone()).collect();
+        sub = sub
+            .with_prefix(crate::prefix::PrefixIds {
+                block_tokens: p.block_tokens,
+                ids,
+            })
+            .expect("the members' ids of a valid workload");
+    }
     let mut one = replay(&sub, limits, cost, &renumbered).map_err(|e| ClusterError::Replica {
         replica,
         source: e.with_request_ids(members),

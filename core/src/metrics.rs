@@ -74,6 +74,10 @@ impl Objectives {
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// Everything `summary.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -107,6 +111,10 @@ pub struct Summary {
     pub evictions: u64,
     /// Tokens processed again after evictions.
     pub recomputed_tokens: u64,
+    /// Tokens taken from the prefix cache instead of being processed (absent from
+    /// `summary.json` when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
     /// Mean processing entries per busy batch.
     pub mean_batch_size: f64,
     /// Mean tokens per busy batch.
@@ -200,6 +208,7 @@ impl Summary {
             processed_tokens: reqs.iter().map(|r| r.processed_tokens).sum(),
             evictions: reqs.iter().map(|r| u64::from(r.evictions)).sum(),
             recomputed_tokens: reqs.iter().map(|r| r.recomputed_tokens).sum(),
+            cached_tokens: reqs.iter().map(|r| r.cached_tokens).sum(),
             mean_batch_size: per_busy(busy.iter().map(|b| b.processing_entries()).sum()),
             mean_batch_tokens: per_busy(busy.iter().map(|b| b.features.tokens).sum()),
             peak_kv_tokens,

@@ -7,6 +7,7 @@
 //! errors are 0-based, as in the schedule file.
 
 use crate::cost::{BatchFeatures, CostModel};
+use crate::kv_cache::{BlockKeys, PrefixCache};
 use crate::limits::{Infeasibility, Limits, LimitsError};
 use crate::request::Workload;
 use crate::request_state::RequestState;
@@ -107,6 +108,20 @@ pub enum ReplayError {
         tokens: u64,
         /// K = I + G.
         known: u64,
+    },
+    /// A cache hit that breaks a rule of prefix caching (semantics.md, "Prefix caching").
+    #[error(
+        "batch {batch}: request {request} takes {cached} tokens from the prefix cache, but {reason}"
+    )]
+    CacheHit {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+        /// The tokens the entry takes from the cache.
+        cached: u64,
+        /// The rule broken.
+        reason: String,
     },
     /// Token budget C exceeded.
     #[error("batch {batch}: processes {tokens} tokens, over the token budget C = {limit}")]
@@ -227,6 +242,7 @@ impl ReplayError {
             | E::FinishedRequestScheduled { request, .. }
             | E::EvictWithoutKv { request, .. }
             | E::KnownTokenLimit { request, .. }
+            | E::CacheHit { request, .. }
             | E::KvCapacity { request, .. }
             | E::BeforeArrival { request, .. }
             | E::NeverFinished { request, .. } => request,
@@ -260,7 +276,9 @@ pub struct RequestRecord {
     pub evictions: u32,
     /// Tokens processed again after evictions (the KV discarded by them).
     pub recomputed_tokens: u64,
-    /// All tokens processed: `I + O - 1 + recomputed_tokens`.
+    /// Tokens taken from the prefix cache instead of being processed.
+    pub cached_tokens: u64,
+    /// All tokens processed: `I + O - 1 + recomputed_tokens - cached_tokens`.
     pub processed_tokens: u64,
     /// Largest gap between consecutive tokens (0 when O = 1).
     pub max_tbt_s: f64,
@@ -472,13 +490,16 @@ fn replay_timed(
     limits.validate()?;
     limits.check_feasible(workload)?;
     let mut r = Replayer::new(workload, limits, schedule.batches.len());
+    if schedule.has_cache_hits() {
+        let keys = BlockKeys::new(workload, limits.block_size);
+        let blocks = limits.kv_capacity.map(|m| m / u64::from(limits.block_size));
+        r.cache = Some(PrefixCache::new(keys, blocks, limits.block_size));
+    }
     let mut prev_end = 0.0f64;
     let mut step = BatchStep::default();
     for (j, batch) in schedule.batches.iter().enumerate() {
         step.clear();
-        for k in 0..batch.entries.len() {
-            r.apply_entry(j, k, batch, &mut step)?;
-        }
+        r.apply_entries(j, batch, &mut step)?;
         r.check_limits(j, &step)?;
         let start_s = prev_end.max(step.latest_arrival);
         let time_s = time_of(j, &step.features);
@@ -531,6 +552,8 @@ struct Replayer<'a> {
     tbt_gaps_s: Vec<f64>,
     tbt_gap_requests: Vec<u32>,
     batches: Vec<BatchRecord>,
+    /// The block pool, when some entry takes tokens from the prefix cache.
+    cache: Option<PrefixCache>,
 }
 
 impl<'a> Replayer<'a> {
@@ -550,6 +573,7 @@ impl<'a> Replayer<'a> {
                 completion_s: f64::NAN,
                 evictions: 0,
                 recomputed_tokens: 0,
+                cached_tokens: 0,
                 processed_tokens: 0,
                 max_tbt_s: 0.0,
             })
@@ -566,7 +590,33 @@ impl<'a> Replayer<'a> {
             tbt_gaps_s: Vec::new(),
             tbt_gap_requests: Vec::new(),
             batches: Vec::with_capacity(batches),
+            cache: None,
         }
+    }
+
+    /// Checks and applies batch `j`'s entries in order; with the prefix cache, its
+    /// evictions first (their blocks join the free queue before any block of the batch is
+    /// allocated, as a scheduler preempts before it grows a request).
+    fn apply_entries(
+        &mut self,
+        j: usize,
+        batch: &crate::schedule::Batch,
+        step: &mut BatchStep,
+    ) -> Result<(), ReplayError> {
+        if self.cache.is_none() {
+            for k in 0..batch.entries.len() {
+                self.apply_entry(j, k, batch, step)?;
+            }
+            return Ok(());
+        }
+        for evicts in [true, false] {
+            for k in 0..batch.entries.len() {
+                if (batch.entries[k].action == Action::Evict) == evicts {
+                    self.apply_entry(j, k, batch, step)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Checks and applies entry `k` of batch `j`.
@@ -583,8 +633,19 @@ impl<'a> Replayer<'a> {
         self.check_entry(j, k, batch)?;
         self.last_seen[i] = j;
         match entry.action {
+            Action::Evict if entry.cached > 0 => Err(ReplayError::CacheHit {
+                batch: j,
+                request: id,
+                cached: u64::from(entry.cached),
+                reason: "an eviction takes nothing from the cache".into(),
+            }),
             Action::Evict => self.evict(j, id, step),
-            Action::Process(c) => self.process(j, id, c, step),
+            Action::Process(c) => {
+                if entry.cached > 0 {
+                    self.take_hit(j, id, u64::from(entry.cached))?;
+                }
+                self.process(j, id, c, step)
+            }
         }
     }
 
@@ -608,12 +669,13 @@ impl<'a> Replayer<'a> {
             });
         }
         if self.last_seen[i] == j {
-            let first_is_evict = batch.entries[..k]
+            let evicted_too = batch
+                .entries
                 .iter()
-                .find(|e| e.request == id)
-                .is_some_and(|e| e.action == Action::Evict);
+                .enumerate()
+                .any(|(kk, e)| kk != k && e.request == id && e.action == Action::Evict);
             let this_is_evict = entry.action == Action::Evict;
-            return Err(if first_is_evict != this_is_evict {
+            return Err(if evicted_too != this_is_evict {
                 ReplayError::EvictAndProcess {
                     batch: j,
                     request: id,
@@ -645,6 +707,10 @@ impl<'a> Replayer<'a> {
             });
         }
         self.kv_used -= self.limits.occupied(self.state[i].held);
+        if let Some(cache) = &mut self.cache {
+            cache.free(id);
+            self.kv_used = cache.used_tokens();
+        }
         self.running -= 1;
         self.records[i].recomputed_tokens += self.state[i].held;
         self.records[i].evictions += 1;
@@ -694,9 +760,73 @@ impl<'a> Replayer<'a> {
             self.kv_used += grown;
             step.last_grown = Some(id);
         }
+        if let Some(cache) = &mut self.cache {
+            let fits = cache.grow(id, after);
+            self.kv_used = cache.used_tokens();
+            if !fits {
+                let block = u64::from(self.limits.block_size);
+                let short = after.div_ceil(block) - cache.held[i].len() as u64;
+                return Err(ReplayError::KvCapacity {
+                    batch: j,
+                    used: self.kv_used + short * block,
+                    limit: self.limits.kv_capacity.unwrap_or(u64::MAX),
+                    block_size: self.limits.block_size,
+                    request: id,
+                });
+            }
+        }
         self.records[i].processed_tokens += c;
         step.latest_arrival = step.latest_arrival.max(r.arrival_s);
         step.processed.push((i, done.generates));
+        Ok(())
+    }
+
+    /// Request `id` takes its first `cached` tokens from the prefix cache: it holds no KV,
+    /// takes whole blocks, leaves at least one known token to process, and each block is
+    /// in the cache now.
+    fn take_hit(&mut self, j: usize, id: u32, cached: u64) -> Result<(), ReplayError> {
+        let i = id as usize;
+        let block = u64::from(self.limits.block_size);
+        let known = self.state[i].known(&self.reqs[i]);
+        let fail = |reason: String| ReplayError::CacheHit {
+            batch: j,
+            request: id,
+            cached,
+            reason,
+        };
+        if self.state[i].held > 0 {
+            return Err(fail(format!(
+                "it holds {} tokens of KV (a hit is taken only by a request holding none)",
+                self.state[i].held
+            )));
+        }
+        if cached % block != 0 {
+            return Err(fail(format!(
+                "that is not a whole number of blocks of {block}"
+            )));
+        }
+        if cached >= known {
+            return Err(fail(format!(
+                "it knows {known} tokens (a hit leaves at least the last known token to process)"
+            )));
+        }
+        let cache = self
+            .cache
+            .as_mut()
+            .expect("a schedule with hits has a cache");
+        let (found, _) = cache.hit(id, cached / block);
+        if found < cached / block {
+            return Err(fail(format!(
+                "its block {found} (tokens {} to {}) is not in the cache at this point",
+                found * block,
+                (found + 1) * block
+            )));
+        }
+        cache.take_hit(id, cached / block);
+        self.kv_used = cache.used_tokens();
+        self.state[i].held = cached;
+        self.running += 1;
+        self.records[i].cached_tokens += cached;
         Ok(())
     }
 
@@ -773,6 +903,12 @@ impl<'a> Replayer<'a> {
                 let held = self.limits.occupied(self.state[i].held);
                 kv_released += held;
                 self.kv_used -= held;
+                if let Some(cache) = &mut self.cache {
+                    let before = self.kv_used + held;
+                    cache.free(i as u32);
+                    self.kv_used = cache.used_tokens();
+                    kv_released = kv_released - held + (before - self.kv_used);
+                }
                 self.running -= 1;
                 self.state[i].held = 0;
             }
@@ -1007,6 +1143,145 @@ mod tests {
 
     fn err(w: &Workload, l: Limits, s: Schedule) -> ReplayError {
         replay(w, &l, &TestCost, &s).unwrap_err()
+    }
+
+    /// Two 8-token prompts sharing their first 4 tokens (ids in blocks of 4: [1, 2] and
+    /// [1, 3]); KV blocks of 2.
+    fn shared_prefix() -> Workload {
+        workload(&[(8, 2, 0.0), (8, 1, 0.0)])
+            .with_prefix(crate::prefix::PrefixIds {
+                block_tokens: 4,
+                ids: vec![vec![1, 2], vec![1, 3]],
+            })
+            .unwrap()
+    }
+
+    fn blocks_of_2(m: Option<u64>) -> Limits {
+        Limits {
+            block_size: 2,
+            kv_capacity: m,
+            ..Limits::unlimited()
+        }
+    }
+
+    #[test]
+    fn a_cache_hit_skips_the_shared_prefix_and_counts_its_blocks_once() {
+        let w = shared_prefix();
+        // r0's prompt registers 4 blocks; in the same batch r1 takes the first 2 (4
+        // tokens) and processes its other 4, with the 4 cached tokens as context.
+        let s = sched(vec![
+            vec![E::process(0, 8), E::cached_process(1, 4, 4)],
+            vec![E::process(0, 1)],
+        ]);
+        let r = replay(&w, &blocks_of_2(Some(12)), &TestCost, &s).unwrap();
+        let b0 = &r.batches[0];
+        assert_eq!(b0.features.tokens, 12);
+        // Attention: r0 64, r1 4^2 + 2 * 4 * 4 = 48.
+        assert_eq!(b0.features.prefill_attn, 112);
+        assert_eq!(b0.features.prefill_ctx, 4);
+        // Memory: r0's 4 blocks and r1's 2 own ones; the 2 shared count once.
+        assert_eq!(b0.kv_tokens, 12);
+        assert_eq!(r.requests[1].cached_tokens, 4);
+        assert_eq!(r.requests[1].processed_tokens, 4);
+        assert!(close(b0.end_s, 1.0 + 1.2 + 0.112));
+        // Counted for each request, M = 12 would not hold both: 16 tokens.
+        let plain = sched(vec![
+            vec![E::process(0, 8), E::process(1, 8)],
+            vec![E::process(0, 1)],
+        ]);
+        assert!(matches!(
+            replay(&w, &blocks_of_2(Some(12)), &TestCost, &plain),
+            Err(ReplayError::KvCapacity { batch: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn each_cache_rule_has_a_breaking_schedule() {
+        let w = shared_prefix();
+        let hit = |s: Schedule, m: Option<u64>| match replay(&w, &blocks_of_2(m), &TestCost, &s)
+            .unwrap_err()
+        {
+            ReplayError::CacheHit { reason, .. } => reason,
+            e => panic!("expected a cache-hit error, got {e}"),
+        };
+        // Nothing registered yet: r1 comes first.
+        let r = hit(
+            sched(vec![vec![E::cached_process(1, 4, 4), E::process(0, 8)]]),
+            None,
+        );
+        assert!(
+            r.contains("block 0 (tokens 0 to 2) is not in the cache"),
+            "{r}"
+        );
+        // Past the shared prefix: r1's block 2 is its own.
+        let r = hit(
+            sched(vec![vec![E::process(0, 8), E::cached_process(1, 6, 2)]]),
+            None,
+        );
+        assert!(r.contains("block 2 (tokens 4 to 6)"), "{r}");
+        // Half a block.
+        let r = hit(
+            sched(vec![vec![E::process(0, 8), E::cached_process(1, 3, 5)]]),
+            None,
+        );
+        assert!(r.contains("not a whole number of blocks of 2"), "{r}");
+        // The whole prompt: the last known token is always computed.
+        let w2 = workload(&[(4, 2, 0.0), (4, 1, 0.0)])
+            .with_prefix(crate::prefix::PrefixIds {
+                block_tokens: 4,
+                ids: vec![vec![1], vec![1]],
+            })
+            .unwrap();
+        let e = replay(
+            &w2,
+            &blocks_of_2(None),
+            &TestCost,
+            &sched(vec![
+                vec![E::process(0, 4)],
+                vec![E::cached_process(1, 4, 1)],
+            ]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("it knows 4 tokens"), "{e}");
+        // A request holding KV takes no hit.
+        let r = hit(
+            sched(vec![
+                vec![E::process(0, 8), E::process(1, 2)],
+                vec![E::cached_process(1, 4, 4)],
+            ]),
+            None,
+        );
+        assert!(r.contains("it holds 2 tokens of KV"), "{r}");
+        // Evicted blocks stay cached until reused: with M = 10 (5 blocks) r0 takes 4, is
+        // evicted, and r1 still finds the shared blocks...
+        let kept = sched(vec![
+            vec![E::process(0, 8)],
+            vec![E::evict(0), E::cached_process(1, 4, 4)],
+            vec![E::process(0, 8)],
+            vec![E::process(0, 1)],
+        ]);
+        assert!(replay(&w, &blocks_of_2(Some(10)), &TestCost, &kept).is_ok());
+        // ...but not after r1's own 4 tokens reused them: r0's tail blocks go first (2 and
+        // 3, freed first), then its head; a second request with r1's ids finds nothing.
+        let w3 = workload(&[(8, 1, 0.0), (8, 1, 0.0), (8, 1, 0.0)])
+            .with_prefix(crate::prefix::PrefixIds {
+                block_tokens: 4,
+                ids: vec![vec![1, 2], vec![5, 6], vec![1, 3]],
+            })
+            .unwrap();
+        let reused = sched(vec![
+            vec![E::process(0, 8)],
+            vec![E::process(1, 8)],
+            vec![E::cached_process(2, 4, 4)],
+        ]);
+        let e = replay(&w3, &blocks_of_2(Some(8)), &TestCost, &reused).unwrap_err();
+        assert!(e.to_string().contains("is not in the cache"), "{e}");
+        // An eviction takes nothing from the cache (the schedule file refuses it too).
+        let mut bad = sched(vec![vec![E::process(0, 8), E::cached_process(1, 4, 4)]]);
+        bad.batches.push(Batch::new(vec![E::evict(0)]));
+        bad.batches[1].entries[0].cached = 2;
+        let r = hit(bad, None);
+        assert!(r.contains("an eviction takes nothing"), "{r}");
     }
 
     #[test]

@@ -39,12 +39,19 @@ pub struct Entry {
     pub request: u32,
     /// Evict or process tokens.
     pub action: Action,
+    /// Tokens taken from the prefix cache before processing (whole KV blocks; only when
+    /// the request holds no KV, so only with [`Action::Process`]; 0: none).
+    pub cached: u32,
 }
 
-/// Compact text: `3:128` (request 3 processes 128 tokens) or `3:evict`.
+/// Compact text: `3:128` (request 3 processes 128 tokens), `3:hit512+128` (it takes 512
+/// tokens from the prefix cache, then processes 128) or `3:evict`.
 impl std::fmt::Display for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.action {
+            Action::Process(c) if self.cached > 0 => {
+                write!(f, "{}:hit{}+{c}", self.request, self.cached)
+            }
             Action::Process(c) => write!(f, "{}:{c}", self.request),
             Action::Evict => write!(f, "{}:evict", self.request),
         }
@@ -70,6 +77,17 @@ impl Entry {
         Self {
             request,
             action: Action::Process(tokens),
+            cached: 0,
+        }
+    }
+
+    /// An entry taking `cached` tokens of `request` from the prefix cache, then
+    /// processing `tokens` tokens.
+    pub fn cached_process(request: u32, cached: u32, tokens: u32) -> Self {
+        Self {
+            request,
+            action: Action::Process(tokens),
+            cached,
         }
     }
 
@@ -78,6 +96,7 @@ impl Entry {
         Self {
             request,
             action: Action::Evict,
+            cached: 0,
         }
     }
 }
@@ -176,6 +195,26 @@ struct EntryRepr {
     tokens: Option<u64>,
     #[serde(default)]
     evict: Option<bool>,
+    #[serde(default)]
+    cached: Option<u64>,
+}
+
+/// The CSV `cached` column of an entry (absent: 0; only on processing entries).
+fn csv_cached(fields: &[&str], action: Action) -> Result<u32, String> {
+    let Some(text) = fields.get(3) else {
+        return Ok(0);
+    };
+    let h: u32 = text.parse().map_err(|_| {
+        format!(
+            "expected a token count from 0 to {}, got \"{}\"",
+            u32::MAX,
+            crate::io::excerpt(text)
+        )
+    })?;
+    if h > 0 && action == Action::Evict {
+        return Err("an eviction takes nothing from the prefix cache; expected 0".into());
+    }
+    Ok(h)
 }
 
 impl Schedule {
@@ -185,6 +224,13 @@ impl Schedule {
             batches,
             meta: None,
         }
+    }
+
+    /// Whether any entry takes tokens from the prefix cache.
+    pub fn has_cache_hits(&self) -> bool {
+        self.batches
+            .iter()
+            .any(|b| b.entries.iter().any(|e| e.cached > 0))
     }
 
     /// Total number of entries over all batches.
@@ -265,9 +311,22 @@ impl Schedule {
                         ));
                     }
                 };
+                let cached = match (e.cached, action) {
+                    (None, _) => 0,
+                    (Some(h), Action::Process(_)) => u32::try_from(h).map_err(|_| {
+                        invalid(loc(), format!("\"cached\" = {h} is larger than 4294967295"))
+                    })?,
+                    (Some(_), Action::Evict) => {
+                        return Err(invalid(
+                            loc(),
+                            "has \"cached\" on an eviction: only a processing entry takes tokens from the prefix cache".into(),
+                        ));
+                    }
+                };
                 entries.push(Entry {
                     request: e.request,
                     action,
+                    cached,
                 });
             }
             batches.push(Batch {
@@ -294,11 +353,16 @@ impl Schedule {
             .next()
             .map(|(_, h)| h.trim().to_owned())
             .unwrap_or_default();
-        if header != "batch,request,tokens" {
+        let columns = match header.as_str() {
+            "batch,request,tokens" => 3,
+            "batch,request,tokens,cached" => 4,
+            _ => 0,
+        };
+        if columns == 0 {
             return Err(invalid(
                 "line 1".into(),
                 format!(
-                    "expected the header \"batch,request,tokens\", got \"{}\"",
+                    "expected the header \"batch,request,tokens\" (or \"batch,request,tokens,cached\"), got \"{}\"",
                     crate::io::excerpt(&header)
                 ),
             ));
@@ -312,13 +376,10 @@ impl Schedule {
                 continue;
             }
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-            if fields.len() != 3 {
+            if fields.len() != columns {
                 return Err(invalid(
                     format!("line {lineno}"),
-                    format!(
-                        "expected 3 fields (batch,request,tokens), got {}",
-                        fields.len()
-                    ),
+                    format!("expected {columns} fields ({header}), got {}", fields.len()),
                 ));
             }
             let batch: usize = fields[0].parse().map_err(|_| {
@@ -354,6 +415,8 @@ impl Schedule {
                     )
                 })?)
             };
+            let cached = csv_cached(&fields, action)
+                .map_err(|reason| invalid(format!("line {lineno}, column cached"), reason))?;
             if batch.saturating_add(1) < batches.len() {
                 return Err(invalid(
                     format!("line {lineno}, column batch"),
@@ -377,7 +440,11 @@ impl Schedule {
                 }
                 batches.resize_with(batch + 1, Batch::default);
             }
-            batches[batch].entries.push(Entry { request, action });
+            batches[batch].entries.push(Entry {
+                request,
+                action,
+                cached,
+            });
         }
         Ok(Self::new(batches))
     }
@@ -399,6 +466,13 @@ impl Schedule {
                     line.push(',');
                 }
                 match e.action {
+                    Action::Process(c) if e.cached > 0 => {
+                        let _ = write!(
+                            line,
+                            "{{\"request\":{},\"tokens\":{c},\"cached\":{}}}",
+                            e.request, e.cached
+                        );
+                    }
                     Action::Process(c) => {
                         let _ = write!(line, "{{\"request\":{},\"tokens\":{c}}}", e.request);
                     }
@@ -421,13 +495,22 @@ impl Schedule {
 
     /// Writes the CSV form (empty trailing batches are not representable and are omitted).
     pub fn write_csv(&self, w: &mut dyn Write) -> io::Result<()> {
-        w.write_all(b"batch,request,tokens\n")?;
+        let hits = self.has_cache_hits();
+        w.write_all(if hits {
+            b"batch,request,tokens,cached\n"
+        } else {
+            b"batch,request,tokens\n"
+        })?;
         for (j, b) in self.batches.iter().enumerate() {
             for e in &b.entries {
                 match e.action {
-                    Action::Process(c) => writeln!(w, "{j},{},{c}", e.request)?,
-                    Action::Evict => writeln!(w, "{j},{},evict", e.request)?,
+                    Action::Process(c) => write!(w, "{j},{},{c}", e.request)?,
+                    Action::Evict => write!(w, "{j},{},evict", e.request)?,
                 }
+                if hits {
+                    write!(w, ",{}", e.cached)?;
+                }
+                writeln!(w)?;
             }
         }
         Ok(())

@@ -313,6 +313,7 @@ def _limits(
 def _knobs(
     no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
     long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
+    enable_prefix_caching=None,
 ) -> dict:
     return dict(
         no_preemption=bool(no_preemption),
@@ -323,6 +324,7 @@ def _knobs(
         long_prefill_token_threshold=long_prefill_token_threshold,
         max_ragged_sequence_count=max_ragged_sequence_count,
         max_waiting_iters=max_waiting_iters,
+        enable_prefix_caching=enable_prefix_caching,
     )
 
 
@@ -373,6 +375,7 @@ def simulate(
     long_prefill_token_threshold: Optional[int] = None,
     max_ragged_sequence_count: Optional[int] = None,
     max_waiting_iters: Optional[int] = None,
+    enable_prefix_caching: Optional[bool] = None,
     slo: Sequence[str] = (),
     replicas: int = 1,
     router: str = "round-robin",
@@ -389,7 +392,8 @@ def simulate(
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
-                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
+                   enable_prefix_caching)
     cluster = dict(replicas=int(replicas), router=router)
     inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs, list(slo), cluster)
     return Run(inner)
@@ -534,6 +538,7 @@ def compare(
     long_prefill_token_threshold: Optional[int] = None,
     max_ragged_sequence_count: Optional[int] = None,
     max_waiting_iters: Optional[int] = None,
+    enable_prefix_caching: Optional[bool] = None,
     time_limit: float = 60.0,
     threads: int = 2,
     mip_gap: float = 1e-6,
@@ -563,7 +568,8 @@ def compare(
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
-                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
+                   enable_prefix_caching)
     options = _solve_options(
         time_limit, threads, mip_gap, memory_limit, horizon, milp_only, list_search_tries,
         plan_search_tries, no_phase_relaxation, no_independent_groups, False, (), no_evict,
@@ -607,6 +613,7 @@ def capacity(
     long_prefill_token_threshold: Optional[int] = None,
     max_ragged_sequence_count: Optional[int] = None,
     max_waiting_iters: Optional[int] = None,
+    enable_prefix_caching: Optional[bool] = None,
 ) -> dict:
     """The highest request rate at which ``scheduler`` meets every SLO in ``slo`` on the
     trace with its arrivals scaled (``infersched capacity`` for one configuration; the
@@ -620,7 +627,8 @@ def capacity(
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
-                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters)
+                   long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
+                   enable_prefix_caching)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes))
     cluster = dict(replicas=int(replicas), router=router)

@@ -85,6 +85,7 @@ pub(crate) struct KnobKwargs {
     pub(crate) long_prefill_token_threshold: Option<u64>,
     pub(crate) max_ragged_sequence_count: Option<u64>,
     pub(crate) max_waiting_iters: Option<u64>,
+    pub(crate) enable_prefix_caching: Option<bool>,
 }
 
 pub(crate) fn knobs(
@@ -112,6 +113,7 @@ pub(crate) fn knobs(
         long_prefill_token_threshold: k.long_prefill_token_threshold,
         max_ragged_sequence_count: k.max_ragged_sequence_count,
         max_waiting_iters: k.max_waiting_iters,
+        prefix_caching: k.enable_prefix_caching,
     })
 }
 

@@ -11,7 +11,7 @@
 use crate::sim::{Run, Simulation, Simulator, Step, check_servable};
 use crate::{Policy, SimError};
 use infersched_core::cluster::MAX_REPLICAS;
-use infersched_core::{CostModel, Limits, Routing, Workload};
+use infersched_core::{BlockKeys, CostModel, Limits, Routing, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::fmt;
@@ -250,9 +250,18 @@ pub fn simulate_cluster(
         first.as_ref(),
         &Simulator::new(workload, *limits),
     )?;
+    let keys = first
+        .prefix_caching()
+        .then(|| BlockKeys::new(workload, limits.block_size));
     let mut runs: Vec<Run<'_>> = policies
         .iter()
-        .map(|_| Run::new(Simulator::empty(*limits), 0))
+        .map(|_| {
+            let mut sim = Simulator::empty(*limits);
+            if let Some(k) = &keys {
+                sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
+            }
+            Run::new(sim, 0)
+        })
         .collect();
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); policies.len()];
     let mut replica_of = vec![0u32; workload.len()];
@@ -270,7 +279,10 @@ pub fn simulate_cluster(
                 .map_err(replica_error(r))?;
         }
         let r = state.pick(&runs, request.arrival_s);
-        runs[r].add_request(request);
+        let chains = keys
+            .as_ref()
+            .map_or_else(Vec::new, |k| k.chains_of(g).to_vec());
+        runs[r].add_request(request, chains);
         members[r].push(g);
         replica_of[g as usize] = r as u32;
     }

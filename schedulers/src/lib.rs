@@ -100,6 +100,9 @@ pub struct Knobs {
     /// LightLLM's (Vidur's) `max_waiting_iters`: decode batches in a row before waiting
     /// requests are tried while others run [default: 10]. Only `lightllm` reads it.
     pub max_waiting_iters: Option<u64>,
+    /// vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching` (vllm-v1; on by
+    /// default, as in vLLM V1).
+    pub prefix_caching: Option<bool>,
 }
 
 impl Knobs {
@@ -222,6 +225,7 @@ impl SchedulerKind {
             long_prefill_token_threshold: knobs.long_prefill_token_threshold.unwrap_or(0),
             max_ragged_sequence_count: knobs.max_ragged_sequence_count.unwrap_or(512),
             max_waiting_iters: knobs.max_waiting_iters.unwrap_or(10),
+            prefix_caching: self == Self::VllmV1 && knobs.prefix_caching.unwrap_or(true),
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),

@@ -79,6 +79,8 @@ pub struct PolicyOptions {
     /// LightLLM's (Vidur's) `max_waiting_iters`: decode batches in a row before waiting
     /// requests are tried again while others run.
     pub max_waiting_iters: u64,
+    /// vLLM's automatic prefix caching (`--enable-prefix-caching`; vllm-v1 only).
+    pub prefix_caching: bool,
 }
 
 /// Picks the victim among running requests not yet scheduled in this step (the request
@@ -310,30 +312,46 @@ fn v1_watermark_blocks(sim: &Simulator<'_>) -> u64 {
 /// The watermark applies only while some request is running
 /// (`has_scheduled_reqs = bool(self.running)`). The first request refused stops admission
 /// for this step.
+///
+/// With prefix caching (`KVCacheManager.get_computed_blocks`), the request first takes
+/// the longest run of its leading blocks found in the cache (at most `K - 1` tokens); the
+/// chunk starts after them, and the cached blocks no request holds count against the free
+/// blocks in both checks (taking them removes them from the free queue).
 fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions, per_request_cap: u64) {
     let watermark = v1_watermark_blocks(sim);
     while let Some(&i) = sim.waiting().front() {
         if !sim.running_room() || sim.scheduled(i) {
             break;
         }
-        let c = chunked(sim, i).min(per_request_cap);
+        let (hit, evictable) = sim.cache_hit(i);
+        let c = (sim.remaining(i) - hit)
+            .min(sim.token_room())
+            .min(sim.prefill_room())
+            .min(per_request_cap);
         if c == 0 {
             break;
         }
-        let reserve = if o.no_preemption { max_kv(sim, i) } else { c }.max(c);
+        let reserve = if o.no_preemption {
+            max_kv(sim, i)
+        } else {
+            hit + c
+        }
+        .max(hit + c);
         let watermark = if sim.running().is_empty() {
             0
         } else {
             watermark
         };
         let free = sim.free_blocks();
-        if o.reserve_full_isl && sim.extra_blocks(i, sim.known(i)) + watermark > free {
+        let need = |tokens: u64| sim.blocks_for(tokens) - sim.blocks_for(hit) + evictable;
+        if o.reserve_full_isl && need(sim.known(i)) + watermark > free {
             break;
         }
-        if sim.extra_blocks(i, reserve) + watermark > free {
+        if need(reserve) + watermark > free {
             break;
         }
         sim.admit_front();
+        sim.take_cache_hit(i, hit);
         sim.process(i, c, reserve);
     }
 }
@@ -341,6 +359,9 @@ fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions, per_request_cap: u64) {
 impl Policy for VllmV1 {
     fn name(&self) -> String {
         "vllm-v1".into()
+    }
+    fn prefix_caching(&self) -> bool {
+        self.0.prefix_caching
     }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;

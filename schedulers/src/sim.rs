@@ -12,7 +12,8 @@
 //! emits carries its claimed batch times, which the independent replay checks.
 
 use infersched_core::{
-    Batch, BatchFeatures, CostModel, Entry, Limits, Request, Schedule, Workload,
+    Batch, BatchFeatures, BlockKeys, CostModel, Entry, Limits, PrefixCache, Request, Schedule,
+    Workload,
 };
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -81,6 +82,8 @@ struct ReqState {
     alloc_blocks: u64,
     status: Status,
     scheduled_in: usize,
+    /// Tokens taken from the prefix cache for the entry being built (0: none).
+    cached_now: u64,
 }
 
 impl ReqState {
@@ -90,6 +93,7 @@ impl ReqState {
         alloc_blocks: 0,
         status: Status::Pending,
         scheduled_in: usize::MAX,
+        cached_now: 0,
     };
 }
 
@@ -115,6 +119,12 @@ pub struct Simulator<'w> {
     batch_tokens: u64,
     batch_prefill_tokens: u64,
     generated_now: Vec<u32>,
+    /// The block pool with prefix caching, for policies that use it.
+    cache: Option<PrefixCache>,
+    /// With prefix caching: blocks allocated to requests beyond those their KV fills (a
+    /// reservation is counted against the free blocks, the pool holds only filled ones,
+    /// as the replay's does).
+    reserved_unfilled: u64,
 }
 
 /// What one simulated batch left behind, for checking against the replay.
@@ -146,6 +156,11 @@ pub trait Policy {
     /// Builds the next batch (may evict running requests). Adding no processing entry
     /// while work is waiting is a stall.
     fn next_batch(&mut self, sim: &mut Simulator<'_>);
+    /// Whether the policy takes prompt blocks from a prefix cache (then the simulator
+    /// keeps one).
+    fn prefix_caching(&self) -> bool {
+        false
+    }
 }
 
 impl<'w> Simulator<'w> {
@@ -180,7 +195,59 @@ impl<'w> Simulator<'w> {
             batch_tokens: 0,
             batch_prefill_tokens: 0,
             generated_now: Vec::new(),
+            cache: None,
+            reserved_unfilled: 0,
         }
+    }
+
+    /// Turns on automatic prefix caching (semantics.md, "Prefix caching"): KV blocks kept
+    /// in a pool that remembers what each full block holds, hits taken through
+    /// [`Self::cache_hit`] and [`Self::take_cache_hit`].
+    pub(crate) fn enable_prefix_cache(&mut self, keys: BlockKeys) {
+        let capacity = self.limits.kv_capacity.map(|_| self.total_blocks);
+        self.cache = Some(PrefixCache::new(keys, capacity, self.limits.block_size));
+    }
+
+    /// Whether prefix caching is on.
+    pub fn prefix_caching(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// What request `i` (holding no KV) would take from the prefix cache now: the tokens
+    /// of the longest run of its leading blocks in the cache, at most `K - 1` (the last
+    /// known token is always computed), and how many of those blocks no request holds
+    /// (taking them uses free blocks). `(0, 0)` without caching or while `i` holds KV.
+    pub fn cache_hit(&self, i: u32) -> (u64, u64) {
+        match &self.cache {
+            Some(cache) if self.held(i) == 0 => {
+                let (blocks, free) = cache.hit(i, (self.known(i) - 1) / self.block);
+                (blocks * self.block, free)
+            }
+            _ => (0, 0),
+        }
+    }
+
+    /// Running request `i` (holding no KV) takes its first `tokens` tokens from the prefix
+    /// cache, as [`Self::cache_hit`] offered them; the next [`Self::process`] of `i` in
+    /// this batch records them in its entry.
+    pub fn take_cache_hit(&mut self, i: u32, tokens: u64) {
+        let idx = i as usize;
+        debug_assert_eq!(self.st[idx].held, 0);
+        debug_assert_eq!(self.st[idx].status, Status::Running);
+        if tokens == 0 {
+            return;
+        }
+        let cache = self
+            .cache
+            .as_mut()
+            .expect("a cache hit with prefix caching on");
+        let taken = cache.take_hit(i, tokens / self.block);
+        assert!(taken, "a cache hit the cache no longer holds");
+        self.st[idx].held = tokens;
+        self.st[idx].alloc_blocks = tokens / self.block;
+        self.used_blocks += tokens / self.block;
+        self.st[idx].cached_now = tokens;
+        self.actual_kv = cache.used_tokens();
     }
 
     // ---- reading the state ----
@@ -272,9 +339,13 @@ impl<'w> Simulator<'w> {
     pub fn total_blocks(&self) -> u64 {
         self.total_blocks
     }
-    /// Blocks not allocated to any request.
+    /// Blocks not allocated to any request (with prefix caching, cached blocks no request
+    /// holds count as free: they are reused when needed).
     pub fn free_blocks(&self) -> u64 {
-        self.total_blocks - self.used_blocks
+        match &self.cache {
+            Some(cache) => cache.pool.free().min(self.total_blocks) - self.reserved_unfilled,
+            None => self.total_blocks - self.used_blocks,
+        }
     }
     /// Watermark in blocks (kept free at admission).
     pub fn watermark_blocks(&self) -> u64 {
@@ -357,6 +428,13 @@ impl<'w> Simulator<'w> {
         );
         self.st[idx].alloc_blocks += extra;
         self.used_blocks += extra;
+        if let Some(cache) = &mut self.cache {
+            let filled_before = cache.held[idx].len() as u64;
+            let grown = cache.grow(i, after);
+            assert!(grown, "policy over-allocated KV blocks");
+            let filled = cache.held[idx].len() as u64;
+            self.reserved_unfilled = self.reserved_unfilled + extra - (filled - filled_before);
+        }
         if self.is_decode_ready(i) {
             self.features.add_decode(after);
         } else {
@@ -364,14 +442,19 @@ impl<'w> Simulator<'w> {
             self.batch_prefill_tokens += c;
         }
         self.batch_tokens += c;
-        self.actual_kv += self.limits.occupied(after) - self.limits.occupied(before);
+        self.actual_kv = match &self.cache {
+            Some(cache) => cache.used_tokens(),
+            None => self.actual_kv + self.limits.occupied(after) - self.limits.occupied(before),
+        };
         self.st[idx].held = after;
         self.st[idx].scheduled_in = self.batch_index;
         if after == self.known(i) {
             self.st[idx].generated += 1;
             self.generated_now.push(i);
         }
-        self.entries.push(Entry::process(i, c as u32));
+        let cached = std::mem::take(&mut self.st[idx].cached_now) as u32;
+        self.entries
+            .push(Entry::cached_process(i, cached, c as u32));
     }
 
     /// Evicts running request `i` (recompute): drops its KV and allocation and puts it
@@ -381,8 +464,13 @@ impl<'w> Simulator<'w> {
         debug_assert_eq!(self.st[idx].status, Status::Running);
         debug_assert!(!self.scheduled(i));
         self.used_blocks -= self.st[idx].alloc_blocks;
-        self.st[idx].alloc_blocks = 0;
         self.actual_kv -= self.limits.occupied(self.st[idx].held);
+        if let Some(cache) = &mut self.cache {
+            self.reserved_unfilled -= self.st[idx].alloc_blocks - cache.held[idx].len() as u64;
+            cache.free(i);
+            self.actual_kv = cache.used_tokens();
+        }
+        self.st[idx].alloc_blocks = 0;
         self.st[idx].held = 0;
         self.st[idx].status = Status::Waiting;
         self.st[idx].scheduled_in = self.batch_index;
@@ -462,7 +550,10 @@ pub fn simulate(
     cost: &dyn CostModel,
 ) -> Result<Simulation, SimError> {
     limits.validate()?;
-    let sim = Simulator::new(workload, *limits);
+    let mut sim = Simulator::new(workload, *limits);
+    if policy.prefix_caching() {
+        sim.enable_prefix_cache(BlockKeys::new(workload, limits.block_size));
+    }
     check_servable(workload, limits, policy, &sim)?;
     let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
     let mut run = Run::new(sim, base_tokens);
@@ -532,8 +623,11 @@ impl<'w> Run<'w> {
 
     /// Adds request `r` (a cluster's replica): it arrives at `r.arrival_s`, which is no
     /// earlier than any request added before. Returns its id in this simulation.
-    pub(crate) fn add_request(&mut self, r: Request) -> u32 {
+    pub(crate) fn add_request(&mut self, r: Request, chains: Vec<u32>) -> u32 {
         let id = self.sim.reqs.len() as u32;
+        if let Some(cache) = &mut self.sim.cache {
+            cache.push(r.input_tokens, chains);
+        }
         self.sim.reqs.to_mut().push(r);
         self.sim.st.push(ReqState::PENDING);
         self.sim.pending.push(id);
@@ -634,8 +728,14 @@ impl<'w> Run<'w> {
                 sim.st[idx].status = Status::Finished;
                 sim.used_blocks -= sim.st[idx].alloc_blocks;
                 self.last_freed_blocks += sim.st[idx].alloc_blocks;
-                sim.st[idx].alloc_blocks = 0;
                 sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
+                if let Some(cache) = &mut sim.cache {
+                    sim.reserved_unfilled -=
+                        sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
+                    cache.free(i);
+                    sim.actual_kv = cache.used_tokens();
+                }
+                sim.st[idx].alloc_blocks = 0;
                 sim.st[idx].held = 0;
                 sim.running.retain(|&r| r != i);
                 self.last_finished += 1;

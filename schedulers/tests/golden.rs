@@ -13,6 +13,9 @@ fn knobs(c: Option<u64>, m: u64, block: u32) -> Knobs {
         block_size: Some(block),
         watermark: Some(0.0),
         max_running: Some(1000),
+        // vllm-v1's prefix caching is off in these cases unless a test turns it on (the
+        // vLLM parity fixtures were recorded without it).
+        prefix_caching: Some(false),
         ..Knobs::default()
     }
 }
@@ -108,6 +111,25 @@ fn vllm_v1_admits_nothing_in_a_step_that_preempted() {
     };
     let got = run("vllm-v1", &w, &k);
     assert_eq!(got, ["0:2 1:2", "0:1 1:evict", "0:1 1:3", "1:3"]);
+}
+
+#[test]
+fn vllm_v1_with_prefix_caching_takes_its_own_blocks_back_after_a_preemption() {
+    // The same case with vLLM V1's default prefix caching (block 1). r1's 2 prompt tokens
+    // stay cached after its preemption (freed blocks keep their contents). Batch 2: r1
+    // would take them back (a hit of 2, at most K - 1 = 5) and process 3 more (C = 4, r0
+    // decodes), but vLLM counts the hit's 2 free blocks against the free ones: 5 blocks
+    // needed, 3 free (M = 7, r0 holds 4), so r1 waits. Batch 3: r0 has finished; the hit
+    // is still cached (r0 grew into never-used blocks), and r1 takes it and processes the
+    // remaining 4 tokens of its refill, generating its only token.
+    let w = workload(&[(2, 3, 0.0), (6, 1, 0.0)]);
+    let k = Knobs {
+        reserve_full_isl: Some(false),
+        prefix_caching: Some(true),
+        ..knobs(Some(4), 7, 1)
+    };
+    let got = run("vllm-v1", &w, &k);
+    assert_eq!(got, ["0:2 1:2", "0:1 1:evict", "0:1", "1:hit2+4"]);
 }
 
 #[test]

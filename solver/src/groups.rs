@@ -231,7 +231,7 @@ fn concatenate(solved: &[GroupResult]) -> Schedule {
                         .iter()
                         .map(|e| Entry {
                             request: g.requests[e.request as usize],
-                            action: e.action,
+                            ..*e
                         })
                         .collect(),
                 )

@@ -20,8 +20,10 @@ pub(crate) fn best_heuristic(
     from: &[SchedulerKind],
     deadline: Instant,
 ) -> Option<Incumbent> {
+    // The solver's model has no prefix cache: its schedules take nothing from one.
     let knobs = Knobs {
         watermark: Some(0.0),
+        prefix_caching: Some(false),
         ..Knobs::matching(limits)
     };
     // A portfolio: each heuristic with and without preemption, and with its running set

@@ -189,7 +189,11 @@ mod tests {
 
     /// Both requests together (prefill, then one decode each), or one after the other.
     fn schedules() -> (Schedule, Schedule) {
-        let e = |request, action| Entry { request, action };
+        let e = |request, action| Entry {
+            request,
+            action,
+            cached: 0,
+        };
         let p = Action::Process;
         let together = Schedule::new(vec![
             Batch::new(vec![e(0, p(2)), e(1, p(2))]),
@@ -284,24 +288,9 @@ mod tests {
         assert!(store.offer(candidate("serial", &serial, &w, &cost)));
         // Unmixed batches only: a batch of prefills and decodes is refused.
         let mixed = Schedule::new(vec![
-            Batch::new(vec![Entry {
-                request: 0,
-                action: Action::Process(2),
-            }]),
-            Batch::new(vec![
-                Entry {
-                    request: 0,
-                    action: Action::Process(1),
-                },
-                Entry {
-                    request: 1,
-                    action: Action::Process(2),
-                },
-            ]),
-            Batch::new(vec![Entry {
-                request: 1,
-                action: Action::Process(1),
-            }]),
+            Batch::new(vec![Entry::process(0, 2)]),
+            Batch::new(vec![Entry::process(0, 1), Entry::process(1, 2)]),
+            Batch::new(vec![Entry::process(1, 1)]),
         ]);
         let limits = Limits::unlimited();
         let no_mix = Checks {

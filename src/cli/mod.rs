@@ -295,6 +295,12 @@ pub(crate) struct KnobArgs {
     /// lightllm: decode batches in a row before waiting requests are tried while others run (Vidur's max_waiting_iters; LightLLM's router_max_wait_tokens) [default: 10].
     #[arg(long)]
     pub(crate) max_waiting_iters: Option<u64>,
+    /// vllm-v1: automatic prefix caching, as vLLM V1 does by default: a request takes the leading KV blocks of its prompt already in the cache (equal prompt block ids, or its own blocks after a preemption) instead of computing them [default: on].
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub(crate) enable_prefix_caching: bool,
+    /// vllm-v1: no prefix caching (vLLM's --no-enable-prefix-caching).
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub(crate) no_enable_prefix_caching: bool,
 }
 
 impl KnobArgs {
@@ -304,6 +310,18 @@ impl KnobArgs {
         if self.no_scheduler_reserve_full_isl {
             Some(false)
         } else if self.scheduler_reserve_full_isl {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// `Some(false)` for --no-enable-prefix-caching, `Some(true)` for the flag, else the
+    /// policy's default.
+    pub(crate) fn prefix_caching(&self) -> Option<bool> {
+        if self.no_enable_prefix_caching {
+            Some(false)
+        } else if self.enable_prefix_caching {
             Some(true)
         } else {
             None
@@ -334,6 +352,7 @@ impl KnobArgs {
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             max_ragged_sequence_count: self.max_ragged_sequence_count,
             max_waiting_iters: self.max_waiting_iters,
+            prefix_caching: self.prefix_caching(),
         })
     }
 

@@ -216,6 +216,17 @@ pub fn clairvoyance_notes(rows: &[ComparisonRow]) -> Vec<String> {
             clairvoyant.join(", ")
         ));
     }
+    let cached: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.cached_tokens > 0)
+        .map(|r| r.label.as_str())
+        .collect();
+    if !cached.is_empty() {
+        notes.push(format!(
+            "^ prefix cache ({}): takes prompt blocks from the prefix cache; the solver's schedules and bound take nothing from one, so no ratio to them is given",
+            cached.join(", ")
+        ));
+    }
     if let Some(best) = rows
         .iter()
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s))
@@ -607,9 +618,11 @@ div.table{overflow-x:auto}figure{margin:1.5em 0}figcaption{font-size:13px;color:
 /// bound and the best schedule found), or the best scheduler where no solver ran.
 fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
     let mut h = String::new();
+    // Among the heuristics the solver's optimum and bound speak for (none that took
+    // tokens from the prefix cache).
     let best_heuristic = rows
         .iter()
-        .filter(|r| !r.scheduler.is_solver())
+        .filter(|r| !r.scheduler.is_solver() && r.cached_tokens == 0)
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
     let optimal_row = rows.iter().find(|r| r.scheduler.is_solver());
     let proven = crate::compare::optimum_proven(rows);

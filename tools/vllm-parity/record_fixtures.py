@@ -6,7 +6,11 @@ vLLM's words) and vllm-schedule.csv (what vLLM's own Scheduler did, in infersche
 CSV form `batch,request,tokens` with `evict` where vLLM preempted, one batch per engine
 step; converted from the infersched-schedule/1 JSON that vllm_v1_oracle.py writes, which is
 kept only with KEEP_JSON=1). tests/vllm_parity.rs reads these. Usage:
-  PROJECT=<infersched checkout> VLLM_VENV=<venv> record_fixtures.py shared OUTDIR
+  PROJECT=<infersched checkout> VLLM_VENV=<venv> record_fixtures.py shared|prefix OUTDIR
+
+`prefix` records windows of the Mooncake traces (prompt block ids of 512 tokens) with vLLM's
+automatic prefix caching on; their workload.csv carries `hash_block_tokens,hash_ids` and
+vllm-schedule.csv a fourth column `cached` (tokens each entry took from the cache).
 """
 import csv, json, os, random, subprocess, sys
 
@@ -25,6 +29,21 @@ def rows_from(path, start, n, time_div=1.0, cap=None):
         if cap: i = max(1, min(i, cap - o))
         t = r.get("arrived_at")
         out.append((i, o, (float(t) - t0) / time_div if t not in (None, "") else 0.0))
+    return out
+
+
+def mooncake(name, start, n, time_div, cap):
+    """Requests start..start+n of a Mooncake trace, arrivals rebased and divided by
+    time_div, prompts cut so that I + O <= cap (their block ids cut with them, as
+    `workload sample --max-total-tokens` does): (I, O, t, ids)."""
+    path = os.path.join(PROJECT, "notebooks-data/traces/mooncake", name)
+    rows = [json.loads(l) for l in open(path)][start:start + n]
+    t0 = rows[0]["timestamp"]
+    out = []
+    for r in rows:
+        o = int(r["output_length"]); i = max(1, min(int(r["input_length"]), cap - o))
+        ids = r["hash_ids"][: -(-i // 512)]
+        out.append((i, o, (r["timestamp"] - t0) / 1000.0 / time_div, ids))
     return out
 
 
@@ -52,6 +71,14 @@ def cases(kind):
             ("poisson8-c2048-m12000", synth(2, 300, 8.0), 2048, 12000, 128, True, 0.0),
             ("poisson8-c512-m20000-noisl", synth(3, 300, 8.0), 512, 20000, 64, False, 0.0),
         ]
+    if kind == "prefix":
+        conv, syn = "conversation_trace.jsonl", "synthetic_trace.jsonl"
+        return [
+            ("mooncake-conv100-c2048-m32768", mooncake(conv, 0, 100, 1.0, 8192), 2048, 32768, 64, True, 0.0),
+            ("mooncake-conv100-c8192-m65536-x4", mooncake(conv, 2000, 100, 4.0, 8192), 8192, 65536, 128, True, 0.0),
+            ("mooncake-syn100-c2048-m24576", mooncake(syn, 0, 100, 1.0, 8192), 2048, 24576, 64, True, 0.0),
+            ("mooncake-syn100-c512-m16384-noisl", mooncake(syn, 500, 100, 2.0, 8192), 512, 16384, 64, False, 0.0),
+        ]
     raise SystemExit("unknown case set: " + kind)
 
 
@@ -59,15 +86,21 @@ def main():
     kind, outdir = sys.argv[1], sys.argv[2]
     for name, reqs, C, M, R, isl, wm in cases(kind):
         d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
+        prefix = kind == "prefix"
         with open(os.path.join(d, "workload.csv"), "w") as f:
-            f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
-            for i, o, t in reqs: f.write(f"{i},{o},{t:.6f}\n")
+            if prefix:
+                f.write("num_prefill_tokens,num_decode_tokens,arrived_at,hash_block_tokens,hash_ids\n")
+                for i, o, t, ids in reqs:
+                    f.write(f"{i},{o},{t:.6f},512,{' '.join(map(str, ids))}\n")
+            else:
+                f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
+                for i, o, t in reqs: f.write(f"{i},{o},{t:.6f}\n")
         cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
                "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
                "watermark": wm, "reserve_full_isl": isl,
                "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": 16,
                         "num_gpu_blocks": M // 16 + 1, "scheduler_reserve_full_isl": isl,
-                        "watermark": wm, "enable_chunked_prefill": True, "enable_prefix_caching": False,
+                        "watermark": wm, "enable_chunked_prefill": True, "enable_prefix_caching": prefix,
                         "long_prefill_token_threshold": 0, "async_scheduling": False},
                "note": "num_gpu_blocks includes vLLM's null block, so M tokens are usable"}
         json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
@@ -75,18 +108,22 @@ def main():
                "--C", str(C), "--M", str(M), "--R", str(R), "--block", "16", "--watermark", str(wm),
                "--out", os.path.join(d, "schedule.json")]
         if not isl: cmd.append("--no-reserve-full-isl")
+        if prefix: cmd.append("--enable-prefix-caching")
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
         s = json.load(open(os.path.join(d, "schedule.json")))
         with open(os.path.join(d, "vllm-schedule.csv"), "w") as f:
-            f.write("batch,request,tokens\n")
+            f.write("batch,request,tokens,cached\n" if prefix else "batch,request,tokens\n")
             for k, b in enumerate(s["batches"]):
                 for e in b["entries"]:
-                    f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}\n")
+                    tail = f",{e.get('cached', 0)}" if prefix else ""
+                    f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}{tail}\n")
         if not os.environ.get("KEEP_JSON"):
             os.remove(os.path.join(d, "schedule.json"))
         ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
-        print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions", flush=True)
+        hits = sum(e.get("cached", 0) for b in s["batches"] for e in b["entries"])
+        print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions, "
+              f"{hits} tokens from the cache", flush=True)
 
 
 if __name__ == "__main__":
