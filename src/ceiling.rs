@@ -10,6 +10,10 @@
 //! set. When that many measured requests miss, the percentile (linear interpolation, as
 //! the SLO report computes it) is above `X` whatever the schedule. SLOs on TBT, TPOT or a
 //! mean give no certificate here (they never prove a miss).
+//!
+//! With prompt block ids, the bounds run on the workload with each prompt shortened by
+//! what another request's prompt could give it from a prefix cache
+//! (`core::without_shared_prompts`), so they hold for schedulers with a cache as well.
 
 use crate::capacity::{CapacityError, CapacitySpec, at_rate, measured};
 use crate::core::{Limits, Slo, SloMetric, SloStatistic, Workload};
@@ -100,6 +104,7 @@ pub fn most_requests_meeting(
     replicas: u32,
     slos: &[Slo],
 ) -> usize {
+    let w = &crate::core::without_shared_prompts(w, limits.block_size);
     let late = slos
         .iter()
         .filter_map(|slo| {
@@ -129,6 +134,7 @@ pub fn ceiling(
     replicas: u32,
     spec: &CapacitySpec,
 ) -> Result<Option<f64>, CapacityError> {
+    let w = &crate::core::without_shared_prompts(w, limits.block_size);
     let mask = measured(w, spec.warmup, spec.cooldown)?;
     let proven = |rate: f64| -> Result<bool, CapacityError> {
         let at = at_rate(w, rate)?;
@@ -305,6 +311,43 @@ mod tests {
         assert!(
             below_all > 0,
             "the bound never proved a miss: the test checks nothing"
+        );
+    }
+
+    #[test]
+    fn the_bound_holds_for_vllm_v1_with_its_prefix_cache() {
+        // 100 requests with the same 2,000-token prompt (ids in blocks of 512) at once:
+        // with the cache, vllm-v1 computes the prompt once and the rest take 1,984 tokens
+        // from it, so far more first tokens come early than a cache-free bound allows.
+        let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
+        let r = Request {
+            input_tokens: 2000,
+            output_tokens: 4,
+            arrival_s: 0.0,
+        };
+        let w = Workload::new(vec![r; 100])
+            .unwrap()
+            .with_prefix(crate::core::PrefixIds {
+                block_tokens: 512,
+                ids: vec![vec![1, 2, 3, 4]; 100],
+            })
+            .unwrap();
+        let knobs = crate::schedulers::Knobs::default();
+        let kind = crate::schedulers::SchedulerKind::VllmV1;
+        let o = crate::produce::produce_heuristic(&w, &cost, kind, &knobs).unwrap();
+        assert!(o.summary.cached_tokens > 0);
+        let slos = [slo("ttft-max=400ms")];
+        let good = crate::core::SloReport::of(&o.replay, &slos).good_requests;
+        let most = most_requests_meeting(&w, &o.limits, &cost, 1, &slos);
+        assert!(good <= most, "{good} > {most}");
+        // The bound of the same workload without its ids (every prompt computed whole)
+        // is below what the cache achieves: without the shortened prompts it would be
+        // wrong.
+        let plain = Workload::new(vec![r; 100]).unwrap();
+        let cache_free = most_requests_meeting(&plain, &o.limits, &cost, 1, &slos);
+        assert!(
+            cache_free < good,
+            "{cache_free} >= {good}: the case tests nothing"
         );
     }
 

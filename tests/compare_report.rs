@@ -112,11 +112,20 @@ fn compare_writes_a_consistent_well_formed_report() {
         let again = Summary::from_replay(&replay(&w, &l, &cost(), &outcome.schedule).unwrap());
         let v: f64 = row[col("objective_s")].parse().unwrap();
         assert_eq!(v, again.makespan_s);
-        let ratio: f64 = row[col("ratio_to_optimum")].parse().unwrap();
-        assert!((ratio - v / opt_value).abs() < 1e-12);
-        assert!(ratio >= 1.0 - 1e-9, "{name} beats the optimum: {ratio}");
-        let to_bound: f64 = row[col("ratio_to_bound")].parse().unwrap();
-        assert!(to_bound >= ratio - 1e-9, "the bound is below the optimum");
+        let cached: u64 = row[col("cached_tokens")].parse().unwrap();
+        assert_eq!(cached, again.cached_tokens);
+        if cached > 0 {
+            // vllm-v1 took its own blocks back from the prefix cache after a preemption:
+            // the solver's optimum and bound speak for schedules without a cache.
+            assert_eq!(&row[col("ratio_to_optimum")], "", "{name}");
+            assert_eq!(&row[col("ratio_to_bound")], "", "{name}");
+        } else {
+            let ratio: f64 = row[col("ratio_to_optimum")].parse().unwrap();
+            assert!((ratio - v / opt_value).abs() < 1e-12);
+            assert!(ratio >= 1.0 - 1e-9, "{name} beats the optimum: {ratio}");
+            let to_bound: f64 = row[col("ratio_to_bound")].parse().unwrap();
+            assert!(to_bound >= ratio - 1e-9, "the bound is below the optimum");
+        }
         assert_eq!(
             row[col("evictions")].parse::<u64>().unwrap(),
             again.evictions
@@ -131,11 +140,16 @@ fn compare_writes_a_consistent_well_formed_report() {
             (split.iter().sum::<f64>() - makespan).abs() < 1e-12,
             "{name}: {split:?}"
         );
-        assert_eq!(
-            split[4] > 0.0,
-            again.recomputed_tokens > 0,
-            "{name}: {split:?}"
-        );
+        // Discarded KV taken back from the prefix cache costs nothing to recompute.
+        if again.cached_tokens == 0 {
+            assert_eq!(
+                split[4] > 0.0,
+                again.recomputed_tokens > 0,
+                "{name}: {split:?}"
+            );
+        } else {
+            assert!(split[4] == 0.0 || again.recomputed_tokens > 0, "{name}");
+        }
         recomputing += usize::from(again.recomputed_tokens > 0);
     }
     assert!(

@@ -113,7 +113,10 @@ proptest! {
                 prop_assert_eq!(b.running, a.running, "{} batch {}", name, b.index);
             }
             for (rec, req) in r.requests.iter().zip(w.requests()) {
-                prop_assert_eq!(rec.processed_tokens, req.max_kv_tokens() + rec.recomputed_tokens);
+                prop_assert_eq!(
+                    rec.processed_tokens + rec.cached_tokens,
+                    req.max_kv_tokens() + rec.recomputed_tokens
+                );
             }
             let evictions: u32 = r.requests.iter().map(|x| x.evictions).sum();
             if knobs.no_preemption || matches!(kind, SchedulerKind::Orca | SchedulerKind::OrcaMax | SchedulerKind::Static | SchedulerKind::Mcsf | SchedulerKind::Lightllm | SchedulerKind::FasterTransformer) {

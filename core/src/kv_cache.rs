@@ -15,10 +15,11 @@
 
 use crate::prefix::PrefixIds;
 use crate::request::Workload;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// What a full KV block holds: equal keys mean equal tokens, prefix included.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockKey {
     /// Block `block` of a prompt whose tokens up to the end of that block are named by the
     /// chain of prefix ids `chain` (shared by every request with the same ids).
@@ -35,6 +36,26 @@ pub enum BlockKey {
         /// The KV block's index in the request.
         block: u32,
     },
+}
+
+impl BlockKey {
+    /// The key as one word: the chain or request in the high half (requests marked by the
+    /// top bit), the block in the low half.
+    fn word(self) -> u64 {
+        match self {
+            BlockKey::Shared { chain, block } => (u64::from(chain) << 32) | u64::from(block),
+            BlockKey::Own { request, block } => {
+                (1 << 63) | (u64::from(request) << 32) | u64::from(block)
+            }
+        }
+    }
+}
+
+/// Hashed as its word.
+impl std::hash::Hash for BlockKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.word());
+    }
 }
 
 /// The keys of every request's KV blocks, from the workload's prefix ids (if any).
@@ -112,6 +133,73 @@ impl BlockKeys {
     }
 }
 
+/// The most prompt tokens each request (by id) can ever take from a prefix cache filled
+/// by *other* requests, in KV blocks of `kv_block`: its longest run of leading blocks that
+/// another request's prompt also holds, at most `I - 1` tokens. (A request's own blocks
+/// taken back after an eviction save only what the eviction discarded.) 0 for every
+/// request without prefix ids.
+pub fn most_shared_tokens(workload: &Workload, kv_block: u32) -> Vec<u64> {
+    let keys = BlockKeys::new(workload, kv_block);
+    let b = u64::from(keys.kv_block);
+    // Per chain, the two longest prompts holding it: (length, request), longest first.
+    let mut longest: HashMap<u32, [(u64, u32); 2]> = HashMap::new();
+    for (i, chains) in keys.chains.iter().enumerate() {
+        let len = u64::from(keys.inputs[i]);
+        for &c in chains {
+            let top = longest.entry(c).or_insert([(0, u32::MAX); 2]);
+            if len > top[0].0 {
+                top[1] = top[0];
+                top[0] = (len, i as u32);
+            } else if len > top[1].0 {
+                top[1] = (len, i as u32);
+            }
+        }
+    }
+    (0..keys.inputs.len())
+        .map(|i| {
+            let input = u64::from(keys.inputs[i]);
+            let most_blocks = (input.max(1) - 1) / b;
+            let mut k = 0u64;
+            while k < most_blocks {
+                let BlockKey::Shared { chain, .. } = keys.key(i as u32, k as u32) else {
+                    break;
+                };
+                let top = longest[&chain];
+                let other = if top[0].1 == i as u32 {
+                    top[1].0
+                } else {
+                    top[0].0
+                };
+                if other < (k + 1) * b {
+                    break;
+                }
+                k += 1;
+            }
+            k * b
+        })
+        .collect()
+}
+
+/// `workload` with each prompt shortened by [`most_shared_tokens`] (and no prefix ids): a
+/// relaxation of it with a prefix cache. Every schedule of `workload` that takes tokens
+/// from the cache does at least the work of a schedule of this one: each request computes
+/// at least its unshared tokens, with no more context, and holds no more KV of its own,
+/// while shared blocks, counted once in the real pool, count nowhere here. Bounds computed
+/// on it hold for schedulers with a prefix cache too.
+pub fn without_shared_prompts(workload: &Workload, kv_block: u32) -> Workload {
+    let shared = most_shared_tokens(workload, kv_block);
+    let requests = workload
+        .requests()
+        .iter()
+        .zip(&shared)
+        .map(|(r, &s)| crate::request::Request {
+            input_tokens: r.input_tokens - s as u32,
+            ..*r
+        })
+        .collect();
+    Workload::new(requests).expect("shortened prompts keep at least one token")
+}
+
 /// Interns each request's chains of ids: `(parent chain, id) -> chain`, in request order.
 fn intern_chains(p: &PrefixIds) -> Vec<Vec<u32>> {
     let mut trie: HashMap<(u32, u64), u32> = HashMap::new();
@@ -130,11 +218,71 @@ fn intern_chains(p: &PrefixIds) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// Blocks per group of [`KeyIndex`].
+const GROUP: u64 = 16;
+
+/// A block's key as one word ([`BlockKey::word`]); `NO_KEY` for none.
+const NO_KEY: u64 = u64::MAX;
+
+/// The first block registered under each key, kept in groups of [`GROUP`] consecutive
+/// blocks of one chain or request: a request's blocks are registered and reused together,
+/// so one group serves many operations in a row.
+#[derive(Debug, Clone, Default)]
+struct KeyIndex {
+    groups: FxHashMap<u64, Group>,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    /// The block holding each key of the group (`u32::MAX`: none).
+    first: [u32; GROUP as usize],
+    live: u32,
+}
+
+impl KeyIndex {
+    fn get(&self, w: u64) -> Option<u32> {
+        let id = self.groups.get(&(w / GROUP))?.first[(w % GROUP) as usize];
+        (id != u32::MAX).then_some(id)
+    }
+
+    /// Makes `id` the key's block if it has none (or always, with `replace`); whether it
+    /// had none.
+    fn insert(&mut self, w: u64, id: u32, replace: bool) -> bool {
+        let g = self.groups.entry(w / GROUP).or_insert(Group {
+            first: [u32::MAX; GROUP as usize],
+            live: 0,
+        });
+        let slot = &mut g.first[(w % GROUP) as usize];
+        let vacant = *slot == u32::MAX;
+        if vacant || replace {
+            *slot = id;
+            g.live += u32::from(vacant);
+        }
+        vacant
+    }
+
+    fn remove(&mut self, w: u64) {
+        if let Some(g) = self.groups.get_mut(&(w / GROUP)) {
+            let slot = &mut g.first[(w % GROUP) as usize];
+            if *slot != u32::MAX {
+                *slot = u32::MAX;
+                g.live -= 1;
+                if g.live == 0 {
+                    self.groups.remove(&(w / GROUP));
+                }
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Block {
-    key: Option<BlockKey>,
+    /// Its key's word, or [`NO_KEY`].
+    key: u64,
+    /// How many times it was registered (tells a live duplicate entry from a stale one).
+    registrations: u32,
     refs: u32,
-    /// Its place in the free queue while `refs == 0`.
+    /// Its place in the free queue while it is free and cached (`u64::MAX`: none).
     seq: u64,
 }
 
@@ -143,6 +291,11 @@ struct Block {
 /// The free queue is its uncached blocks (freed or never used; which of them is taken
 /// first changes nothing, none holds a key), then its cached blocks in the order they were
 /// freed: the least recently freed cached block is the first to leave the cache.
+///
+/// A block registered without being *indexed* holds its key (it is cached, for its place
+/// in the queue) but no lookup finds it: the simulator and the replay index a request's own
+/// blocks only when it is evicted, since nobody else can hit them and it cannot hit them
+/// while it holds them (see [`PrefixCache::free`]).
 #[derive(Debug, Clone, Default)]
 pub struct BlockPool {
     /// Blocks in all (`None`: unlimited).
@@ -150,10 +303,17 @@ pub struct BlockPool {
     blocks: Vec<Block>,
     /// Free blocks without a key that were used before.
     uncached: Vec<u32>,
-    /// Free cached blocks, by their place in the queue.
-    free: BTreeMap<u64, u32>,
+    /// Free cached blocks in queue order, with the place each was given; an entry whose
+    /// block has since been taken (its `seq` differs) is skipped.
+    free: VecDeque<(u64, u32)>,
+    free_cached: u64,
     next_seq: u64,
-    cached: HashMap<BlockKey, Vec<u32>>,
+    /// The first block indexed under each key (still holding it).
+    cached: KeyIndex,
+    /// Further blocks indexed under a key (two requests computed the same tokens), in
+    /// order, with their registration count; an entry whose block has since left the
+    /// cache or been registered again is stale and skipped.
+    duplicates: FxHashMap<u64, VecDeque<(u32, u32)>>,
     referenced: u64,
 }
 
@@ -189,16 +349,16 @@ impl BlockPool {
             id
         } else if self.blank() > 0 {
             self.blocks.push(Block {
-                key: None,
+                key: NO_KEY,
+                registrations: 0,
                 refs: 0,
-                seq: 0,
+                seq: u64::MAX,
             });
             self.blocks.len() as u32 - 1
         } else {
-            let (_, id) = self.free.pop_first()?;
-            if let Some(key) = self.blocks[id as usize].key.take() {
-                self.uncache(key, id);
-            }
+            let id = self.pop_cached()?;
+            let key = std::mem::replace(&mut self.blocks[id as usize].key, NO_KEY);
+            self.uncache(key, id);
             id
         };
         self.blocks[id as usize].refs = 1;
@@ -206,18 +366,48 @@ impl BlockPool {
         Some(id)
     }
 
-    fn uncache(&mut self, key: BlockKey, id: u32) {
-        if let Some(holders) = self.cached.get_mut(&key) {
-            holders.retain(|&b| b != id);
-            if holders.is_empty() {
-                self.cached.remove(&key);
+    /// The front of the queue of free cached blocks.
+    fn pop_cached(&mut self) -> Option<u32> {
+        while let Some((seq, id)) = self.free.pop_front() {
+            let b = &mut self.blocks[id as usize];
+            if b.seq == seq {
+                b.seq = u64::MAX;
+                self.free_cached -= 1;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Block `id` no longer holds key `w`: if it was the key's first holder, the next live
+    /// duplicate takes its place (a duplicate's own entry just goes stale).
+    fn uncache(&mut self, w: u64, id: u32) {
+        if self.cached.get(w) != Some(id) {
+            return;
+        }
+        let next = self.duplicates.get_mut(&w).and_then(|more| {
+            while let Some((b, reg)) = more.pop_front() {
+                let block = &self.blocks[b as usize];
+                if block.key == w && block.registrations == reg {
+                    return Some(b);
+                }
+            }
+            None
+        });
+        match next {
+            Some(b) => {
+                self.cached.insert(w, b, true);
+            }
+            None => {
+                self.cached.remove(w);
+                self.duplicates.remove(&w);
             }
         }
     }
 
-    /// The block holding `key`, if cached (the first registered of several).
+    /// The block holding `key`, if cached and indexed (the first indexed of several).
     pub fn lookup(&self, key: &BlockKey) -> Option<u32> {
-        self.cached.get(key).and_then(|h| h.first().copied())
+        self.cached.get(key.word())
     }
 
     /// Whether block `id` is referenced by no request (a hit on it takes it off the free
@@ -229,11 +419,23 @@ impl BlockPool {
     /// One more reference to block `id` (a cache hit); a free block leaves the free queue.
     pub fn touch(&mut self, id: u32) {
         let b = &mut self.blocks[id as usize];
-        if b.refs == 0 {
-            self.free.remove(&b.seq);
-            self.referenced += 1;
-        }
         b.refs += 1;
+        if b.refs == 1 {
+            // A free block with a key is in the queue of cached ones: its entry goes stale.
+            b.seq = u64::MAX;
+            self.free_cached -= 1;
+            self.referenced += 1;
+            if self.free.len() as u64 > 2 * self.free_cached + 64 {
+                self.compact();
+            }
+        }
+    }
+
+    /// Drops the queue's stale entries (bounded memory under many hits).
+    fn compact(&mut self) {
+        let blocks = &self.blocks;
+        self.free
+            .retain(|&(seq, id)| blocks[id as usize].seq == seq);
     }
 
     /// Drops one reference to each of `blocks`, the last first; a block no longer
@@ -248,9 +450,10 @@ impl BlockPool {
                 continue;
             }
             self.referenced -= 1;
-            if b.key.is_some() {
+            if b.key != NO_KEY {
                 b.seq = self.next_seq;
-                self.free.insert(self.next_seq, id);
+                self.free.push_back((self.next_seq, id));
+                self.free_cached += 1;
                 self.next_seq += 1;
             } else {
                 self.uncached.push(id);
@@ -260,13 +463,40 @@ impl BlockPool {
         self.uncached[front..].reverse();
     }
 
-    /// Registers block `id` (full of known tokens) under `key`; a block already
-    /// registered keeps its key.
-    pub fn register(&mut self, id: u32, key: BlockKey) {
+    /// Registers block `id` (full of known tokens) under `key` and, with `index`, makes
+    /// lookups find it; a block already registered keeps its key.
+    pub fn register(&mut self, id: u32, key: BlockKey, index: bool) {
         let b = &mut self.blocks[id as usize];
-        if b.key.is_none() {
-            b.key = Some(key);
-            self.cached.entry(key).or_default().push(id);
+        if b.key != NO_KEY {
+            return;
+        }
+        b.key = key.word();
+        b.registrations += 1;
+        if index {
+            self.index(id);
+        }
+    }
+
+    /// Makes lookups of block `id`'s key (registered) find it, after the blocks indexed
+    /// before under the same key.
+    pub fn index(&mut self, id: u32) {
+        let b = &self.blocks[id as usize];
+        let (w, reg) = (b.key, b.registrations);
+        if w == NO_KEY || self.cached.get(w) == Some(id) {
+            return;
+        }
+        if !self.cached.insert(w, id, false) {
+            let more = self.duplicates.entry(w).or_default();
+            if more.iter().any(|&(d, r)| d == id && r == reg) {
+                return;
+            }
+            more.push_back((id, reg));
+            if more.len() >= 64 && more.len().is_power_of_two() {
+                let blocks = &self.blocks;
+                more.retain(|&(d, r)| {
+                    blocks[d as usize].key == w && blocks[d as usize].registrations == r
+                });
+            }
         }
     }
 }
@@ -352,15 +582,26 @@ impl PrefixCache {
         let full = (tokens / self.kv_block) as usize;
         for k in self.registered[i as usize]..full {
             let id = self.held[i as usize][k];
-            self.pool.register(id, self.keys.key(i, k as u32));
+            let key = self.keys.key(i, k as u32);
+            // A request's own blocks are indexed when it is evicted (see `free`).
+            self.pool
+                .register(id, key, matches!(key, BlockKey::Shared { .. }));
         }
         self.registered[i as usize] = self.registered[i as usize].max(full);
         true
     }
 
-    /// Frees all of request `i`'s blocks (evicted or finished), the last first.
-    pub fn free(&mut self, i: u32) {
+    /// Frees all of request `i`'s blocks, the last first. An `evicted` request may come
+    /// back for its own blocks: they become findable now (nobody else can find them, and
+    /// it cannot take a hit while it holds them, so indexing them earlier would change
+    /// nothing); a finished request's own blocks stay cached, unfindable.
+    pub fn free(&mut self, i: u32, evicted: bool) {
         let blocks = std::mem::take(&mut self.held[i as usize]);
+        if evicted {
+            for &id in &blocks {
+                self.pool.index(id);
+            }
+        }
         self.pool.release(&blocks);
         self.registered[i as usize] = 0;
     }
@@ -421,6 +662,27 @@ mod tests {
     }
 
     #[test]
+    fn shared_tokens_are_the_leading_blocks_another_prompt_also_holds() {
+        // Id blocks of 8, KV blocks of 4. Requests 0 and 1 share their first id block;
+        // request 1's second block (tokens 8..12, chain [1, 2]) is also request 0's; request
+        // 2 shares [1] but its prompt ends at 6 tokens: one full KV block, capped at I - 1.
+        let w = workload(
+            &[16, 12, 6, 8],
+            Some((8, vec![vec![1, 2], vec![1, 2], vec![1], vec![9]])),
+        );
+        let shared = most_shared_tokens(&w, 4);
+        assert_eq!(shared, [12, 8, 4, 0]);
+        // Request 0 holds 4 blocks; request 1 (12 tokens) covers only 3 of them, and the
+        // last token is always computed, so 12 for 0; 1 is capped at I - 1 = 11 -> 8.
+        let relaxed = without_shared_prompts(&w, 4);
+        let inputs: Vec<u32> = relaxed.requests().iter().map(|r| r.input_tokens).collect();
+        assert_eq!(inputs, [4, 4, 2, 8]);
+        assert!(relaxed.prefix().is_none());
+        // Without ids nothing is shared.
+        assert_eq!(most_shared_tokens(&workload(&[16, 16], None), 4), [0, 0]);
+    }
+
+    #[test]
     fn the_free_queue_reuses_never_used_blocks_then_the_oldest_freed_tail_first() {
         let mut pool = BlockPool::new(Some(4));
         let a: Vec<u32> = (0..2).map(|_| pool.allocate().unwrap()).collect();
@@ -430,8 +692,8 @@ mod tests {
             request: 0,
             block: k,
         };
-        pool.register(a[0], key(0));
-        pool.register(a[1], key(1));
+        pool.register(a[0], key(0), true);
+        pool.register(a[1], key(1), true);
         pool.release(&a); // a[1] joins the queue first, then a[0]
         assert_eq!(pool.free(), 2);
         assert_eq!(pool.lookup(&key(0)), Some(a[0]));
@@ -455,7 +717,7 @@ mod tests {
             request: 0,
             block: 0,
         };
-        pool.register(x, key);
+        pool.register(x, key, true);
         pool.release(&[x]); // cached: back of the queue
         pool.release(&[y]); // uncached, freed later: front
         assert_eq!(pool.allocate(), Some(y));
@@ -475,8 +737,8 @@ mod tests {
         assert!(cache.take_hit(1, 2));
         assert!(cache.grow(1, 12));
         assert_eq!(cache.used_tokens(), 20); // 4 blocks + 1 of its own
-        cache.free(0);
-        cache.free(1);
+        cache.free(0, false);
+        cache.free(1, false);
         assert_eq!(cache.used_tokens(), 0);
         // Freed but cached: a third look finds request 0's whole prompt.
         assert_eq!(cache.hit(0, 4), (4, 4));

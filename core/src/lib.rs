@@ -31,7 +31,9 @@ pub mod slo;
 pub use cluster::{ClusterError, ClusterReplay, Routing, replay_cluster};
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
-pub use kv_cache::{BlockKey, BlockKeys, BlockPool, PrefixCache};
+pub use kv_cache::{
+    BlockKey, BlockKeys, BlockPool, PrefixCache, most_shared_tokens, without_shared_prompts,
+};
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Objectives, Summary};
 pub use prefix::{PerfectCache, PrefixIds};

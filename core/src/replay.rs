@@ -274,7 +274,8 @@ pub struct RequestRecord {
     pub completion_s: f64,
     /// Times the request was evicted.
     pub evictions: u32,
-    /// Tokens processed again after evictions (the KV discarded by them).
+    /// The KV discarded by evictions: processed again, unless taken back from the prefix
+    /// cache.
     pub recomputed_tokens: u64,
     /// Tokens taken from the prefix cache instead of being processed.
     pub cached_tokens: u64,
@@ -389,6 +390,8 @@ pub struct ClassifiedEntry {
     pub kind: EntryKind,
     /// Tokens processed.
     pub tokens: u32,
+    /// Tokens taken from the prefix cache first (the request's KV then starts there).
+    pub cached: u32,
     /// Whether the entry generated a token.
     pub generated_token: bool,
 }
@@ -417,10 +420,14 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                                 request: e.request,
                                 kind: EntryKind::Evict,
                                 tokens: 0,
+                                cached: 0,
                                 generated_token: false,
                             }
                         }
                         Action::Process(c) => {
+                            if e.cached > 0 && state[i].held == 0 {
+                                state[i].held = u64::from(e.cached);
+                            }
                             let step = state[i].process(&reqs[i], u64::from(c));
                             ClassifiedEntry {
                                 request: e.request,
@@ -430,6 +437,7 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                                     EntryKind::Prefill
                                 },
                                 tokens: c,
+                                cached: e.cached,
                                 generated_token: step.generates,
                             }
                         }
@@ -708,7 +716,7 @@ impl<'a> Replayer<'a> {
         }
         self.kv_used -= self.limits.occupied(self.state[i].held);
         if let Some(cache) = &mut self.cache {
-            cache.free(id);
+            cache.free(id, true);
             self.kv_used = cache.used_tokens();
         }
         self.running -= 1;
@@ -905,7 +913,7 @@ impl<'a> Replayer<'a> {
                 self.kv_used -= held;
                 if let Some(cache) = &mut self.cache {
                     let before = self.kv_used + held;
-                    cache.free(i as u32);
+                    cache.free(i as u32, false);
                     self.kv_used = cache.used_tokens();
                     kv_released = kv_released - held + (before - self.kv_used);
                 }

@@ -16,7 +16,8 @@
 //!   arrived).
 //!
 //! The recomputed tokens are the replay's: a request evicted while holding `k` tokens owes
-//! `k`, and its next prefill entries pay them back first.
+//! `k`, and its next prefill entries pay them back first (tokens it takes back from the
+//! prefix cache cost nothing and pay back as much).
 
 use infersched_core::{Action, EntryKind, Feature, Replay, Schedule, Workload, classify_entries};
 use serde::Serialize;
@@ -73,6 +74,11 @@ impl TimeBreakdown {
             // schedule, so the two lists align.
             for (entry, c) in batch.entries.iter().zip(entries) {
                 let i = c.request as usize;
+                if entry.cached > 0 && held[i] == 0 {
+                    let hit = u64::from(entry.cached);
+                    held[i] = hit;
+                    owed[i] -= owed[i].min(hit);
+                }
                 match (entry.action, c.kind) {
                     (Action::Evict, _) | (_, EntryKind::Evict) => {
                         owed[i] += held[i];

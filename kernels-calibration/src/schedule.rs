@@ -54,6 +54,11 @@ pub fn batch_work(workload: &Workload, schedule: &Schedule) -> Vec<BatchWork> {
             let mut w = BatchWork::default();
             for e in entries {
                 let i = e.request as usize;
+                // A prefix-cache hit starts the request's KV at the cached tokens (on the
+                // GPU in blocks of its own: the attention reads as much KV either way).
+                if e.cached > 0 && held[i] == 0 {
+                    held[i] = e.cached;
+                }
                 match e.kind {
                     EntryKind::Evict => {
                         held[i] = 0;
@@ -294,6 +299,20 @@ mod tests {
             // 2 refills its prompt and first token, which emits its second and last token.
             Batch::new(vec![p(2, 11)]),
         ])
+    }
+
+    #[test]
+    fn a_cache_hit_starts_the_chunk_after_the_cached_tokens() {
+        // Request 2 comes back for 8 of the 10 tokens its eviction dropped.
+        let w = workload();
+        let mut s = schedule();
+        s.batches[3] = Batch::new(vec![Entry::cached_process(2, 8, 3)]);
+        let work = batch_work(&w, &s);
+        assert_eq!(work[3].prefills, vec![(2, 3, 8)]);
+        let limits = infersched_core::Limits::default();
+        let r = infersched_core::replay::replay(&w, &limits, &PerBatch, &s).unwrap();
+        assert_eq!(r.requests[2].cached_tokens, 8);
+        assert_eq!(r.batches[3].features, work[3].measurement().features());
     }
 
     #[test]

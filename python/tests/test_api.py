@@ -148,3 +148,19 @@ def test_rows_take_numpy_numbers_and_refuse_fractional_tokens():
     assert w.rows() == [(5, 3, 0.5)]
     with pytest.raises(isd.InferschedError, match=r"<rows>: row 1: expected"):
         isd.Workload.from_rows([(5, 3, 0.0), (5.5, 3, 0.1)])
+
+
+def test_vllm_v1_takes_shared_prompt_blocks_from_its_prefix_cache():
+    # A recorded Mooncake window (prompt block ids): vLLM V1's prefix cache, on by default,
+    # serves shared prompt blocks; switched off, every prompt is computed whole.
+    w = isd.Workload.read(
+        ROOT / "notebooks-data" / "fidelity" / "vllm-0.32" / "mooncake-syn100-c2048-m24576" / "workload.csv"
+    )
+    knobs = dict(token_budget=2048, kv_capacity=24576, max_running=64, block_size=16)
+    on = isd.simulate(w, "vllm-v1", cost_model="llama2-7b-a100", **knobs)
+    off = isd.simulate(
+        w, "vllm-v1", cost_model="llama2-7b-a100", enable_prefix_caching=False, **knobs
+    )
+    assert on.summary["cached_tokens"] > 0
+    assert "cached_tokens" not in off.summary
+    assert on.requests["processed_tokens"].sum() < off.requests["processed_tokens"].sum()

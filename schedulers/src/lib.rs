@@ -107,7 +107,8 @@ pub struct Knobs {
 
 impl Knobs {
     /// Knobs that make every policy run under exactly `limits` (no policy default left:
-    /// an unlimited R_max stays unlimited), with the default victim and preemption.
+    /// an unlimited R_max stays unlimited), with the default victim and preemption and no
+    /// prefix cache (the solver's model, which these knobs serve, has none).
     pub fn matching(limits: &Limits) -> Self {
         Self {
             token_budget: limits.token_budget,
@@ -116,6 +117,7 @@ impl Knobs {
             max_running: Some(limits.max_running.unwrap_or(u64::MAX)),
             block_size: Some(limits.block_size),
             watermark: Some(limits.watermark),
+            prefix_caching: Some(false),
             ..Self::default()
         }
     }

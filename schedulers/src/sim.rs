@@ -467,7 +467,7 @@ impl<'w> Simulator<'w> {
         self.actual_kv -= self.limits.occupied(self.st[idx].held);
         if let Some(cache) = &mut self.cache {
             self.reserved_unfilled -= self.st[idx].alloc_blocks - cache.held[idx].len() as u64;
-            cache.free(i);
+            cache.free(i, true);
             self.actual_kv = cache.used_tokens();
         }
         self.st[idx].alloc_blocks = 0;
@@ -732,7 +732,7 @@ impl<'w> Run<'w> {
                 if let Some(cache) = &mut sim.cache {
                     sim.reserved_unfilled -=
                         sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
-                    cache.free(i);
+                    cache.free(i, false);
                     sim.actual_kv = cache.used_tokens();
                 }
                 sim.st[idx].alloc_blocks = 0;

@@ -3,15 +3,17 @@
 use super::{load_workload, named};
 use anyhow::{Context, Result};
 use clap::Args;
-use infersched::core::{Summary, replay};
+use infersched::core::{Summary, Workload, replay};
 use infersched::cost_model;
+use infersched::cost_model::LinearCostModel;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use infersched::workload::{self, ArrivalProcess};
 use std::path::PathBuf;
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// Directory holding splitwise_code.csv and arxiv_summarization.csv.
+    /// Directory holding splitwise_code.csv, arxiv_summarization.csv and
+    /// mooncake/conversation_trace.jsonl (measured with vllm-v1's prefix caching on and off).
     #[arg(long, default_value = "notebooks-data/traces")]
     pub(crate) traces: PathBuf,
     /// Runs per measurement (the minimum and median are reported).
@@ -68,11 +70,13 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
         0,
     )?;
     let kinds = a.schedulers.as_slice();
-    // The InferMax authors' setting for the 70B model: M = 100,000, C = 16,384, block 1.
+    // The InferMax authors' setting for the 70B model: M = 100,000, C = 16,384, block 1,
+    // no prefix cache (vllm-v1's is measured on the Mooncake trace below).
     let knobs = Knobs {
         token_budget: Some(16_384),
         kv_capacity: Some(100_000),
         block_size: Some(1),
+        prefix_caching: Some(false),
         ..Knobs::default()
     };
     let mut csv = String::from(
@@ -89,14 +93,38 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
         "makespan",
         "evictions"
     );
+    let mut runs: Vec<(&str, &Workload, SchedulerKind, Knobs, &LinearCostModel)> = Vec::new();
     for (name, w) in [
         ("splitwise_code", &splitwise),
         ("arxiv_poisson1_seed0", &arxiv),
     ] {
         for kind in kinds {
-            let (sim, sim_min, sim_med) = timed(a.repeat, || Ok(kind.simulate(w, &knobs, &cost)?))?;
+            runs.push((name, w, *kind, knobs, &cost));
+        }
+    }
+    // The Mooncake conversation trace (12,031 requests with prompt block ids) on an H100
+    // with Llama-3-8B at vLLM V1's defaults (C = 8192, block 16, M from the model and GPU).
+    let mooncake_cost = cost_model::resolve("llama3-8b-h100")?;
+    let mooncake = load_workload(&a.traces.join("mooncake/conversation_trace.jsonl"))?;
+    let m = infersched::settings::kv_capacity_for(None, &mooncake_cost, 0.9)?;
+    if kinds.contains(&SchedulerKind::VllmV1) {
+        for (name, on) in [
+            ("mooncake_conv_cache", true),
+            ("mooncake_conv_nocache", false),
+        ] {
+            let k = Knobs {
+                kv_capacity: Some(m),
+                prefix_caching: Some(on),
+                ..Knobs::default()
+            };
+            runs.push((name, &mooncake, SchedulerKind::VllmV1, k, &mooncake_cost));
+        }
+    }
+    for (name, w, kind, knobs, cost) in runs {
+        {
+            let (sim, sim_min, sim_med) = timed(a.repeat, || Ok(kind.simulate(w, &knobs, cost)?))?;
             let (r, rep_min, rep_med) = timed(a.repeat, || {
-                Ok(replay(w, &sim.limits, &cost, &sim.schedule)?)
+                Ok(replay(w, &sim.limits, cost, &sim.schedule)?)
             })?;
             let s = Summary::from_replay(&r);
             let entries = sim.schedule.entry_count();

@@ -34,6 +34,8 @@ fn arb_chunked_case() -> impl Strategy<Value = (Workload, Knobs, bool)> {
                 max_running: r_max,
                 block_size: Some(block),
                 watermark: Some(0.0),
+                // The claim is about the solver's model, which has no prefix cache.
+                prefix_caching: Some(false),
                 ..Knobs::default()
             };
             (w, knobs, v1)
