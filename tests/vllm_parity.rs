@@ -41,6 +41,21 @@ fn read_config(dir: &Path) -> CaseConfig {
     }
 }
 
+/// A case's limits as vllm-v1's knobs, with the whole-prompt check and prefix caching as
+/// given.
+fn case_knobs(cfg: &CaseConfig, reserve_full_isl: bool, prefix_caching: bool) -> Knobs {
+    Knobs {
+        token_budget: Some(cfg.token_budget),
+        kv_capacity: Some(cfg.kv_capacity),
+        max_running: Some(cfg.max_running),
+        block_size: Some(cfg.block_size),
+        watermark: Some(cfg.watermark),
+        reserve_full_isl: Some(reserve_full_isl),
+        prefix_caching: Some(prefix_caching),
+        ..Knobs::default()
+    }
+}
+
 fn cases() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
         .unwrap()
@@ -92,16 +107,7 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
             &recorded_path,
         )
         .unwrap();
-        let knobs = Knobs {
-            token_budget: Some(cfg.token_budget),
-            kv_capacity: Some(cfg.kv_capacity),
-            max_running: Some(cfg.max_running),
-            block_size: Some(cfg.block_size),
-            watermark: Some(cfg.watermark),
-            reserve_full_isl: Some(cfg.reserve_full_isl),
-            prefix_caching: Some(cfg.prefix_caching),
-            ..Knobs::default()
-        };
+        let knobs = case_knobs(&cfg, cfg.reserve_full_isl, cfg.prefix_caching);
         let sim = SchedulerKind::VllmV1
             .simulate(&workload, &knobs, &cost)
             .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
@@ -154,16 +160,7 @@ fn without_prefix_caching_vllm_v1_differs_where_vllm_0_32_hits_the_cache() {
     let cfg = read_config(&dir);
     assert!(cfg.prefix_caching);
     let workload = read_trace(&dir.join("workload.csv")).unwrap();
-    let knobs = |on| Knobs {
-        token_budget: Some(cfg.token_budget),
-        kv_capacity: Some(cfg.kv_capacity),
-        max_running: Some(cfg.max_running),
-        block_size: Some(cfg.block_size),
-        watermark: Some(cfg.watermark),
-        reserve_full_isl: Some(cfg.reserve_full_isl),
-        prefix_caching: Some(on),
-        ..Knobs::default()
-    };
+    let knobs = |on| case_knobs(&cfg, cfg.reserve_full_isl, on);
     let run = |on| {
         SchedulerKind::VllmV1
             .simulate(&workload, &knobs(on), &cost)
@@ -201,16 +198,7 @@ fn without_the_full_prompt_check_vllm_v1_differs_where_vllm_0_32_holds_a_prompt_
     let cfg = read_config(&dir);
     assert!(cfg.reserve_full_isl);
     let workload = read_trace(&dir.join("workload.csv")).unwrap();
-    let knobs = |isl| Knobs {
-        token_budget: Some(cfg.token_budget),
-        kv_capacity: Some(cfg.kv_capacity),
-        max_running: Some(cfg.max_running),
-        block_size: Some(cfg.block_size),
-        watermark: Some(cfg.watermark),
-        reserve_full_isl: Some(isl),
-        prefix_caching: Some(false),
-        ..Knobs::default()
-    };
+    let knobs = |isl| case_knobs(&cfg, isl, false);
     let evictions = |s: &Schedule| {
         s.batches
             .iter()

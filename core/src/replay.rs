@@ -768,25 +768,33 @@ impl<'a> Replayer<'a> {
             self.kv_used += grown;
             step.last_grown = Some(id);
         }
-        if let Some(cache) = &mut self.cache {
-            let fits = cache.grow(id, after);
-            self.kv_used = cache.used_tokens();
-            if !fits {
-                let block = u64::from(self.limits.block_size);
-                let short = after.div_ceil(block) - cache.held[i].len() as u64;
-                return Err(ReplayError::KvCapacity {
-                    batch: j,
-                    used: self.kv_used + short * block,
-                    limit: self.limits.kv_capacity.unwrap_or(u64::MAX),
-                    block_size: self.limits.block_size,
-                    request: id,
-                });
-            }
-        }
+        self.grow_cached(j, id, after)?;
         self.records[i].processed_tokens += c;
         step.latest_arrival = step.latest_arrival.max(r.arrival_s);
         step.processed.push((i, done.generates));
         Ok(())
+    }
+
+    /// With the prefix cache: request `id`'s blocks grow to hold `tokens` (and register
+    /// those it fills); a pool that runs out is a batch over M.
+    fn grow_cached(&mut self, j: usize, id: u32, tokens: u64) -> Result<(), ReplayError> {
+        let Some(cache) = &mut self.cache else {
+            return Ok(());
+        };
+        let fits = cache.grow(id, tokens);
+        self.kv_used = cache.used_tokens();
+        if fits {
+            return Ok(());
+        }
+        let block = u64::from(self.limits.block_size);
+        let short = tokens.div_ceil(block) - cache.held[id as usize].len() as u64;
+        Err(ReplayError::KvCapacity {
+            batch: j,
+            used: self.kv_used + short * block,
+            limit: self.limits.kv_capacity.unwrap_or(u64::MAX),
+            block_size: self.limits.block_size,
+            request: id,
+        })
     }
 
     /// Request `id` takes its first `cached` tokens from the prefix cache: it holds no KV,
@@ -808,7 +816,7 @@ impl<'a> Replayer<'a> {
                 self.state[i].held
             )));
         }
-        if cached % block != 0 {
+        if !cached.is_multiple_of(block) {
             return Err(fail(format!(
                 "that is not a whole number of blocks of {block}"
             )));

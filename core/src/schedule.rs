@@ -199,6 +199,52 @@ struct EntryRepr {
     cached: Option<u64>,
 }
 
+/// One CSV row's batch index and entry; an error names the column and what was expected.
+fn csv_entry(fields: &[&str]) -> Result<(usize, Entry), (&'static str, String)> {
+    let batch: usize = fields[0].parse().map_err(|_| {
+        (
+            "batch",
+            format!(
+                "expected a batch index >= 0, got \"{}\"",
+                crate::io::excerpt(fields[0])
+            ),
+        )
+    })?;
+    let request: u32 = fields[1].parse().map_err(|_| {
+        (
+            "request",
+            format!(
+                "expected a request id from 0 to {}, got \"{}\"",
+                u32::MAX,
+                crate::io::excerpt(fields[1])
+            ),
+        )
+    })?;
+    let action = if fields[2] == "evict" {
+        Action::Evict
+    } else {
+        Action::Process(fields[2].parse().map_err(|_| {
+            (
+                "tokens",
+                format!(
+                    "expected a token count from 1 to {} or \"evict\", got \"{}\"",
+                    u32::MAX,
+                    crate::io::excerpt(fields[2])
+                ),
+            )
+        })?)
+    };
+    let cached = csv_cached(fields, action).map_err(|reason| ("cached", reason))?;
+    Ok((
+        batch,
+        Entry {
+            request,
+            action,
+            cached,
+        },
+    ))
+}
+
 /// The CSV `cached` column of an entry (absent: 0; only on processing entries).
 fn csv_cached(fields: &[&str], action: Action) -> Result<u32, String> {
     let Some(text) = fields.get(3) else {
@@ -382,41 +428,9 @@ impl Schedule {
                     format!("expected {columns} fields ({header}), got {}", fields.len()),
                 ));
             }
-            let batch: usize = fields[0].parse().map_err(|_| {
-                invalid(
-                    format!("line {lineno}, column batch"),
-                    format!(
-                        "expected a batch index >= 0, got \"{}\"",
-                        crate::io::excerpt(fields[0])
-                    ),
-                )
+            let (batch, entry) = csv_entry(&fields).map_err(|(column, reason)| {
+                invalid(format!("line {lineno}, column {column}"), reason)
             })?;
-            let request: u32 = fields[1].parse().map_err(|_| {
-                invalid(
-                    format!("line {lineno}, column request"),
-                    format!(
-                        "expected a request id from 0 to {}, got \"{}\"",
-                        u32::MAX,
-                        crate::io::excerpt(fields[1])
-                    ),
-                )
-            })?;
-            let action = if fields[2] == "evict" {
-                Action::Evict
-            } else {
-                Action::Process(fields[2].parse().map_err(|_| {
-                    invalid(
-                        format!("line {lineno}, column tokens"),
-                        format!(
-                            "expected a token count from 1 to {} or \"evict\", got \"{}\"",
-                            u32::MAX,
-                            crate::io::excerpt(fields[2])
-                        ),
-                    )
-                })?)
-            };
-            let cached = csv_cached(&fields, action)
-                .map_err(|reason| invalid(format!("line {lineno}, column cached"), reason))?;
             if batch.saturating_add(1) < batches.len() {
                 return Err(invalid(
                     format!("line {lineno}, column batch"),
@@ -440,11 +454,7 @@ impl Schedule {
                 }
                 batches.resize_with(batch + 1, Batch::default);
             }
-            batches[batch].entries.push(Entry {
-                request,
-                action,
-                cached,
-            });
+            batches[batch].entries.push(entry);
         }
         Ok(Self::new(batches))
     }
@@ -644,6 +654,53 @@ mod tests {
         assert_eq!(back.batches.len(), 3);
         assert!(back.batches[1].entries.is_empty());
         assert_eq!(back.batches[2].entries, s.batches[2].entries);
+    }
+
+    #[test]
+    fn cache_hits_round_trip_and_only_schedules_with_hits_write_them() {
+        let s = Schedule::new(vec![
+            Batch::new(vec![Entry::process(0, 32)]),
+            Batch::new(vec![Entry::cached_process(1, 16, 4), Entry::evict(0)]),
+        ]);
+        assert!(s.has_cache_hits());
+        let mut json = Vec::new();
+        s.write_json(&mut json).unwrap();
+        let text = String::from_utf8(json).unwrap();
+        assert!(
+            text.contains(r#"{"request":1,"tokens":4,"cached":16}"#),
+            "{text}"
+        );
+        assert_eq!(Schedule::from_json_str(&text, p()).unwrap(), s);
+        let mut csv = Vec::new();
+        s.write_csv(&mut csv).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert_eq!(
+            text,
+            "batch,request,tokens,cached\n0,0,32,0\n1,1,4,16\n1,0,evict,0\n"
+        );
+        assert_eq!(
+            Schedule::from_csv_str(&text, p()).unwrap().batches,
+            s.batches
+        );
+        assert_eq!(s.batches[1].entries[0].to_string(), "1:hit16+4");
+        // Without hits, the forms are as before.
+        let plain = Schedule::new(vec![Batch::new(vec![Entry::process(0, 3)])]);
+        let mut csv = Vec::new();
+        plain.write_csv(&mut csv).unwrap();
+        assert_eq!(
+            String::from_utf8(csv).unwrap(),
+            "batch,request,tokens\n0,0,3\n"
+        );
+        // An eviction cannot take from the cache, in either form.
+        let e =
+            Schedule::from_csv_str("batch,request,tokens,cached\n0,0,evict,2\n", p()).unwrap_err();
+        assert!(e.to_string().contains("line 2, column cached"), "{e}");
+        let e = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": [{"request": 0, "evict": true, "cached": 2}]}]}"#,
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("an eviction"), "{e}");
     }
 
     #[test]
