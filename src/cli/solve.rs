@@ -93,6 +93,11 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         cost.name
     );
     print_report(report)?;
+    if w.prefix().is_some() {
+        outln!(
+            "  note: the workload names prompt blocks; these schedules and this bound are for schedules without a prefix cache (vllm-v1's cache may do better)"
+        );
+    }
     out!("{}", infersched::output::summary_text(summary));
     out!(
         "{}",
