@@ -13,7 +13,6 @@
 //! Both the simulator and the replay keep one; the vLLM parity fixtures check it against
 //! vLLM's own.
 
-use crate::prefix::PrefixIds;
 use crate::request::Workload;
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
@@ -63,15 +62,36 @@ impl std::hash::Hash for BlockKey {
 /// Token `p` of a prompt is named by the chain of ids up to its id block
 /// (`ids[0..=p / block_tokens]`): two requests agree on it when those chains are equal. A KV
 /// block of `b` tokens that lies within the prompt is keyed by the chain of its last token
-/// (which names all earlier tokens); other blocks (past the prompt, or without ids) are the
-/// request's own.
+/// (which names all earlier tokens); other blocks (past the prompt, without ids, or named
+/// by a chain no other request has) are the request's own.
 #[derive(Debug, Clone, Default)]
 pub struct BlockKeys {
     kv_block: u32,
     id_block: u32,
     inputs: Vec<u32>,
-    /// Per request, the interned chain of each of its id blocks (empty without ids).
+    /// Per request, the interned chain of each of its id blocks (empty without ids;
+    /// [`OWN_CHAIN`] for a chain no other request has).
     chains: Vec<Vec<u32>>,
+}
+
+/// The chain of an id block no other request's prompt has: its KV blocks are the
+/// request's own (only the request itself can find them again, after an eviction), which
+/// spares the pool indexing blocks nobody else can hit.
+const OWN_CHAIN: u32 = u32::MAX;
+
+/// `chains` with every chain held by one request only replaced by [`OWN_CHAIN`].
+fn only_shared(mut chains: Vec<Vec<u32>>) -> Vec<Vec<u32>> {
+    let nodes = chains.iter().flatten().max().map_or(0, |&m| m as usize + 1);
+    let mut holders = vec![0u8; nodes];
+    for &c in chains.iter().flatten() {
+        holders[c as usize] = holders[c as usize].saturating_add(1);
+    }
+    for c in chains.iter_mut().flatten() {
+        if holders[*c as usize] < 2 {
+            *c = OWN_CHAIN;
+        }
+    }
+    chains
 }
 
 impl BlockKeys {
@@ -79,7 +99,7 @@ impl BlockKeys {
     pub fn new(workload: &Workload, kv_block: u32) -> Self {
         let inputs = workload.input_lengths();
         let (id_block, chains) = match workload.prefix() {
-            Some(p) => (p.block_tokens, intern_chains(p)),
+            Some(p) => (p.block_tokens, only_shared(p.intern_chains())),
             None => (1, vec![Vec::new(); inputs.len()]),
         };
         Self {
@@ -116,13 +136,39 @@ impl BlockKeys {
         self.id_block
     }
 
+    /// The keys of request `i`'s KV blocks from block `from` on, in order (endless; the
+    /// same as [`Self::key`] block by block, without a division per block).
+    pub fn keys_from(&self, i: u32, from: u32) -> impl Iterator<Item = BlockKey> + '_ {
+        let chains = &self.chains[i as usize];
+        let input = u64::from(self.inputs[i as usize]);
+        let (kv, idb) = (u64::from(self.kv_block), u64::from(self.id_block));
+        let mut end = (u64::from(from) + 1) * kv;
+        let mut id_block = ((end - 1) / idb) as usize;
+        (from..).map(move |k| {
+            let key = match chains.get(id_block) {
+                Some(&chain) if end <= input && chain != OWN_CHAIN => {
+                    BlockKey::Shared { chain, block: k }
+                }
+                _ => BlockKey::Own {
+                    request: i,
+                    block: k,
+                },
+            };
+            end += kv;
+            while (id_block as u64 + 1) * idb < end {
+                id_block += 1;
+            }
+            key
+        })
+    }
+
     /// The key of request `i`'s KV block `k`.
     pub fn key(&self, i: u32, k: u32) -> BlockKey {
         let end = (u64::from(k) + 1) * u64::from(self.kv_block);
         let chains = &self.chains[i as usize];
         if end <= u64::from(self.inputs[i as usize]) && !chains.is_empty() {
             let last_id_block = ((end - 1) / u64::from(self.id_block)) as usize;
-            if let Some(&chain) = chains.get(last_id_block) {
+            if let Some(&chain) = chains.get(last_id_block).filter(|&&c| c != OWN_CHAIN) {
                 return BlockKey::Shared { chain, block: k };
             }
         }
@@ -145,7 +191,7 @@ pub fn most_shared_tokens(workload: &Workload, kv_block: u32) -> Vec<u64> {
     let mut longest: HashMap<u32, [(u64, u32); 2]> = HashMap::new();
     for (i, chains) in keys.chains.iter().enumerate() {
         let len = u64::from(keys.inputs[i]);
-        for &c in chains {
+        for &c in chains.iter().filter(|&&c| c != OWN_CHAIN) {
             let top = longest.entry(c).or_insert([(0, u32::MAX); 2]);
             if len > top[0].0 {
                 top[1] = top[0];
@@ -200,24 +246,6 @@ pub fn without_shared_prompts(workload: &Workload, kv_block: u32) -> Workload {
     Workload::new(requests).expect("shortened prompts keep at least one token")
 }
 
-/// Interns each request's chains of ids: `(parent chain, id) -> chain`, in request order.
-fn intern_chains(p: &PrefixIds) -> Vec<Vec<u32>> {
-    let mut trie: HashMap<(u32, u64), u32> = HashMap::new();
-    p.ids
-        .iter()
-        .map(|ids| {
-            let mut node = 0u32;
-            ids.iter()
-                .map(|&id| {
-                    let next = trie.len() as u32 + 1;
-                    node = *trie.entry((node, id)).or_insert(next);
-                    node
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// Blocks per group of [`KeyIndex`].
 const GROUP: u64 = 16;
 
@@ -225,11 +253,18 @@ const GROUP: u64 = 16;
 const NO_KEY: u64 = u64::MAX;
 
 /// The first block registered under each key, kept in groups of [`GROUP`] consecutive
-/// blocks of one chain or request: a request's blocks are registered and reused together,
-/// so one group serves many operations in a row.
-#[derive(Debug, Clone, Default)]
+/// blocks of one chain or request: a request's blocks are registered, reused and released
+/// together, so one group serves many operations in a row, and the group used last is
+/// remembered (no hashing while the operations stay in it).
+#[derive(Debug, Clone)]
 struct KeyIndex {
-    groups: FxHashMap<u64, Group>,
+    /// Group word (`key / GROUP`) -> its place in `slab`.
+    places: FxHashMap<u64, u32>,
+    slab: Vec<Group>,
+    /// Places of `slab` no group uses.
+    spare: Vec<u32>,
+    /// The group word and place used last (`NO_KEY`: none).
+    last: (u64, u32),
 }
 
 #[derive(Debug, Clone)]
@@ -239,39 +274,93 @@ struct Group {
     live: u32,
 }
 
+impl Default for KeyIndex {
+    fn default() -> Self {
+        Self {
+            places: FxHashMap::default(),
+            slab: Vec::new(),
+            spare: Vec::new(),
+            last: (NO_KEY, 0),
+        }
+    }
+}
+
 impl KeyIndex {
     fn get(&self, w: u64) -> Option<u32> {
-        let id = self.groups.get(&(w / GROUP))?.first[(w % GROUP) as usize];
+        let place = if self.last.0 == w / GROUP {
+            self.last.1
+        } else {
+            *self.places.get(&(w / GROUP))?
+        };
+        let id = self.slab[place as usize].first[(w % GROUP) as usize];
         (id != u32::MAX).then_some(id)
     }
 
-    /// Makes `id` the key's block if it has none (or always, with `replace`); whether it
-    /// had none.
-    fn insert(&mut self, w: u64, id: u32, replace: bool) -> bool {
-        let g = self.groups.entry(w / GROUP).or_insert(Group {
-            first: [u32::MAX; GROUP as usize],
-            live: 0,
-        });
-        let slot = &mut g.first[(w % GROUP) as usize];
-        let vacant = *slot == u32::MAX;
-        if vacant || replace {
-            *slot = id;
-            g.live += u32::from(vacant);
+    /// The place of `w`'s group, remembered as the last one used.
+    fn place(&mut self, w: u64) -> Option<u32> {
+        let g = w / GROUP;
+        if self.last.0 != g {
+            self.last = (g, *self.places.get(&g)?);
         }
-        vacant
+        Some(self.last.1)
     }
 
-    fn remove(&mut self, w: u64) {
-        if let Some(g) = self.groups.get_mut(&(w / GROUP)) {
-            let slot = &mut g.first[(w % GROUP) as usize];
-            if *slot != u32::MAX {
-                *slot = u32::MAX;
-                g.live -= 1;
-                if g.live == 0 {
-                    self.groups.remove(&(w / GROUP));
-                }
+    /// The place of `w`'s group, made if it has none.
+    fn place_or_make(&mut self, w: u64) -> u32 {
+        if let Some(place) = self.place(w) {
+            return place;
+        }
+        let blank = Group {
+            first: [u32::MAX; GROUP as usize],
+            live: 0,
+        };
+        let place = match self.spare.pop() {
+            Some(p) => {
+                self.slab[p as usize] = blank;
+                p
+            }
+            None => {
+                self.slab.push(blank);
+                self.slab.len() as u32 - 1
+            }
+        };
+        self.places.insert(w / GROUP, place);
+        self.last = (w / GROUP, place);
+        place
+    }
+
+    /// Makes `id` the key's block if it has none (or always, with `replace`); the block it
+    /// had before, if any.
+    fn insert(&mut self, w: u64, id: u32, replace: bool) -> Option<u32> {
+        let place = self.place_or_make(w);
+        let g = &mut self.slab[place as usize];
+        let slot = &mut g.first[(w % GROUP) as usize];
+        let before = *slot;
+        if before == u32::MAX || replace {
+            *slot = id;
+            g.live += u32::from(before == u32::MAX);
+        }
+        (before != u32::MAX).then_some(before)
+    }
+
+    /// Drops the key if block `id` holds it (any block, with `None`); whether it did.
+    fn remove(&mut self, w: u64, id: Option<u32>) -> bool {
+        let Some(place) = self.place(w) else {
+            return false;
+        };
+        let g = &mut self.slab[place as usize];
+        let slot = &mut g.first[(w % GROUP) as usize];
+        let held = *slot != u32::MAX && id.is_none_or(|id| *slot == id);
+        if held {
+            *slot = u32::MAX;
+            g.live -= 1;
+            if g.live == 0 {
+                self.places.remove(&(w / GROUP));
+                self.spare.push(place);
+                self.last = (NO_KEY, 0);
             }
         }
+        held
     }
 }
 
@@ -279,12 +368,20 @@ impl KeyIndex {
 struct Block {
     /// Its key's word, or [`NO_KEY`].
     key: u64,
-    /// How many times it was registered (tells a live duplicate entry from a stale one).
-    registrations: u32,
     refs: u32,
-    /// Its place in the free queue while it is free and cached (`u64::MAX`: none).
-    seq: u64,
+    /// Its place in the free queue while it is free and cached ([`NO_SEQ`]: none).
+    seq: u32,
 }
+
+/// A block's place in no free queue.
+///
+/// Places are numbered modulo 2^32 (skipping this one), which keeps a block in 16 bytes
+/// (the pool's hot loop waits on loading blocks). A stale queue entry could only be taken
+/// for live if its block were queued again exactly 2^32 places later while the entry is
+/// still queued; the queue holds at most about three times the pool's blocks (stale
+/// entries are dropped past twice the live ones), so an entry leaves it within that many
+/// places, far fewer than 2^32 for any pool that fits in memory.
+const NO_SEQ: u32 = u32::MAX;
 
 /// The pool of KV blocks: references, the cache of full blocks and the free queue.
 ///
@@ -305,9 +402,12 @@ pub struct BlockPool {
     uncached: Vec<u32>,
     /// Free cached blocks in queue order, with the place each was given; an entry whose
     /// block has since been taken (its `seq` differs) is skipped.
-    free: VecDeque<(u64, u32)>,
+    free: VecDeque<(u32, u32)>,
     free_cached: u64,
-    next_seq: u64,
+    next_seq: u32,
+    /// Per block, how many times it was registered (tells a live duplicate entry from a
+    /// stale one).
+    registrations: Vec<u32>,
     /// The first block indexed under each key (still holding it).
     cached: KeyIndex,
     /// Further blocks indexed under a key (two requests computed the same tokens), in
@@ -350,10 +450,10 @@ impl BlockPool {
         } else if self.blank() > 0 {
             self.blocks.push(Block {
                 key: NO_KEY,
-                registrations: 0,
                 refs: 0,
-                seq: u64::MAX,
+                seq: NO_SEQ,
             });
+            self.registrations.push(0);
             self.blocks.len() as u32 - 1
         } else {
             let id = self.pop_cached()?;
@@ -371,7 +471,7 @@ impl BlockPool {
         while let Some((seq, id)) = self.free.pop_front() {
             let b = &mut self.blocks[id as usize];
             if b.seq == seq {
-                b.seq = u64::MAX;
+                b.seq = NO_SEQ;
                 self.free_cached -= 1;
                 return Some(id);
             }
@@ -382,13 +482,17 @@ impl BlockPool {
     /// Block `id` no longer holds key `w`: if it was the key's first holder, the next live
     /// duplicate takes its place (a duplicate's own entry just goes stale).
     fn uncache(&mut self, w: u64, id: u32) {
+        if self.duplicates.is_empty() {
+            self.cached.remove(w, Some(id));
+            return;
+        }
         if self.cached.get(w) != Some(id) {
             return;
         }
         let next = self.duplicates.get_mut(&w).and_then(|more| {
             while let Some((b, reg)) = more.pop_front() {
                 let block = &self.blocks[b as usize];
-                if block.key == w && block.registrations == reg {
+                if block.key == w && self.registrations[b as usize] == reg {
                     return Some(b);
                 }
             }
@@ -399,7 +503,7 @@ impl BlockPool {
                 self.cached.insert(w, b, true);
             }
             None => {
-                self.cached.remove(w);
+                self.cached.remove(w, Some(id));
                 self.duplicates.remove(&w);
             }
         }
@@ -422,7 +526,7 @@ impl BlockPool {
         b.refs += 1;
         if b.refs == 1 {
             // A free block with a key is in the queue of cached ones: its entry goes stale.
-            b.seq = u64::MAX;
+            b.seq = NO_SEQ;
             self.free_cached -= 1;
             self.referenced += 1;
             if self.free.len() as u64 > 2 * self.free_cached + 64 {
@@ -454,7 +558,10 @@ impl BlockPool {
                 b.seq = self.next_seq;
                 self.free.push_back((self.next_seq, id));
                 self.free_cached += 1;
-                self.next_seq += 1;
+                self.next_seq = match self.next_seq.wrapping_add(1) {
+                    NO_SEQ => 0,
+                    next => next,
+                };
             } else {
                 self.uncached.push(id);
             }
@@ -471,7 +578,7 @@ impl BlockPool {
             return;
         }
         b.key = key.word();
-        b.registrations += 1;
+        self.registrations[id as usize] += 1;
         if index {
             self.index(id);
         }
@@ -481,21 +588,22 @@ impl BlockPool {
     /// before under the same key.
     pub fn index(&mut self, id: u32) {
         let b = &self.blocks[id as usize];
-        let (w, reg) = (b.key, b.registrations);
-        if w == NO_KEY || self.cached.get(w) == Some(id) {
+        let (w, reg) = (b.key, self.registrations[id as usize]);
+        if w == NO_KEY {
             return;
         }
-        if !self.cached.insert(w, id, false) {
+        let Some(first) = self.cached.insert(w, id, false) else {
+            return;
+        };
+        if first != id {
             let more = self.duplicates.entry(w).or_default();
             if more.iter().any(|&(d, r)| d == id && r == reg) {
                 return;
             }
             more.push_back((id, reg));
             if more.len() >= 64 && more.len().is_power_of_two() {
-                let blocks = &self.blocks;
-                more.retain(|&(d, r)| {
-                    blocks[d as usize].key == w && blocks[d as usize].registrations == r
-                });
+                let (blocks, regs) = (&self.blocks, &self.registrations);
+                more.retain(|&(d, r)| blocks[d as usize].key == w && regs[d as usize] == r);
             }
         }
     }
@@ -539,8 +647,11 @@ impl PrefixCache {
     /// `(blocks, how many of them no request references)`.
     pub fn hit(&self, i: u32, max_blocks: u64) -> (u64, u64) {
         let (mut blocks, mut free) = (0u64, 0u64);
-        while blocks < max_blocks {
-            match self.pool.lookup(&self.keys.key(i, blocks as u32)) {
+        for key in self.keys.keys_from(i, 0) {
+            if blocks == max_blocks {
+                break;
+            }
+            match self.pool.lookup(&key) {
                 Some(id) => {
                     free += u64::from(self.pool.is_free(id));
                     blocks += 1;
@@ -555,8 +666,11 @@ impl PrefixCache {
     /// `false` (nothing taken) if they are not all there.
     pub fn take_hit(&mut self, i: u32, blocks: u64) -> bool {
         debug_assert!(self.held[i as usize].is_empty());
-        let ids: Option<Vec<u32>> = (0..blocks)
-            .map(|k| self.pool.lookup(&self.keys.key(i, k as u32)))
+        let ids: Option<Vec<u32>> = self
+            .keys
+            .keys_from(i, 0)
+            .take(blocks as usize)
+            .map(|key| self.pool.lookup(&key))
             .collect();
         let Some(ids) = ids else {
             return false;
@@ -580,12 +694,14 @@ impl PrefixCache {
             }
         }
         let full = (tokens / self.kv_block) as usize;
-        for k in self.registered[i as usize]..full {
-            let id = self.held[i as usize][k];
-            let key = self.keys.key(i, k as u32);
-            // A request's own blocks are indexed when it is evicted (see `free`).
-            self.pool
-                .register(id, key, matches!(key, BlockKey::Shared { .. }));
+        let from = self.registered[i as usize];
+        if from < full {
+            let held = &self.held[i as usize][from..full];
+            for (&id, key) in held.iter().zip(self.keys.keys_from(i, from as u32)) {
+                // A request's own blocks are indexed when it is evicted (see `free`).
+                self.pool
+                    .register(id, key, matches!(key, BlockKey::Shared { .. }));
+            }
         }
         self.registered[i as usize] = self.registered[i as usize].max(full);
         true
@@ -616,6 +732,7 @@ impl PrefixCache {
 mod tests {
     use super::*;
     use crate::request::Request;
+    use crate::prefix::PrefixIds;
 
     fn workload(inputs: &[u32], ids: Option<(u32, Vec<Vec<u64>>)>) -> Workload {
         let w = Workload::new(
@@ -740,13 +857,79 @@ mod tests {
         cache.free(0, false);
         cache.free(1, false);
         assert_eq!(cache.used_tokens(), 0);
-        // Freed but cached: a third look finds request 0's whole prompt.
-        assert_eq!(cache.hit(0, 4), (4, 4));
+        // Freed but cached: a third look finds the shared id block; request 0's second id
+        // block is its alone (no other prompt has it), so nobody can find it again.
+        assert_eq!(cache.hit(0, 4), (2, 2));
+        assert_eq!(
+            cache.keys.key(0, 2),
+            BlockKey::Own {
+                request: 0,
+                block: 2
+            }
+        );
         // Queue: request 0 freed 3, 2 (1 and 0 still held by request 1), request 1 then 4,
         // 1, 0: never-used blocks go first, then tails before the shared head.
         let mut pool = cache.pool.clone();
         let order: Vec<u32> = (0..8).map(|_| pool.allocate().unwrap()).collect();
         assert_eq!(order, [5, 6, 7, 3, 2, 4, 1, 0]);
         assert_eq!(pool.lookup(&cache.keys.key(0, 0)), None);
+    }
+
+    proptest::proptest! {
+        /// Walking a request's keys block by block gives what each block's key is.
+        #[test]
+        fn keys_from_agrees_with_key(
+            kv in 1u32..40, idb in 1u32..70, input in 1u32..400, common in 0usize..6, from in 0u32..30,
+        ) {
+            let n = input.div_ceil(idb) as usize;
+            let other = (0..n).map(|k| if k < common { 7 } else { 8 }).collect();
+            let prompt_ids = vec![vec![7u64; n], other];
+            let w = workload(&[input, input], Some((idb, prompt_ids)));
+            let keys = BlockKeys::new(&w, kv);
+            for i in 0..2u32 {
+                let walked: Vec<BlockKey> = keys.keys_from(i, from).take(40).collect();
+                let each: Vec<BlockKey> = (from..from + 40).map(|k| keys.key(i, k)).collect();
+                proptest::prop_assert_eq!(walked, each);
+            }
+        }
+
+        /// The grouped index with its remembered group answers as a plain map does, through
+        /// groups emptied and made again in other places of the slab.
+        #[test]
+        fn the_key_index_agrees_with_a_plain_map(
+            ops in proptest::collection::vec((0u8..3, 0u64..80, 0u32..16), 1..400),
+        ) {
+            let mut index = KeyIndex::default();
+            let mut plain: HashMap<u64, u32> = HashMap::new();
+            for (op, w, id) in ops {
+                match op {
+                    0 => {
+                        let before = plain.get(&w).copied();
+                        proptest::prop_assert_eq!(index.insert(w, id, false), before);
+                        plain.entry(w).or_insert(id);
+                    }
+                    1 => {
+                        index.insert(w, id, true);
+                        plain.insert(w, id);
+                    }
+                    2 if id % 2 == 0 => {
+                        // Only if that block holds it.
+                        let holds = plain.get(&w) == Some(&(id % 8));
+                        proptest::prop_assert_eq!(index.remove(w, Some(id % 8)), holds);
+                        if holds {
+                            plain.remove(&w);
+                        }
+                    }
+                    _ => {
+                        proptest::prop_assert_eq!(index.remove(w, None), plain.remove(&w).is_some());
+                    }
+                }
+                for probe in 0..80 {
+                    proptest::prop_assert_eq!(index.get(probe), plain.get(&probe).copied());
+                }
+                let live: usize = index.places.values().map(|&p| index.slab[p as usize].live as usize).sum();
+                proptest::prop_assert_eq!(live, plain.len());
+            }
+        }
     }
 }

@@ -82,8 +82,9 @@ impl PrefixIds {
     /// What a perfect cache saves on prompts of lengths `inputs` (by request id), the
     /// requests taken in `order` (arrival order).
     pub fn perfect_cache(&self, inputs: &[u32], order: &[u32]) -> PerfectCache {
-        // A trie of id sequences: (parent node, id) -> node; node 0 is the empty prefix.
-        let mut trie: HashMap<(u32, u64), u32> = HashMap::new();
+        let chains = self.intern_chains();
+        let nodes = chains.iter().flatten().max().map_or(0, |&m| m as usize + 1);
+        let mut seen = vec![false; nodes];
         let mut cache = PerfectCache {
             saved_tokens: 0,
             prompt_tokens: 0,
@@ -92,20 +93,13 @@ impl PrefixIds {
         for &i in order {
             let input = inputs[i as usize];
             let full = (input / self.block_tokens) as usize;
-            let (mut node, mut reused, mut matching) = (0u32, 0usize, true);
-            for (k, &id) in self.ids[i as usize].iter().enumerate() {
-                let next = trie.len() as u32 + 1;
-                match trie.get(&(node, id)) {
-                    Some(&n) => {
-                        reused += usize::from(matching && k < full);
-                        node = n;
-                    }
-                    None => {
-                        matching = false;
-                        trie.insert((node, id), next);
-                        node = next;
-                    }
-                }
+            let mine = &chains[i as usize];
+            let reused = mine[..full.min(mine.len())]
+                .iter()
+                .take_while(|&&c| seen[c as usize])
+                .count();
+            for &c in mine {
+                seen[c as usize] = true;
             }
             let saved = (reused as u64 * u64::from(self.block_tokens)).min(u64::from(input) - 1);
             cache.saved_tokens += saved;
@@ -113,6 +107,27 @@ impl PrefixIds {
             cache.requests_hit += usize::from(saved > 0);
         }
         cache
+    }
+
+    /// Each request's chains of ids, interned: the chain up to its `k`-th id block is one
+    /// number, equal for two requests exactly when their ids up to there are equal
+    /// (numbered from 1 in request order; 0 is the empty chain).
+    pub fn intern_chains(&self) -> Vec<Vec<u32>> {
+        // A trie of id sequences: (parent node, id) -> node.
+        let mut trie: HashMap<(u32, u64), u32> = HashMap::new();
+        self.ids
+            .iter()
+            .map(|ids| {
+                let mut node = 0u32;
+                ids.iter()
+                    .map(|&id| {
+                        let next = trie.len() as u32 + 1;
+                        node = *trie.entry((node, id)).or_insert(next);
+                        node
+                    })
+                    .collect()
+            })
+            .collect()
     }
 }
 

@@ -714,10 +714,13 @@ impl<'a> Replayer<'a> {
                 request: id,
             });
         }
-        self.kv_used -= self.limits.occupied(self.state[i].held);
-        if let Some(cache) = &mut self.cache {
-            cache.free(id, true);
-            self.kv_used = cache.used_tokens();
+        match &mut self.cache {
+            // The pool counts shared blocks once.
+            Some(cache) => {
+                cache.free(id, true);
+                self.kv_used = cache.used_tokens();
+            }
+            None => self.kv_used -= self.limits.occupied(self.state[i].held),
         }
         self.running -= 1;
         self.records[i].recomputed_tokens += self.state[i].held;
@@ -765,10 +768,13 @@ impl<'a> Replayer<'a> {
         }
         let grown = self.limits.occupied(after) - self.limits.occupied(before);
         if grown > 0 {
-            self.kv_used += grown;
             step.last_grown = Some(id);
         }
-        self.grow_cached(j, id, after)?;
+        if self.cache.is_some() {
+            self.grow_cached(j, id, after)?;
+        } else {
+            self.kv_used += grown;
+        }
         self.records[i].processed_tokens += c;
         step.latest_arrival = step.latest_arrival.max(r.arrival_s);
         step.processed.push((i, done.generates));
