@@ -369,6 +369,65 @@ fn workload_commands_generate_sample_and_describe() {
 }
 
 #[test]
+fn prefix_caching_asked_of_schedulers_without_one_is_refused_or_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sampled = dir.path().join("m.csv");
+    let trace = "notebooks-data/traces/mooncake/conversation_trace.jsonl";
+    let o = run(&[
+        "workload",
+        "sample",
+        "--trace",
+        trace,
+        "--first",
+        "20",
+        "--max-total-tokens",
+        "8192",
+        "--out",
+        sampled.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("out");
+    let simulate = |schedulers: &str| {
+        run(&[
+            "simulate",
+            "--workload",
+            sampled.to_str().unwrap(),
+            "--scheduler",
+            schedulers,
+            "--cost-model",
+            "llama3-8b-h100-fa2",
+            "--enable-prefix-caching",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    // vLLM v0 has no modeled cache: refused, nothing written.
+    let o = simulate("vllm,sarathi");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("only vllm-v1 models prefix caching"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("vllm, sarathi would run without a cache"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+    // Beside vllm-v1: a note naming the scheduler that runs without it.
+    let o = simulate("vllm-v1,vllm");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("vllm run without a cache"),
+        "{}",
+        stderr(&o)
+    );
+    let o = simulate("vllm-v1");
+    assert!(o.status.success() && !stderr(&o).contains("note: --enable-prefix-caching"));
+}
+
+#[test]
 fn mooncake_traces_carry_their_prefix_ids_through_sampling() {
     let dir = tempfile::tempdir().unwrap();
     let trace = "notebooks-data/traces/mooncake/conversation_trace.jsonl";

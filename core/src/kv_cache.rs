@@ -731,8 +731,8 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::Request;
     use crate::prefix::PrefixIds;
+    use crate::request::Request;
 
     fn workload(inputs: &[u32], ids: Option<(u32, Vec<Vec<u64>>)>) -> Workload {
         let w = Workload::new(

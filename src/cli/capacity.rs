@@ -189,6 +189,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         .map(|c| infersched::cost_models::resolve(c))
         .collect::<Result<Vec<_>, _>>()?;
     super::refuse_repeated_schedulers(&a.scheduler)?;
+    super::check_prefix_caching(&a.knobs, &a.scheduler)?;
     let spec = CapacitySpec {
         slos: a.slo.clone(),
         warmup: a.warmup,

@@ -130,6 +130,14 @@ fn spec_and_setting(
     let contenders = Contender::parse_list(&a.schedulers)
         .map_err(anyhow::Error::msg)
         .context("--schedulers")?;
+    let heuristics: Vec<_> = contenders
+        .iter()
+        .filter_map(|c| match c {
+            Contender::Heuristic(k) => Some(*k),
+            Contender::Optimal(_) => None,
+        })
+        .collect();
+    super::check_prefix_caching(&a.knobs, &heuristics)?;
     // An interrupt writes the best schedule the solver holds by then to DIR/optimal.
     let solve = infersched::interrupt::SolveInterruptSaver::observing(
         SolveOptions {

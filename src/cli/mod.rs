@@ -386,6 +386,40 @@ pub(crate) fn refuse_repeated_schedulers(
     Ok(())
 }
 
+/// `--enable-prefix-caching` asked for where only some (or none) of `kinds` model a
+/// prefix cache: refused when none does (the run would silently have no cache), a note
+/// naming the others when some do.
+pub(crate) fn check_prefix_caching(
+    knobs: &KnobArgs,
+    kinds: &[infersched::schedulers::SchedulerKind],
+) -> Result<()> {
+    use infersched::schedulers::SchedulerKind;
+    if !knobs.enable_prefix_caching || knobs.no_enable_prefix_caching {
+        return Ok(());
+    }
+    let without: Vec<&str> = kinds
+        .iter()
+        .filter(|k| **k != SchedulerKind::VllmV1)
+        .map(|k| k.name())
+        .collect();
+    if without.is_empty() {
+        return Ok(());
+    }
+    let why = "only vllm-v1 models prefix caching (vLLM v0's, with its whole-prompt budget \
+               and allocation, is not modeled: docs/design/schedulers.md)";
+    if without.len() == kinds.len() {
+        bail!(
+            "--enable-prefix-caching: {why}; {} would run without a cache",
+            without.join(", ")
+        );
+    }
+    eprintln!(
+        "note: --enable-prefix-caching: {why}; {} run without a cache",
+        without.join(", ")
+    );
+    Ok(())
+}
+
 pub(crate) fn path_list(paths: &[PathBuf]) -> String {
     paths
         .iter()

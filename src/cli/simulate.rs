@@ -63,6 +63,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let kinds = &a.scheduler;
     super::refuse_repeated_schedulers(kinds)?;
+    super::check_prefix_caching(&a.knobs, kinds)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
     if a.replicas > 1 {
