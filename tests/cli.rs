@@ -1844,6 +1844,74 @@ fn messages_quote_at_most_a_bounded_part_of_the_input() {
 }
 
 #[test]
+fn a_sweep_over_time_scales_runs_one_window_of_a_trace_at_each_speed() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = root().join("notebooks-data/traces/splitwise_code.csv");
+    let spec = dir.path().join("s.toml");
+    let write = |extra: &str| {
+        std::fs::write(
+            &spec,
+            format!(
+                "cost_model = \"llama3-8b-h100-fa2\"\n[workload]\ntrace = \"{}\"\nn = 30\nskip = 100\n{extra}\n[limits]\nC = 4096\nM = 32768\n[grid]\ntime_scale = [1.0, 0.1]\nschedulers = [\"vllm-v1\"]\nobjectives = [\"mean-latency\"]\n",
+                trace.display()
+            ),
+        )
+        .unwrap();
+    };
+    write("");
+    let out = dir.path().join("o");
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(text.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (&rows[0][col("time_scale")], &rows[1][col("time_scale")]),
+        ("1", "0.1")
+    );
+    assert!(
+        rows[1][col("key")].contains(";time_scale=0.1;"),
+        "{:?}",
+        &rows[1]
+    );
+    // The same 30 consecutive requests (rows 100-129), their arrivals ten times as close:
+    // the last arrives sooner, so the makespan is shorter, and they queue more, so the mean
+    // latency is longer (equal rows would mean the scale was ignored).
+    let value = |r: &csv::StringRecord, c: &str| r[col(c)].parse::<f64>().unwrap();
+    let (slow, fast) = (&rows[0], &rows[1]);
+    assert!(value(fast, "makespan_s") < value(slow, "makespan_s"));
+    assert!(value(fast, "mean_e2e_s") > value(slow, "mean_e2e_s"));
+    // Consecutive rows, not 30 drawn from the trace's hour.
+    assert!(
+        value(slow, "makespan_s") < 60.0,
+        "{}",
+        value(slow, "makespan_s")
+    );
+    // Arrivals a Poisson rate would replace cannot also be scaled.
+    write("arrival = \"poisson:2\"");
+    let o = run(&[
+        "sweep",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.path().join("p").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("sweep one or the other"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn a_comparison_that_cannot_finish_writing_says_which_outputs_are_complete() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

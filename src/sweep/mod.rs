@@ -19,6 +19,7 @@
 //! seed = 0
 //! # trace = "../traces/arxiv_summarization.csv"   # instead: n random requests of a trace
 //! # prefill_scale = 0.05, decode_scale = 0.2, max_total_tokens = 128
+//! # skip = 0, time_scale = 0.25   # trace: n consecutive requests, arrivals 4x as fast
 //!
 //! [limits]                        # base values (unset: unlimited; M: from the cost model)
 //! C = 64
@@ -28,7 +29,8 @@
 //! schedulers = ["optimal", "optimal+no-evict", "vllm", "sarathi"]
 //! objectives = ["makespan"]
 //! ```
-//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `seed`, `clusters` (a list
+//! Grid keys: `M`, `C`, `P`, `R_max`, `I`, `O`, `n`, `qps`, `time_scale` (a trace's
+//! arrival times multiplied), `seed`, `clusters` (a list
 //! of `{ replicas = N, cost_model = "..." }`), `routers`, `schedulers`, `objectives`. A scheduler is a heuristic name or `optimal`, optionally with policy
 //! constraints: `optimal+no-evict`, `optimal+no-chunk+no-mix`, `optimal+fcfs`,
 //! `optimal+reserve`.
@@ -125,6 +127,56 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
         assert!(e.contains("grid.objectives[0]"), "{e}");
         let e = err("[workload]\nn = \"two\"\nI = 4\nO = 2\n[grid]\nschedulers = [\"vllm\"]\n");
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn time_scales_are_for_trace_arrivals_only_and_positive() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let trace = |workload: &str, grid: &str| {
+            let spec = format!(
+                "[workload]\ntrace = \"notebooks-data/traces/splitwise_code.csv\"\nn = 5\n{workload}\n[grid]\n{grid}\nschedulers = [\"vllm\"]\n"
+            );
+            Sweep::parse(&spec, root).map_err(|e| format!("{e:#}"))
+        };
+        let s = trace("skip = 3", "time_scale = [1.0, 0.5]").unwrap();
+        assert_eq!(s.swept, vec!["time_scale"]);
+        assert_eq!(s.points[1].time_scale, Some(0.5));
+        // Rows 3..8 of the trace, their arrival gaps halved.
+        let (w1, w2) = (
+            s.workload(&s.points[0]).unwrap(),
+            s.workload(&s.points[1]).unwrap(),
+        );
+        let a1: Vec<f64> = w1.requests().iter().map(|r| r.arrival_s).collect();
+        let a2: Vec<f64> = w2.requests().iter().map(|r| r.arrival_s).collect();
+        assert!(a1[4] > 0.0);
+        for (x, y) in a1.iter().zip(&a2) {
+            assert!((x * 0.5 - y).abs() < 1e-9, "{a1:?} {a2:?}");
+        }
+        for (workload, grid, want) in [
+            (
+                "",
+                "time_scale = [1.0, 0.0]",
+                "grid.time_scale: expected a factor > 0",
+            ),
+            (
+                "time_scale = -1.0",
+                "",
+                "workload.time_scale: expected a factor > 0",
+            ),
+            (
+                "arrival = \"poisson:2\"",
+                "time_scale = [0.5]",
+                "sweep one or the other",
+            ),
+            ("", "time_scale = [0.5, 0.5]", "grid.time_scale[1]: repeats"),
+        ] {
+            let e = trace(workload, grid).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = err(
+            "[workload]\nn = 2\nI = 4\nO = 2\n[grid]\ntime_scale = [0.5]\nschedulers = [\"vllm\"]\n",
+        );
+        assert!(e.contains("for a trace workload"), "{e}");
     }
 
     #[test]

@@ -380,6 +380,7 @@ fn axis_label(param: &str) -> String {
         "O" => "O (output tokens)".into(),
         "n" => "n (requests)".into(),
         "qps" => "arrival rate (requests/s)".into(),
+        "time_scale" => "time scale (x the trace's arrival times)".into(),
         "replicas" => "replicas".into(),
         other => other.into(),
     }

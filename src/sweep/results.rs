@@ -20,6 +20,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "O",
     "n",
     "qps",
+    "time_scale",
     "seed",
     "cost_model",
     "replicas",
@@ -64,6 +65,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
 /// The columns added since the first version of `results.csv` (files without them still
 /// read, those cells empty).
 pub const ADDED_COLUMNS: &[&str] = &[
+    "time_scale",
     "cost_model",
     "replicas",
     "router",
@@ -122,6 +124,9 @@ pub struct ResultRow {
     /// Poisson rate, if swept.
     #[serde(serialize_with = "float_as_displayed")]
     pub qps: Option<f64>,
+    /// The trace's time scale, if swept.
+    #[serde(default, serialize_with = "float_as_displayed")]
+    pub time_scale: Option<f64>,
     /// Seed.
     pub seed: u64,
     /// The cluster's cost model where `grid.clusters` names one (empty: the spec's).
@@ -285,6 +290,7 @@ impl ResultRow {
             "O" => self.output.clone(),
             "n" => self.n.to_string(),
             "qps" => o2s(&self.qps),
+            "time_scale" => o2s(&self.time_scale),
             "seed" => self.seed.to_string(),
             "cost_model" => o2s(&self.cost_model),
             "replicas" => o2s(&self.replicas),

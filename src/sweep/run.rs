@@ -30,6 +30,7 @@ impl Sweep {
             output: p.output.clone(),
             n: p.n,
             qps: p.qps,
+            time_scale: p.time_scale,
             seed: p.seed,
             cost_model: p.cluster.as_ref().and_then(|c| c.cost_model.clone()),
             replicas: p.cluster.as_ref().map(|c| c.replicas),

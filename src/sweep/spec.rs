@@ -83,6 +83,13 @@ pub struct WorkloadSection {
     /// Trace: cap on I + O.
     #[serde(default)]
     pub max_total_tokens: Option<u32>,
+    /// Trace: multiplies its arrival times (0.25: four times as fast) [default 1].
+    #[serde(default)]
+    pub time_scale: Option<f64>,
+    /// Trace: take `n` consecutive requests after skipping this many, instead of `n` drawn
+    /// at random (a real burst keeps its shape).
+    #[serde(default)]
+    pub skip: Option<usize>,
 }
 
 /// `[limits]`.
@@ -131,6 +138,9 @@ pub struct GridSection {
     /// Poisson arrival rates.
     #[serde(default)]
     pub qps: Option<Vec<f64>>,
+    /// Trace time scales (multiplying its arrival times).
+    #[serde(default)]
+    pub time_scale: Option<Vec<f64>>,
     /// Seeds.
     #[serde(default)]
     pub seed: Option<Vec<u64>>,
@@ -194,6 +204,8 @@ pub struct Point {
     pub n: usize,
     /// Poisson rate, if swept.
     pub qps: Option<f64>,
+    /// The trace's time scale, if swept.
+    pub time_scale: Option<f64>,
     /// Seed.
     pub seed: u64,
     /// Objective name.
@@ -220,8 +232,12 @@ impl Point {
                 c.router
             )
         });
+        // Only where swept, so the keys of sweeps without it stay as they were.
+        let time_scale = self
+            .time_scale
+            .map_or(String::new(), |t| format!("time_scale={t};"));
         format!(
-            "M={};C={};P={};R_max={};I={};O={};n={};qps={};seed={};{cluster}objective={};scheduler={}",
+            "M={};C={};P={};R_max={};I={};O={};n={};qps={};{time_scale}seed={};{cluster}objective={};scheduler={}",
             o2s(&self.m),
             o2s(&self.c),
             o2s(&self.p),
@@ -253,6 +269,7 @@ pub const GRID_PARAMS: &[&str] = &[
     "O",
     "n",
     "qps",
+    "time_scale",
     "seed",
     "cost_model",
     "replicas",
@@ -306,13 +323,14 @@ struct Grid {
     outputs: Vec<String>,
     ns: Vec<usize>,
     qpss: Vec<Option<f64>>,
+    time_scales: Vec<Option<f64>>,
     seeds: Vec<u64>,
     schedulers: Vec<Contender>,
 }
 
 impl Grid {
     /// The list lengths, slowest first.
-    fn radices(&self) -> [usize; 13] {
+    fn radices(&self) -> [usize; 14] {
         [
             self.objectives.len(),
             self.clusters.len(),
@@ -325,6 +343,7 @@ impl Grid {
             self.outputs.len(),
             self.ns.len(),
             self.qpss.len(),
+            self.time_scales.len(),
             self.seeds.len(),
             self.schedulers.len(),
         ]
@@ -341,6 +360,7 @@ impl Grid {
             ("O", self.outputs.len()),
             ("n", self.ns.len()),
             ("qps", self.qpss.len()),
+            ("time_scale", self.time_scales.len()),
             ("seed", self.seeds.len()),
             (
                 "cost_model",
@@ -378,13 +398,13 @@ impl Grid {
     /// Point `index` of the product: its digits in the mixed radix of the list lengths.
     fn point(&self, index: usize) -> Point {
         let radices = self.radices();
-        let mut digit = [0usize; 13];
+        let mut digit = [0usize; 14];
         let mut rest = index;
         for (d, &r) in digit.iter_mut().zip(&radices).rev() {
             *d = rest % r;
             rest /= r;
         }
-        let [o, cl, ro, m, c, p, r, i, out, n, q, seed, sched] = digit;
+        let [o, cl, ro, m, c, p, r, i, out, n, q, ts, seed, sched] = digit;
         Point {
             index,
             cluster: self.clusters[cl].as_ref().map(|(c, cost)| ClusterPoint {
@@ -401,6 +421,7 @@ impl Grid {
             output: self.outputs[out].clone(),
             n: self.ns[n],
             qps: self.qpss[q],
+            time_scale: self.time_scales[ts],
             seed: self.seeds[seed],
             objective: self.objectives[o].clone(),
             scheduler: self.schedulers[sched],
@@ -475,14 +496,16 @@ impl Sweep {
             Some(trace) => Ok(crate::workload::sample(
                 trace,
                 &SampleSpec {
-                    selection: Selection::Random(p.n, p.seed),
+                    selection: w.skip.map_or(Selection::Random(p.n, p.seed), |k| {
+                        Selection::Window(k, p.n)
+                    }),
                     prefill_scale: w.prefill_scale.unwrap_or(1.0),
                     decode_scale: w.decode_scale.unwrap_or(1.0),
                     max_total_tokens: w.max_total_tokens,
+                    time_scale: p.time_scale.or(w.time_scale).unwrap_or(1.0),
                     arrival,
                     arrival_seed: p.seed,
                     rebase_time: true,
-                    ..SampleSpec::default()
                 },
             )?),
             None => Ok(crate::workload::generate(&SynthSpec {
@@ -672,6 +695,36 @@ fn lengths(
     Ok(vals)
 }
 
+/// The trace's time scales (`grid.time_scale`, else none swept), each checked with the
+/// workload's own `time_scale` and `skip`: trace options, and arrivals that a Poisson rate
+/// (`arrival` or `grid.qps`) would replace.
+fn time_scales(spec: &SweepSpec, qpss: &[Option<f64>]) -> Result<Vec<Option<f64>>> {
+    let (w, g) = (&spec.workload, &spec.grid);
+    let given = w.time_scale.is_some() || g.time_scale.is_some();
+    if (given || w.skip.is_some()) && w.trace.is_none() {
+        bail!(
+            "workload.time_scale / workload.skip / grid.time_scale: for a trace workload (synthetic arrivals have their own rate: arrival or grid.qps)"
+        );
+    }
+    if given && (w.arrival.is_some() || qpss.iter().any(Option::is_some)) {
+        bail!(
+            "time_scale: the trace's arrival times are replaced by arrival / grid.qps; sweep one or the other"
+        );
+    }
+    let scales = list(&g.time_scale, None, "grid.time_scale")?;
+    for (key, t) in scales
+        .iter()
+        .flatten()
+        .map(|t| ("grid.time_scale", *t))
+        .chain(w.time_scale.map(|t| ("workload.time_scale", t)))
+    {
+        if !(t.is_finite() && t > 0.0) {
+            bail!("{key}: expected a factor > 0 multiplying the arrival times, got {t}");
+        }
+    }
+    Ok(scales)
+}
+
 /// The grid's lists, each checked, from the spec's grid and base values.
 fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
     let (w, g) = (&spec.workload, &spec.grid);
@@ -697,6 +750,7 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
     if qpss.iter().flatten().any(|q| !(q.is_finite() && *q > 0.0)) {
         bail!("grid.qps: expected rates > 0");
     }
+    let time_scales = time_scales(spec, &qpss)?;
     let seeds = list(&g.seed, Some(w.seed.unwrap_or(0)), "grid.seed")?;
     let objectives = schedulers_and_objectives(spec)?;
     let (clusters, routers) = clusters_and_routers(g)?;
@@ -712,6 +766,7 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
         outputs,
         ns: ns.into_iter().map(|n| n.expect("checked")).collect(),
         qpss,
+        time_scales,
         seeds: seeds
             .into_iter()
             .map(|s| s.expect("has a default"))
