@@ -57,6 +57,7 @@ pub mod cluster;
 pub mod compare;
 pub mod cost_models;
 #[cfg(feature = "calibrate")]
+pub mod goodput;
 pub mod gpu_replay;
 #[cfg(feature = "cli")]
 pub mod interrupt;

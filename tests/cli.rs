@@ -3364,6 +3364,84 @@ fn solve_on_replicas_writes_a_cluster_with_a_bound_for_every_routing() {
 }
 
 #[test]
+fn compare_brackets_the_best_possible_goodput_with_a_schedule_found_and_a_proof() {
+    // 80 real requests at ten times their rate: the GPU cannot serve all in time.
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let trace = root().join("notebooks-data/traces/splitwise_code.csv");
+    let o = run(&[
+        "workload",
+        "sample",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--first",
+        "80",
+        "--time-scale",
+        "0.1",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("cmp");
+    let o = run(&[
+        "compare",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedulers",
+        "vllm-v1,sarathi",
+        "--no-plots",
+        "--no-traces",
+        "--slo",
+        "ttft-p90=1s",
+        "--slo",
+        "tbt-p99=100ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+            .unwrap();
+    let most = doc["most_requests_meeting_slos"].as_u64().unwrap();
+    let found = doc["best_found_meeting_slos"].as_u64().unwrap();
+    assert!(found <= most, "{found} > {most}");
+    // The search beats both schedulers here, and says so.
+    let by = doc["best_found_meeting_slos_by"].as_str().unwrap();
+    assert!(by.starts_with("goodput search (priority list"), "{by}");
+    for row in doc["rows"].as_array().unwrap() {
+        let theirs = (row["slo_attainment"].as_f64().unwrap() * 80.0).round() as u64;
+        assert!(theirs < found, "{row}");
+    }
+    assert!(
+        stdout(&o).contains(&format!(
+            "the best possible: between {found} (found by goodput search"
+        )),
+        "{}",
+        stdout(&o)
+    );
+    // Its schedule, replayed on its own, meets them for as many requests.
+    let o = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedule",
+        out.join("goodput-search/schedule.json").to_str().unwrap(),
+        "--slo",
+        "ttft-p90=1s",
+        "--slo",
+        "tbt-p99=100ms",
+        "--out",
+        dir.path().join("r").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("meet every SLO ({found})")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
 fn compare_and_solve_measure_slos() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

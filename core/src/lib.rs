@@ -44,4 +44,4 @@ pub use replay::{
 pub use request::{Request, Workload, WorkloadError};
 pub use request_state::{RequestState, Step};
 pub use schedule::{Action, Batch, Entry, SCHEDULE_FORMAT, Schedule, ScheduleError};
-pub use slo::{Slo, SloMetric, SloParseError, SloReport, SloResult, SloStatistic};
+pub use slo::{Slo, SloMetric, SloParseError, SloReport, SloResult, SloStatistic, meets_every};

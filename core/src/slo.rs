@@ -128,6 +128,22 @@ pub struct Slo {
     pub threshold_s: f64,
 }
 
+impl Slo {
+    /// Whether request `r`'s own value meets it (a request without a value, e.g. TBT of a
+    /// one-token output, meets it).
+    pub fn met_by(&self, r: &RequestRecord) -> bool {
+        self.metric
+            .of_request(r)
+            .is_none_or(|v| v <= self.threshold_s)
+    }
+}
+
+/// Whether request `r` meets every SLO of `slos` on its own values (what attainment and
+/// goodput count).
+pub fn meets_every(r: &RequestRecord, slos: &[Slo]) -> bool {
+    slos.iter().all(|s| s.met_by(r))
+}
+
 /// Why an SLO string was refused.
 #[derive(Debug, Clone, PartialEq, Error)]
 #[error(
@@ -262,12 +278,11 @@ impl SloReport {
             .filter(|(_, m)| **m)
             .map(|(r, _)| r)
             .collect();
-        let meets =
-            |r: &RequestRecord, s: &Slo| s.metric.of_request(r).is_none_or(|v| v <= s.threshold_s);
+        let meets = |r: &RequestRecord, s: &Slo| s.met_by(r);
         let good: Vec<&RequestRecord> = reqs
             .iter()
             .copied()
-            .filter(|r| slos.iter().all(|s| meets(r, s)))
+            .filter(|r| meets_every(r, slos))
             .collect();
         let share = |k: usize| {
             if reqs.is_empty() {

@@ -200,6 +200,16 @@ fn print_results(a: &CompareArgs, c: &infersched::compare::Comparison) -> Result
                     .map_or(0, |o| o.summary.requests)
             );
         }
+        if let (Some(most), Some((found, by))) = (c.most_meeting_slos, &c.best_found_meeting_slos) {
+            outln!(
+                "the best possible: between {found} (found by {by}{}) and {most} requests meeting every SLO",
+                if c.goodput_search.is_some() {
+                    "; the search's schedule in goodput-search/"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     Ok(())
 }

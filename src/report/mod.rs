@@ -870,6 +870,23 @@ impl Default for ReportParts {
     }
 }
 
+/// The goodput search's schedule, named by how it was found, and its replay's outputs
+/// (its summary with the SLO report).
+fn write_goodput_search(sub: &Path, g: &crate::goodput::GoodputFound) -> io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(sub)?;
+    let mut schedule = g.schedule.clone();
+    schedule.meta = Some(serde_json::json!({"producer": format!("goodput search: {}", g.method)}));
+    let schedule_path = sub.join("schedule.json");
+    schedule.write(&schedule_path).map_err(io::Error::other)?;
+    let mut summary = crate::core::Summary::from_replay(&g.replay);
+    summary.slo = Some(g.report.clone());
+    let mut paths = vec![schedule_path];
+    paths.extend(crate::output::write_replay_outputs(
+        sub, &g.replay, &summary,
+    )?);
+    Ok(paths)
+}
+
 /// [`write_comparison`] with only the `parts` asked for (the tables, each scheduler's
 /// files and `report.html` are always written).
 pub fn write_comparison_parts(
@@ -921,6 +938,10 @@ pub fn write_comparison_parts(
             links.push(format!("trace-{name}.json"));
         }
         links.push(format!("{name}/summary.json"));
+    }
+    if let Some(g) = &c.goodput_search {
+        paths.extend(write_goodput_search(&dir.join("goodput-search"), g)?);
+        links.push("goodput-search/summary.json".to_string());
     }
     let rows = c.rows();
     let csv_path = dir.join("comparison.csv");
