@@ -56,8 +56,8 @@ pub mod ceiling;
 pub mod cluster;
 pub mod compare;
 pub mod cost_models;
-#[cfg(feature = "calibrate")]
 pub mod goodput;
+#[cfg(feature = "calibrate")]
 pub mod gpu_replay;
 #[cfg(feature = "cli")]
 pub mod interrupt;
