@@ -84,12 +84,9 @@ fn deadlines(w: &Workload, slos: &[Slo]) -> Vec<f64> {
 }
 
 impl Search<'_> {
-    /// The list schedule of `ids` (requests of the workload) in the priority order
-    /// `ids` gives, with the workload's ids; None if it cannot serve them.
-    fn list_schedule(&self, ids: &[u32], chunk_cap: u64) -> Option<Schedule> {
-        if ids.is_empty() {
-            return Some(Schedule::new(Vec::new()));
-        }
+    /// The requests `ids` alone (a workload of their own, request `k` being `ids[k]`) and
+    /// their list schedule in the priority order `ids` gives; None if it cannot serve them.
+    fn simulate_part(&self, ids: &[u32], chunk_cap: u64) -> Option<(Workload, Schedule)> {
         let part =
             Workload::new(ids.iter().map(|&i| self.w.requests()[i as usize]).collect()).ok()?;
         let local: Vec<u32> = (0..ids.len() as u32).collect();
@@ -100,7 +97,17 @@ impl Search<'_> {
         let max_running = limits.max_running.unwrap_or(ids.len() as u64).max(1);
         let mut policy = PriorityList::new(&local, chunk_cap, chunk_cap, max_running);
         let sim = simulate(&part, &limits, &mut policy, self.cost).ok()?;
-        let batches = sim.schedule.batches.iter().map(|b| {
+        Some((part, sim.schedule))
+    }
+
+    /// The list schedule of `ids` (requests of the workload) in the priority order
+    /// `ids` gives, with the workload's ids; None if it cannot serve them.
+    fn list_schedule(&self, ids: &[u32], chunk_cap: u64) -> Option<Schedule> {
+        if ids.is_empty() {
+            return Some(Schedule::new(Vec::new()));
+        }
+        let (_, local) = self.simulate_part(ids, chunk_cap)?;
+        let batches = local.batches.iter().map(|b| {
             Batch::new(
                 b.entries
                     .iter()
@@ -119,17 +126,8 @@ impl Search<'_> {
     fn part_meets(&mut self, ids: &[u32], chunk_cap: u64) -> Option<bool> {
         self.tries += 1;
         self.work += ids.len();
-        let part =
-            Workload::new(ids.iter().map(|&i| self.w.requests()[i as usize]).collect()).ok()?;
-        let local: Vec<u32> = (0..ids.len() as u32).collect();
-        let limits = Limits {
-            watermark: 0.0,
-            ..*self.limits
-        };
-        let max_running = limits.max_running.unwrap_or(ids.len() as u64).max(1);
-        let mut policy = PriorityList::new(&local, chunk_cap, chunk_cap, max_running);
-        let sim = simulate(&part, &limits, &mut policy, self.cost).ok()?;
-        let r = replay(&part, self.limits, self.cost, &sim.schedule).ok()?;
+        let (part, schedule) = self.simulate_part(ids, chunk_cap)?;
+        let r = replay(&part, self.limits, self.cost, &schedule).ok()?;
         Some(r.requests.iter().all(|q| meets_every(q, self.slos)))
     }
 
@@ -348,21 +346,11 @@ impl Search<'_> {
     }
 }
 
-/// Prompt-chunk caps tried: the budget (or the longest prompt), then 2,048, 1,024, 512 and
-/// 256 tokens where smaller (short chunks let decodes and short prompts through sooner).
+/// Prompt-chunk caps tried: the most prompt tokens a batch can take (C, P, the longest
+/// prompt), then 2,048, 1,024, 512 and 256 tokens where smaller (short chunks let decodes
+/// and short prompts through sooner).
 fn chunk_caps(w: &Workload, limits: &Limits) -> Vec<u64> {
-    let longest = w
-        .requests()
-        .iter()
-        .map(|r| u64::from(r.input_tokens))
-        .max()
-        .unwrap_or(1);
-    let budget = limits
-        .token_budget
-        .unwrap_or(u64::MAX)
-        .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
-        .min(longest)
-        .max(1);
+    let budget = crate::solver::list_search::largest_chunk(w, limits);
     let mut caps = vec![budget];
     caps.extend([2048, 1024, 512, 256].into_iter().filter(|&c| c < budget));
     caps

@@ -326,21 +326,26 @@ fn starting_orders(
     ]
 }
 
-/// Chunk caps tried: powers of two from the block size (or 16) below the batch budget,
-/// and the budget itself; one "no cap" without C or P.
-fn chunk_caps(w: &Workload, limits: &Limits, class: &PolicyConstraints) -> Vec<u64> {
+/// The most prompt tokens one batch can take: C, P and the longest prompt (at least 1).
+pub fn largest_chunk(w: &Workload, limits: &Limits) -> u64 {
     let largest_prompt = w
         .requests()
         .iter()
         .map(|r| u64::from(r.input_tokens))
         .max()
         .unwrap_or(1);
-    let budget = limits
+    limits
         .token_budget
         .unwrap_or(u64::MAX)
         .min(limits.effective_prefill_budget().unwrap_or(u64::MAX))
         .min(largest_prompt)
-        .max(1);
+        .max(1)
+}
+
+/// Chunk caps tried: powers of two from the block size (or 16) below the batch budget,
+/// and the budget itself; one "no cap" without C or P.
+fn chunk_caps(w: &Workload, limits: &Limits, class: &PolicyConstraints) -> Vec<u64> {
+    let budget = largest_chunk(w, limits);
     if class.no_chunk {
         return vec![budget];
     }
