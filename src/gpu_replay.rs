@@ -5,7 +5,7 @@
 //! metrics come from the same replay and differ only in the batch times.
 
 use crate::core::io::write_atomic;
-use crate::core::{Distribution, Replay, Summary};
+use crate::core::{Distribution, Replay, Slo, SloReport, Summary, meets_every};
 use crate::cost_model::ModelSpec;
 use crate::kernels_calibration::gpu::BatchTiming;
 use crate::kernels_calibration::schedule::Launch;
@@ -165,6 +165,49 @@ pub struct GpuComparison {
     pub batch_abs_error_pct: Option<Distribution>,
     /// Per batch, the mean of `(predicted - measured) / measured` in percent (bias).
     pub batch_mean_signed_error_pct: f64,
+    /// The SLOs asked for, read on both replays (none when no SLO was given).
+    pub slo: Option<SloComparison>,
+}
+
+/// A set of SLOs read on the predicted and on the measured replay: does the goodput the
+/// cost model promises hold with the GPU's own batch times?
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SloComparison {
+    /// With the cost model's batch times.
+    pub predicted: SloReport,
+    /// With the measured batch times.
+    pub measured: SloReport,
+    /// Requests that meet every SLO on one replay and not on the other, in index order:
+    /// met as predicted but missed as measured, then the reverse.
+    pub lost: Vec<usize>,
+    /// Requests missed as predicted that meet every SLO as measured.
+    pub gained: Vec<usize>,
+}
+
+impl SloComparison {
+    /// `slos` read on both replays of one schedule.
+    pub fn of(predicted: &Replay, measured: &Replay, slos: &[Slo]) -> Self {
+        let mut lost = Vec::new();
+        let mut gained = Vec::new();
+        for (i, (p, m)) in predicted
+            .requests
+            .iter()
+            .zip(&measured.requests)
+            .enumerate()
+        {
+            match (meets_every(p, slos), meets_every(m, slos)) {
+                (true, false) => lost.push(i),
+                (false, true) => gained.push(i),
+                _ => {}
+            }
+        }
+        SloComparison {
+            predicted: SloReport::of(predicted, slos),
+            measured: SloReport::of(measured, slos),
+            lost,
+            gained,
+        }
+    }
 }
 
 /// The name of a launch mode in files.
@@ -182,6 +225,7 @@ pub fn compare(
     cost_model: &str,
     predicted: &Replay,
     measured: &Replay,
+    slos: &[Slo],
 ) -> GpuComparison {
     let errors: Vec<f64> = predicted
         .batches
@@ -210,6 +254,7 @@ pub fn compare(
         error_pct: p.error_pct(&m),
         batch_abs_error_pct: Distribution::of(errors.iter().map(|e| e.abs()).collect()),
         batch_mean_signed_error_pct: errors.iter().sum::<f64>() / errors.len().max(1) as f64,
+        slo: (!slos.is_empty()).then(|| SloComparison::of(predicted, measured, slos)),
     }
 }
 
@@ -264,10 +309,12 @@ pub fn write_outputs(
         w.write_all(b"\n")
     })?;
     let mut paths = vec![batches, summary];
+    let mut summary = Summary::from_replay(measured);
+    summary.slo = comparison.slo.as_ref().map(|c| c.measured.clone());
     paths.extend(crate::output::write_replay_outputs(
         &dir.join("measured"),
         measured,
-        &Summary::from_replay(measured),
+        &summary,
     )?);
     let points: Vec<(f64, f64)> = predicted
         .batches
@@ -323,6 +370,38 @@ pub fn comparison_text(c: &GpuComparison) -> String {
         "  host: {:.3} s enqueueing kernels; {} queued batches outran the GPU's wait\n",
         c.host_issue_s, c.host_outran_wait
     );
+    if let Some(slo) = &c.slo {
+        s += &slo_text(slo);
+    }
+    s
+}
+
+/// The SLO lines of [`comparison_text`]: attainment, goodput and each aggregate, predicted
+/// beside measured.
+fn slo_text(c: &SloComparison) -> String {
+    let (p, m) = (&c.predicted, &c.measured);
+    let per_s = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:.3}/s"));
+    let mut s = format!(
+        "  SLO attainment{:>13.1}%{:>13.1}%   ({} vs {} requests; {} lost, {} gained on the GPU)\n",
+        p.attainment * 100.0,
+        m.attainment * 100.0,
+        p.good_requests,
+        m.good_requests,
+        c.lost.len(),
+        c.gained.len()
+    );
+    s += &format!(
+        "  goodput{:>20}{:>14}\n",
+        per_s(p.goodput_requests_per_s),
+        per_s(m.goodput_requests_per_s)
+    );
+    let reading = |r: &crate::core::SloResult| match (r.value_s, r.holds) {
+        (None, _) => "no values".to_string(),
+        (Some(v), h) => format!("{:.1} ms {}", v * 1e3, if h { "holds" } else { "MISSED" }),
+    };
+    for (a, b) in p.slos.iter().zip(&m.slos) {
+        s += &format!("  {:<14}{:>14}{:>20}\n", a.slo, reading(a), reading(b));
+    }
     s
 }
 
@@ -370,7 +449,12 @@ mod tests {
                 .to_vec(),
         };
         assert_eq!(timing.times_s(), vec![0.1, 0.002]);
-        let c = compare(&timing, "cm", &predicted, &measured);
+        // TTFT 150 ms predicted for both, 100 ms measured; E2E 151 / 150 and 102 / 100 ms.
+        let slos: Vec<Slo> = vec![
+            "ttft-p90=120ms".parse().unwrap(),
+            "e2e-max=101ms".parse().unwrap(),
+        ];
+        let c = compare(&timing, "cm", &predicted, &measured, &slos);
         assert!((c.measured.makespan_s - 0.102).abs() < 1e-12);
         assert!((c.predicted.makespan_s - 0.151).abs() < 1e-12);
         assert!((c.error_pct.makespan_s - 100.0 * (0.151 - 0.102) / 0.102).abs() < 1e-9);
@@ -383,14 +467,31 @@ mod tests {
             c.host_outran_wait, 1,
             "batch 1 took 3 ms to enqueue, its wait 2 ms"
         );
+        let slo = c.slo.as_ref().unwrap();
+        assert_eq!(
+            (slo.predicted.good_requests, slo.measured.good_requests),
+            (0, 1)
+        );
+        assert_eq!((slo.lost.clone(), slo.gained.clone()), (vec![], vec![1]));
+        assert!(!slo.predicted.slos[0].holds && slo.measured.slos[0].holds);
+        assert!(!slo.measured.slos[1].holds, "request 0 ends at 102 ms");
         let dir = tempfile::tempdir().unwrap();
         write_outputs(dir.path(), &timing, &predicted, &measured, &c).unwrap();
+        let summary = std::fs::read_to_string(dir.path().join("measured/summary.json")).unwrap();
+        assert!(summary.contains("\"good_requests\": 1"), "{summary}");
         let csv = std::fs::read_to_string(dir.path().join("gpu-batches.csv")).unwrap();
         assert_eq!(
             csv.lines().nth(1).unwrap(),
             "0,150,150,2,0,0,150.000000,100.000000,50.0000,1.0000,2.0000"
         );
         assert!(dir.path().join("measured/requests.csv").is_file());
-        assert!(comparison_text(&c).contains("makespan"));
+        let text = comparison_text(&c);
+        assert!(text.contains("makespan"));
+        assert!(text.contains("0 lost, 1 gained"), "{text}");
+        assert!(
+            compare(&timing, "cm", &predicted, &measured, &[])
+                .slo
+                .is_none()
+        );
     }
 }

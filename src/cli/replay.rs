@@ -29,7 +29,8 @@ pub(crate) struct ReplayArgs {
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms,
     /// tpot-mean=50ms; METRIC ttft, tbt, tpot or e2e; STATISTIC mean, max or pN); repeat
     /// for several. The summary then gives the share of requests meeting every one on their
-    /// own values, the goodput, and whether each holds over all requests.
+    /// own values, the goodput, and whether each holds over all requests; with --on-gpu,
+    /// read on the measured times too (does the predicted goodput hold on the GPU?).
     #[arg(long = "slo", value_name = "SLO")]
     pub(crate) slo: Vec<infersched::core::Slo>,
     /// Also run every batch on an NVIDIA GPU, in order, through all the layers of this
@@ -196,7 +197,7 @@ fn on_gpu(
     let times_s = timing.times_s();
     let measured = infersched::core::replay_measured(w, instance.limits(), &times_s, schedule)
         .context("replaying the schedule with the measured batch times")?;
-    let c = gpu_replay::compare(&timing, &instance.cost().name, predicted, &measured);
+    let c = gpu_replay::compare(&timing, &instance.cost().name, predicted, &measured, &a.slo);
     let paths = gpu_replay::write_outputs(&a.out, &timing, predicted, &measured, &c)
         .with_context(|| format!("writing the GPU results to {}", a.out.display()))?;
     out!("{}", gpu_replay::comparison_text(&c));
