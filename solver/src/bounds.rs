@@ -569,6 +569,28 @@ pub fn done_by_bounds(
     machine::fast_machine_completions(&Theta(cost), w.requests(), limits, end, replicas)
 }
 
+/// For each machine of the relaxation (module `machine`), one job `(release, processing)`
+/// per request of `w`, in `w`'s order, on one machine `replicas` times as fast: every
+/// schedule of `w` under `limits` and `cost` on `replicas` replicas gives a preemptive
+/// schedule of each of these machines in which each request's job runs between its
+/// arrival and its first token (`first_token`) or last (the argument of
+/// [`done_by_bounds`]). So a set of requests all served by some deadlines in a schedule
+/// is a set of jobs all done by them on each machine.
+pub fn machine_jobs(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    first_token: bool,
+    replicas: u32,
+) -> Vec<Vec<(f64, f64)>> {
+    let end = if first_token {
+        machine::JobEnd::FirstToken
+    } else {
+        machine::JobEnd::LastToken
+    };
+    machine::fast_machine_jobs(&Theta(cost), w.requests(), limits, end, replicas)
+}
+
 /// [`lower_bound`] for the schedules of policy class `class` (seconds): where the class
 /// forbids evictions (`no_evict`, `reserve`), mean TTFT is also bounded by first tokens
 /// waiting for completions (module `held_memory`); every other bound holds in every class.

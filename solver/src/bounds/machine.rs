@@ -365,6 +365,24 @@ pub(super) fn fast_machine_completions(
     end: JobEnd,
     replicas: u32,
 ) -> Vec<Vec<f64>> {
+    fast_machine_jobs(t, reqs, limits, end, replicas)
+        .iter()
+        .map(|jobs| srpt_completions(jobs))
+        .collect()
+}
+
+/// Per weight of the grid, the jobs `(release, processing)` of the machine `replicas`
+/// times as fast, one per request in `reqs`' order (each job's processing over
+/// `replicas`): every schedule gives a preemptive schedule of each of these machines in
+/// which each request's job runs between its arrival and its first (or last) token
+/// ([`fast_machine_completions`]' argument).
+pub(super) fn fast_machine_jobs(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    limits: &Limits,
+    end: JobEnd,
+    replicas: u32,
+) -> Vec<Vec<(f64, f64)>> {
     let speed = f64::from(replicas.max(1));
     let needs: Vec<JobNeeds> = reqs
         .iter()
@@ -374,8 +392,7 @@ pub(super) fn fast_machine_completions(
     machine_weights(limits)
         .into_iter()
         .map(|(lambda, split)| {
-            let jobs: Vec<(f64, f64)> = reqs
-                .iter()
+            reqs.iter()
                 .zip(&needs)
                 .map(|(r, need)| {
                     (
@@ -383,8 +400,7 @@ pub(super) fn fast_machine_completions(
                         need.processing(t, limits, lambda, entries_per_batch, split) / speed,
                     )
                 })
-                .collect();
-            srpt_completions(&jobs)
+                .collect()
         })
         .collect()
 }
