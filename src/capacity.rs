@@ -21,7 +21,7 @@
 
 use thiserror::Error;
 
-use crate::core::{Slo, SloReport, Workload, WorkloadError};
+use crate::core::{Limits, Replay, Slo, SloReport, Workload, WorkloadError};
 use crate::cost_model::LinearCostModel;
 use crate::produce::{ProduceError, produce_cluster, produce_heuristic};
 use crate::schedulers::Router;
@@ -236,19 +236,76 @@ pub fn capacity(
     replicas: Replicas,
     spec: &CapacitySpec,
 ) -> Result<CapacityResult, CapacityError> {
+    let found = bisect(w, spec, |at| {
+        Ok(if replicas.count > 1 {
+            produce_cluster(at, cost, scheduler, knobs, replicas.count, replicas.router)?
+                .replay
+                .merged
+        } else {
+            produce_heuristic(at, cost, scheduler, knobs)?.replay
+        })
+    })?;
+    Ok(CapacityResult {
+        scheduler,
+        capacity: found.capacity,
+        report: found.report,
+        probes: found.probes,
+    })
+}
+
+/// Requests the goodput search may simulate per probed rate of [`best_found_capacity`]
+/// (a quarter of `compare`'s budget: a capacity search probes a dozen rates).
+pub const BEST_FOUND_BUDGET: usize = 1_000_000;
+
+/// The highest rate at which some schedule under `limits` meets the SLOs, as far as the
+/// goodput search (`crate::goodput`, about `budget` requests simulated per rate) finds
+/// one: at each probed rate the search's schedule (the most requests meeting every SLO
+/// that it found) is replayed and judged as a scheduler's would be. A rate it finds is
+/// sustained by that schedule, so the best possible capacity under these limits is at
+/// least that high (and below the ceiling, `crate::ceiling`). The search reads the
+/// requests' true output lengths: clairvoyant.
+pub fn best_found_capacity(
+    w: &Workload,
+    cost: &LinearCostModel,
+    limits: &Limits,
+    spec: &CapacitySpec,
+    budget: usize,
+) -> Result<RateSearch, CapacityError> {
+    bisect(w, spec, |at| {
+        crate::goodput::search(at, limits, cost, &spec.slos, budget)
+            .map(|found| found.replay)
+            .ok_or_else(|| {
+                CapacityError::Spec(format!(
+                    "the goodput search found no schedule under {limits} (a request's whole KV, I + O - 1 tokens, must fit M)"
+                ))
+            })
+    })
+}
+
+/// Where a rate search ended, with the probes that led there.
+#[derive(Debug, Clone)]
+pub struct RateSearch {
+    /// Where the SLOs stop holding.
+    pub capacity: Capacity,
+    /// The SLO report at the highest rate that holds (None if none did).
+    pub report: Option<SloReport>,
+    /// Rates probed, in order, with whether the SLOs held.
+    pub probes: Vec<(f64, bool)>,
+}
+
+/// The module's search with `replay_at` giving the replay of a schedule of the workload
+/// at each probed rate.
+fn bisect(
+    w: &Workload,
+    spec: &CapacitySpec,
+    mut replay_at: impl FnMut(&Workload) -> Result<Replay, CapacityError>,
+) -> Result<RateSearch, CapacityError> {
     spec.check()?;
     trace_rate(w)?;
     let mask = measured(w, spec.warmup, spec.cooldown)?;
     let mut probes = Vec::new();
     let mut probe = |rate: f64| -> Result<SloReport, CapacityError> {
-        let at = at_rate(w, rate)?;
-        let replay = if replicas.count > 1 {
-            produce_cluster(&at, cost, scheduler, knobs, replicas.count, replicas.router)?
-                .replay
-                .merged
-        } else {
-            produce_heuristic(&at, cost, scheduler, knobs)?.replay
-        };
+        let replay = replay_at(&at_rate(w, rate)?)?;
         let report = SloReport::of_requests(&replay, &spec.slos, &mask);
         probes.push((rate, report.all_hold));
         Ok(report)
@@ -262,11 +319,11 @@ pub fn capacity(
     };
     let top = probe(spec.max_rate)?;
     if top.all_hold {
-        return Ok(CapacityResult {
-            scheduler,
-            capacity: Capacity::AtLeast {
-                rate: spec.max_rate,
-            },
+        let capacity = Capacity::AtLeast {
+            rate: spec.max_rate,
+        };
+        return Ok(RateSearch {
+            capacity,
             report: Some(top),
             probes,
         });
@@ -283,12 +340,12 @@ pub fn capacity(
                 None => s.slo.clone(),
             })
             .collect();
-        return Ok(CapacityResult {
-            scheduler,
-            capacity: Capacity::Below {
-                rate: spec.min_rate,
-                missed,
-            },
+        let capacity = Capacity::Below {
+            rate: spec.min_rate,
+            missed,
+        };
+        return Ok(RateSearch {
+            capacity,
             report: None,
             probes,
         });
@@ -305,13 +362,13 @@ pub fn capacity(
             hi = (mid, r);
         }
     }
-    Ok(CapacityResult {
-        scheduler,
-        capacity: Capacity::Found {
-            rate: lo.0,
-            above: hi.0,
-            binding: missed(&hi.1),
-        },
+    let capacity = Capacity::Found {
+        rate: lo.0,
+        above: hi.0,
+        binding: missed(&hi.1),
+    };
+    Ok(RateSearch {
+        capacity,
         report: Some(lo.1),
         probes,
     })
@@ -372,6 +429,37 @@ mod tests {
             tolerance: 0.01,
             max_probes: 60,
         }
+    }
+
+    #[test]
+    fn a_rate_the_goodput_search_finds_holds_when_replayed_and_stays_below_the_ceiling() {
+        let w = trace(60, 0.05);
+        let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
+        let limits = Limits {
+            token_budget: Some(2048),
+            kv_capacity: Some(200_000),
+            block_size: 16,
+            ..Limits::unlimited()
+        };
+        let spec = spec(&["ttft-p90=200ms"]);
+        let found = best_found_capacity(&w, &cost, &limits, &spec, 200_000).unwrap();
+        let Capacity::Found { rate, above, .. } = found.capacity else {
+            panic!("{:?}", found.capacity);
+        };
+        assert!(rate < above && found.report.unwrap().all_hold);
+        // At the rate found the search's schedule, replayed on its own, meets the SLO over
+        // the measured requests.
+        let at = at_rate(&w, rate).unwrap();
+        let mask = measured(&at, spec.warmup, spec.cooldown).unwrap();
+        let schedule = crate::goodput::search(&at, &limits, &cost, &spec.slos, 200_000)
+            .unwrap()
+            .schedule;
+        let replay = crate::core::replay(&at, &limits, &cost, &schedule).unwrap();
+        assert!(SloReport::of_requests(&replay, &spec.slos, &mask).all_hold);
+        let ceiling = crate::ceiling::ceiling(&w, &limits, &cost, 1, &spec)
+            .unwrap()
+            .unwrap();
+        assert!(rate < ceiling, "{rate} vs the ceiling {ceiling}");
     }
 
     #[test]

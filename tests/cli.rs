@@ -3233,6 +3233,7 @@ fn capacity_searches_clusters_of_replicas() {
         "1,2",
         "--router",
         "round-robin,vllm-dp",
+        "--best-found",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -3266,6 +3267,17 @@ fn capacity_searches_clusters_of_replicas() {
         let ceiling: f64 = r[15].parse().unwrap();
         assert!(ceiling > rate(r), "{text}");
     }
+    // --best-found: on one replica, a rate some schedule sustains, below the ceiling and
+    // here above vLLM V1's; none searched for clusters.
+    let best: f64 = rows[0][16].parse().unwrap();
+    let ceiling: f64 = rows[0][15].parse().unwrap();
+    assert!(rate(&rows[0]) < best && best < ceiling, "{text}");
+    assert!(rows[1][16].is_empty() && rows[2][16].is_empty(), "{text}");
+    assert!(
+        stdout(&o).contains("some schedule meets them at"),
+        "{}",
+        stdout(&o)
+    );
     // The plot of rate against GPUs, and the Pareto front said.
     assert!(out.join("capacity.svg").is_file());
     assert!(stdout(&o).contains("Pareto front"), "{}", stdout(&o));

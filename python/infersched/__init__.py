@@ -594,6 +594,7 @@ def capacity(
     max_rate: float = 10_000.0,
     tolerance: float = 0.01,
     max_probes: int = 64,
+    best_found: bool = False,
     replicas: int = 1,
     router: str = "round-robin",
     cost_model: str = DEFAULT_COST_MODEL,
@@ -623,14 +624,18 @@ def capacity(
     none). Returns a dict: ``result`` (``found``, ``at-least``: they hold at ``max_rate``,
     ``below``: they miss at ``min_rate``), ``max_rate_per_s``, ``misses_at_per_s``,
     ``binding_slos``, ``report`` (the SLO report at the rate found), ``probes``
-    (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``."""
+    (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``, and with ``best_found``
+    (one replica) ``best_found_rate_per_s``: the highest rate at which the goodput search
+    (clairvoyant) finds a schedule meeting them under the same limits (``capacity
+    --best-found``; the best possible rate lies between it and the ceiling)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
                    long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
                    enable_prefix_caching)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
-                  max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes))
+                  max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes),
+                  best_found=bool(best_found))
     cluster = dict(replicas=int(replicas), router=router)
     text = _infersched.capacity(_workload(workload), scheduler, cost_model, limits, knobs,
                                 list(slo), cluster, search)

@@ -256,6 +256,8 @@ pub(crate) struct CapacityKwargs {
     pub(crate) max_rate: f64,
     pub(crate) tolerance: f64,
     pub(crate) max_probes: usize,
+    /// Also bisect the goodput search's schedules (`capacity --best-found`).
+    pub(crate) best_found: bool,
 }
 
 impl CapacityKwargs {

@@ -275,15 +275,31 @@ fn capacity(
         .cluster()?
         .map_or(Replicas::ONE, |(count, router)| Replicas { count, router });
     let lim = kind.limits(&knobs, w);
-    let (found, ceiling) = py.detach(|| {
+    let (found, ceiling, best) = py.detach(|| {
         guarded(|| {
             let found = infersched::capacity::capacity(w, &cost, kind, &knobs, replicas, &spec)
                 .map_err(err)?;
             let ceiling =
                 infersched::ceiling::ceiling(w, &lim, &cost, replicas.count, &spec).map_err(err)?;
-            Ok((found, ceiling))
+            let best = (search.best_found && replicas.count == 1)
+                .then(|| {
+                    infersched::capacity::best_found_capacity(
+                        w,
+                        &cost,
+                        &lim,
+                        &spec,
+                        infersched::capacity::BEST_FOUND_BUDGET,
+                    )
+                })
+                .transpose()
+                .map_err(err)?;
+            Ok((found, ceiling, best))
         })
     })?;
+    let best_rate = best.as_ref().and_then(|b| match b.capacity {
+        Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(rate),
+        Capacity::Below { .. } => None,
+    });
     let (result, rate, above, slos) = match &found.capacity {
         Capacity::Found {
             rate,
@@ -303,6 +319,7 @@ fn capacity(
         "report": found.report,
         "probes": found.probes,
         "ceiling_per_s": ceiling,
+        "best_found_rate_per_s": best_rate,
     });
     Ok(doc.to_string())
 }

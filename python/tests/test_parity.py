@@ -164,6 +164,9 @@ def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path)
     assert got["ceiling_per_s"] >= got["max_rate_per_s"]
     # The rate found holds when simulated there.
     assert got["report"]["all_hold"]
+    assert got["best_found_rate_per_s"] is None
+    best = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"], best_found=True)
+    assert best["max_rate_per_s"] <= best["best_found_rate_per_s"] <= best["ceiling_per_s"]
 
 
 def test_a_cluster_solve_matches_the_command(cli, tmp_path):

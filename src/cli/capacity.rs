@@ -4,7 +4,8 @@ use super::{KnobArgs, load_workload, named};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::capacity::{
-    Capacity, CapacityResult, CapacitySpec, Replicas, capacity, trace_rate,
+    BEST_FOUND_BUDGET, Capacity, CapacityResult, CapacitySpec, RateSearch, Replicas,
+    best_found_capacity, capacity, trace_rate,
 };
 use infersched::core::{Limits, Slo, Workload};
 use infersched::cost_model::LinearCostModel;
@@ -63,6 +64,12 @@ pub(crate) struct CapacityArgs {
     /// Most simulations per scheduler.
     #[arg(long, default_value_t = 64)]
     pub(crate) max_probes: usize,
+    /// Also search, per one-replica configuration, for the highest rate at which some
+    /// schedule under its limits meets the SLOs: the goodput search's schedules
+    /// (clairvoyant: they read true output lengths), bisected like a scheduler's; the best
+    /// possible rate then lies between it and the ceiling (seconds to minutes more).
+    #[arg(long)]
+    pub(crate) best_found: bool,
     /// Output directory for capacity.csv [default: print only].
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -179,7 +186,7 @@ fn replica_axes(a: &CapacityArgs) -> Vec<Replicas> {
 }
 
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -210,7 +217,10 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
             let found = capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec)?;
             let ceiling =
                 infersched::ceiling::ceiling(&w, &c.limits, c.cost, c.replicas.count, &spec)?;
-            Ok::<_, infersched::capacity::CapacityError>((found, ceiling))
+            let best = (a.best_found && c.replicas.count == 1)
+                .then(|| best_found_capacity(&w, c.cost, &c.limits, &spec, BEST_FOUND_BUDGET))
+                .transpose()?;
+            Ok::<_, infersched::capacity::CapacityError>((found, ceiling, best))
         })
         .collect();
     outln!(
@@ -229,7 +239,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let mut failed = 0;
     let mut results_for_plot = Vec::new();
     for (c, r) in configs.iter().zip(results) {
-        results_for_plot.push(r.as_ref().ok().and_then(|(r, _)| match r.capacity {
+        results_for_plot.push(r.as_ref().ok().and_then(|(r, _, _)| match r.capacity {
             Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(rate),
             Capacity::Below { .. } => None,
         }));
@@ -239,12 +249,13 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         };
         let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
         match r {
-            Ok((r, ceiling)) => {
+            Ok((r, ceiling, best)) => {
                 let proof = ceiling.map_or(String::new(), |x| {
                     format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
                 });
-                outln!("  {head}: {}{proof}", line(&r));
-                rows.push(csv_row(c, Some((&r, ceiling))));
+                let found = best.as_ref().map_or(String::new(), best_found_line);
+                outln!("  {head}: {}{proof}{found}", line(&r));
+                rows.push(csv_row(c, Some((&r, ceiling, best.as_ref()))));
             }
             // A configuration that cannot serve the trace (a prompt over C without
             // chunking) is reported as such; the others go on.
@@ -347,8 +358,35 @@ fn line(r: &CapacityResult) -> String {
     }
 }
 
+/// The rate a rate search found (the highest that holds), if any.
+fn rate_of(c: &Capacity) -> Option<f64> {
+    match c {
+        Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(*rate),
+        Capacity::Below { .. } => None,
+    }
+}
+
+/// What `--best-found` found, for people.
+fn best_found_line(r: &RateSearch) -> String {
+    match &r.capacity {
+        Capacity::Found { rate, .. } => format!(
+            "; some schedule meets them at {rate:.3} requests/s (the goodput search, clairvoyant; {} probes)",
+            r.probes.len()
+        ),
+        Capacity::AtLeast { rate } => {
+            format!("; some schedule meets them at {rate:.3} requests/s (the goodput search)")
+        }
+        Capacity::Below { rate, .. } => {
+            format!("; the goodput search met them at no rate probed (down to {rate})")
+        }
+    }
+}
+
 /// One row of capacity.csv (`result` `error` where the search failed).
-fn csv_row(c: &Configuration<'_>, r: Option<(&CapacityResult, Option<f64>)>) -> String {
+fn csv_row(
+    c: &Configuration<'_>,
+    r: Option<(&CapacityResult, Option<f64>, Option<&RateSearch>)>,
+) -> String {
     let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     let router = match c.replicas.count {
         1 => String::new(),
@@ -364,8 +402,8 @@ fn csv_row(c: &Configuration<'_>, r: Option<(&CapacityResult, Option<f64>)>) -> 
         limit(c.limits.max_running),
         limit(c.limits.kv_capacity)
     );
-    let Some((r, ceiling)) = r else {
-        return format!("{head},error,,,,,,0,");
+    let Some((r, ceiling, best)) = r else {
+        return format!("{head},error,,,,,,0,,");
     };
     let (result, rate, above, binding) = match &r.capacity {
         Capacity::Found {
@@ -393,8 +431,10 @@ fn csv_row(c: &Configuration<'_>, r: Option<(&CapacityResult, Option<f64>)>) -> 
         .and_then(|s| s.goodput_requests_per_s)
         .map_or(String::new(), |g| g.to_string());
     format!(
-        "{head},{result},{rate},{above},{binding},{attainment},{goodput},{},{}",
+        "{head},{result},{rate},{above},{binding},{attainment},{goodput},{},{},{}",
         r.probes.len(),
-        ceiling.map_or(String::new(), |x| x.to_string())
+        ceiling.map_or(String::new(), |x| x.to_string()),
+        best.and_then(|b| rate_of(&b.capacity))
+            .map_or(String::new(), |x| x.to_string())
     )
 }
