@@ -21,6 +21,7 @@ use crate::core::{
 use crate::cost_model::LinearCostModel;
 use crate::schedulers::simulate;
 use crate::solver::list_search::PriorityList;
+use serde::Serialize;
 
 /// The best schedule the search found and how many requests meet every SLO in it.
 #[derive(Debug, Clone)]
@@ -411,6 +412,73 @@ pub fn search(
     s.improve(plan);
     let tries = s.tries;
     s.best.map(|found| GoodputFound { tries, ..found })
+}
+
+/// `solve --objective goodput`: the best schedule the search finds and the bound no
+/// schedule passes, with the certified gap between them.
+#[derive(Debug, Clone, Serialize)]
+pub struct GoodputSolve {
+    /// Always `goodput`: the most requests meeting every SLO on their own values.
+    pub objective: &'static str,
+    /// The SLOs, as given (canonical form).
+    pub slos: Vec<String>,
+    /// Requests in the workload.
+    pub requests: usize,
+    /// `optimal` where the schedule meets the bound, else `not-proven`.
+    pub status: &'static str,
+    /// What produced the schedule.
+    pub method: String,
+    /// Whether the method read the requests' true output lengths (it does: clairvoyant).
+    pub clairvoyant: bool,
+    /// Requests meeting every SLO in the schedule (the replay's count).
+    pub meeting: usize,
+    /// No schedule at all has more requests meeting every SLO
+    /// ([`crate::ceiling::most_requests_meeting`]).
+    pub bound: usize,
+    /// How the bound is proven.
+    pub bound_method: &'static str,
+    /// `(bound - meeting) / bound` (0 where the bound is 0): at most this share of the
+    /// best possible count is missing from the schedule's.
+    pub certified_gap: f64,
+    /// Schedules simulated and replayed by the search.
+    pub tries: usize,
+}
+
+impl GoodputSolve {
+    /// The certificate for a schedule in which `meeting` requests meet every SLO of `slos`
+    /// on `w`, against the bound under `limits` and `cost` on one replica.
+    pub fn of(
+        w: &Workload,
+        limits: &Limits,
+        cost: &LinearCostModel,
+        slos: &[Slo],
+        found: &GoodputFound,
+        meeting: usize,
+    ) -> Self {
+        let bound = crate::ceiling::most_requests_meeting(w, limits, cost, 1, slos);
+        let certified_gap = if bound == 0 {
+            0.0
+        } else {
+            bound.saturating_sub(meeting) as f64 / bound as f64
+        };
+        GoodputSolve {
+            objective: "goodput",
+            slos: slos.iter().map(|s| s.to_string()).collect(),
+            requests: w.len(),
+            status: if meeting >= bound {
+                "optimal"
+            } else {
+                "not-proven"
+            },
+            method: format!("goodput search: {}", found.method),
+            clairvoyant: true,
+            meeting,
+            bound,
+            bound_method: "machine relaxation: requests late for TTFT or E2E deadlines in every schedule",
+            certified_gap,
+            tries: found.tries,
+        }
+    }
 }
 
 #[cfg(test)]

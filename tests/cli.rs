@@ -3451,6 +3451,55 @@ fn compare_brackets_the_best_possible_goodput_with_a_schedule_found_and_a_proof(
         "{}",
         stdout(&o)
     );
+    // solve --objective goodput: the same search and bound, with the certified gap.
+    let solved = dir.path().join("solve");
+    let args = |slos: &[&'static str]| {
+        let mut v = vec![
+            "solve",
+            "--workload",
+            w.to_str().unwrap(),
+            "--objective",
+            "goodput",
+            "--out",
+            solved.to_str().unwrap(),
+        ];
+        for s in slos {
+            v.extend(["--slo", s]);
+        }
+        v
+    };
+    let o = run(&args(&["ttft-p90=1s", "tbt-p99=100ms"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(solved.join("solve.json")).unwrap()).unwrap();
+    assert_eq!(doc["meeting"].as_u64(), Some(found), "{doc}");
+    assert_eq!(doc["bound"].as_u64(), Some(most), "{doc}");
+    assert_eq!(doc["clairvoyant"], true);
+    let gap = (most - found) as f64 / most as f64;
+    assert!(
+        (doc["certified_gap"].as_f64().unwrap() - gap).abs() < 1e-12,
+        "{doc}"
+    );
+    let status = if found == most {
+        "optimal"
+    } else {
+        "not-proven"
+    };
+    assert_eq!(doc["status"], status, "{doc}");
+    let summary = std::fs::read_to_string(solved.join("summary.json")).unwrap();
+    assert!(
+        summary.contains(&format!("\"good_requests\": {found}")),
+        "{summary}"
+    );
+    assert!(solved.join("schedule.json").is_file());
+    // Without an SLO there is nothing to count.
+    let o = run(&args(&[]));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("give at least one --slo"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

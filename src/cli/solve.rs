@@ -1,7 +1,7 @@
 //! `solve`: an optimal schedule (or the best found, with a bound) and its replay.
 
 use super::{ClassArgs, LimitArgs, MilpArgs, load_workload, named, path_list};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::cost_model;
 use infersched::produce::produce_optimal;
@@ -14,9 +14,11 @@ pub(crate) struct SolveArgs {
     /// Workload trace CSV (small: the MILP grows with requests, tokens and batches).
     #[arg(long)]
     pub(crate) workload: PathBuf,
-    /// What to minimize.
-    #[arg(long, default_value = "makespan", value_parser = named::<Objective>())]
-    pub(crate) objective: Objective,
+    /// What to optimize: makespan, mean-latency or mean-ttft (minimized), or goodput (the
+    /// most requests meeting every --slo: the goodput search's schedule, clairvoyant, with
+    /// the bound no schedule passes; one replica).
+    #[arg(long, default_value = "makespan", value_parser = solve_objective)]
+    pub(crate) objective: SolveObjective,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
@@ -50,11 +52,39 @@ pub(crate) struct SolveArgs {
     pub(crate) out: PathBuf,
 }
 
+/// What `solve` optimizes: one of the solver's objectives, or goodput.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SolveObjective {
+    /// Minimized by the solver's portfolio.
+    Solver(Objective),
+    /// The most requests meeting every SLO (module `goodput`).
+    Goodput,
+}
+
+/// `--objective`: a solver objective's name, or `goodput`.
+fn solve_objective(s: &str) -> Result<SolveObjective, String> {
+    use infersched::core::names::Named;
+    if s == "goodput" {
+        return Ok(SolveObjective::Goodput);
+    }
+    Objective::from_name(s)
+        .map(SolveObjective::Solver)
+        .ok_or_else(|| {
+            format!(
+                "unknown objective '{s}': expected one of {}, goodput",
+                Objective::NAMES.join(", ")
+            )
+        })
+}
+
 pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let limits = a.limits.limits(&cost)?;
-    let objective = a.objective;
+    let objective = match a.objective {
+        SolveObjective::Solver(o) => o,
+        SolveObjective::Goodput => return solve_goodput(a, &w, &cost, &limits),
+    };
     let options = SolveOptions {
         warm_start: !a.no_warm_start,
         warm_start_from: a.warm_start_from.clone(),
@@ -63,7 +93,7 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         ..a.milp.options()?
     };
     if a.replicas > 1 {
-        return solve_cluster(a, &w, &cost, &limits, &options);
+        return solve_cluster(a, objective, &w, &cost, &limits, &options);
     }
     // An interrupt writes the best schedule the solver holds by then (not proven optimal).
     let options = infersched::interrupt::SolveInterruptSaver::observing(
@@ -198,9 +228,84 @@ fn print_method(report: &infersched::solver::SolveReport) -> Result<()> {
     Ok(())
 }
 
+/// `solve --objective goodput`: the goodput search's schedule (replayed here; its count is
+/// the replay's), the bound no schedule passes and the certified gap; DIR gets the
+/// schedule, its replay's files and solve.json.
+fn solve_goodput(
+    a: &SolveArgs,
+    w: &infersched::core::Workload,
+    cost: &cost_model::LinearCostModel,
+    limits: &infersched::core::Limits,
+) -> Result<()> {
+    use infersched::goodput::{GoodputSolve, search};
+    if a.slo.is_empty() {
+        bail!(
+            "--objective goodput counts the requests meeting every SLO: give at least one --slo (e.g. --slo ttft-p90=2s)"
+        );
+    }
+    if a.replicas > 1 {
+        bail!(
+            "--objective goodput is solved on one replica; for {} replicas, compare --slo --replicas {} bounds the cluster's",
+            a.replicas,
+            a.replicas
+        );
+    }
+    let budget = infersched::compare::GOODPUT_SEARCH_BUDGET;
+    let found = search(w, limits, cost, &a.slo, budget).context(
+        "the goodput search found no schedule under these limits (it reserves each request's whole KV, I + O - 1 tokens, which must fit M)",
+    )?;
+    let class = a.class.constraints();
+    if !class.admits(w, limits, &found.schedule) {
+        bail!(
+            "the goodput search's schedule is not in the policy class asked for; --objective goodput takes no class flags but --no-evict and --reserve"
+        );
+    }
+    let r = infersched::core::replay(w, limits, cost, &found.schedule)
+        .context("internal error: the replay rejects the goodput search's schedule")?;
+    let report = infersched::core::SloReport::of(&r, &a.slo);
+    let certificate = GoodputSolve::of(w, limits, cost, &a.slo, &found, report.good_requests);
+    let mut paths = infersched::report::write_goodput_search(&a.out, &found)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    let solve_path = a.out.join("solve.json");
+    let json = serde_json::to_string_pretty(&certificate)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    let c = &certificate;
+    outln!(
+        "{} ({} requests), objective goodput ({}), cost model {}",
+        a.workload.display(),
+        w.len(),
+        c.slos.join(", "),
+        cost.name
+    );
+    outln!("  status                {}", c.status);
+    outln!(
+        "  method                {} (clairvoyant: it reads true output lengths)",
+        c.method
+    );
+    outln!(
+        "  meeting every SLO     {} of {} requests (replayed)",
+        c.meeting,
+        c.requests
+    );
+    outln!("  bound                 {} ({})", c.bound, c.bound_method);
+    outln!(
+        "  certified gap         {:.4}% (the best possible count lies between {} and {})",
+        c.certified_gap * 100.0,
+        c.meeting,
+        c.bound
+    );
+    let mut summary = infersched::core::Summary::from_replay(&r);
+    summary.slo = Some(report);
+    out!("{}", infersched::output::summary_text(&summary));
+    outln!("wrote {}", path_list(&paths));
+    Ok(())
+}
+
 /// `solve --replicas N` (N > 1): the cluster search and its bound.
 fn solve_cluster(
     a: &SolveArgs,
+    objective: Objective,
     w: &infersched::core::Workload,
     cost: &cost_model::LinearCostModel,
     limits: &infersched::core::Limits,
@@ -208,12 +313,7 @@ fn solve_cluster(
 ) -> Result<()> {
     use infersched::core::{Summary, replay_cluster};
     let report = infersched::solver::cluster::solve_cluster(
-        w,
-        limits,
-        cost,
-        a.objective,
-        a.replicas,
-        options,
+        w, limits, cost, objective, a.replicas, options,
     )?;
     let r = replay_cluster(w, limits, cost, &report.routing, &report.schedules)
         .context("internal error: the replay rejects the cluster search's schedules")?;
@@ -239,7 +339,7 @@ fn solve_cluster(
         "{} ({} requests), objective {}, cost model {}, {} replicas",
         a.workload.display(),
         w.len(),
-        a.objective.name(),
+        objective.name(),
         cost.name,
         a.replicas
     );

@@ -871,8 +871,11 @@ impl Default for ReportParts {
 }
 
 /// The goodput search's schedule, named by how it was found, and its replay's outputs
-/// (its summary with the SLO report).
-fn write_goodput_search(sub: &Path, g: &crate::goodput::GoodputFound) -> io::Result<Vec<PathBuf>> {
+/// (its summary with the SLO report), in `sub`.
+pub fn write_goodput_search(
+    sub: &Path,
+    g: &crate::goodput::GoodputFound,
+) -> io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(sub)?;
     let mut schedule = g.schedule.clone();
     schedule.meta = Some(serde_json::json!({"producer": format!("goodput search: {}", g.method)}));
