@@ -445,17 +445,16 @@ pub struct GoodputSolve {
 }
 
 impl GoodputSolve {
-    /// The certificate for a schedule in which `meeting` requests meet every SLO of `slos`
-    /// on `w`, against the bound under `limits` and `cost` on one replica.
+    /// The certificate for a schedule `found` in which `meeting` requests meet every SLO of
+    /// `slos` on `w` (the replay's count), against `bound`, the most any schedule can have
+    /// ([`crate::ceiling::most_requests_meeting`] under the same limits and cost model).
     pub fn of(
         w: &Workload,
-        limits: &Limits,
-        cost: &LinearCostModel,
         slos: &[Slo],
         found: &GoodputFound,
         meeting: usize,
+        bound: usize,
     ) -> Self {
-        let bound = crate::ceiling::most_requests_meeting(w, limits, cost, 1, slos);
         let certified_gap = if bound == 0 {
             0.0
         } else {

@@ -239,32 +239,11 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let mut failed = 0;
     let mut results_for_plot = Vec::new();
     for (c, r) in configs.iter().zip(results) {
-        results_for_plot.push(r.as_ref().ok().and_then(|(r, _, _)| match r.capacity {
-            Capacity::Found { rate, .. } | Capacity::AtLeast { rate } => Some(rate),
-            Capacity::Below { .. } => None,
-        }));
-        let on = match c.replicas.count {
-            1 => String::new(),
-            n => format!(" on {n} replicas behind {}", c.replicas.router),
-        };
-        let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
-        match r {
-            Ok((r, ceiling, best)) => {
-                let proof = ceiling.map_or(String::new(), |x| {
-                    format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
-                });
-                let found = best.as_ref().map_or(String::new(), best_found_line);
-                outln!("  {head}: {}{proof}{found}", line(&r));
-                rows.push(csv_row(c, Some((&r, ceiling, best.as_ref()))));
-            }
-            // A configuration that cannot serve the trace (a prompt over C without
-            // chunking) is reported as such; the others go on.
-            Err(e) => {
-                failed += 1;
-                outln!("  {head}: error: {e}");
-                rows.push(csv_row(c, None));
-            }
-        }
+        results_for_plot.push(r.as_ref().ok().and_then(|(r, _, _)| rate_of(&r.capacity)));
+        failed += usize::from(r.is_err());
+        let (said, row) = configuration_answer(c, r);
+        outln!("{said}");
+        rows.push(row);
     }
     if failed == configs.len() {
         bail!("every configuration failed (see above)");
@@ -297,6 +276,34 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         outln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// One configuration's answer: its line for people and its row of capacity.csv (a
+/// configuration that cannot serve the trace, e.g. a prompt over C without chunking, is
+/// reported as an error and the others go on).
+fn configuration_answer(
+    c: &Configuration<'_>,
+    r: Result<
+        (CapacityResult, Option<f64>, Option<RateSearch>),
+        infersched::capacity::CapacityError,
+    >,
+) -> (String, String) {
+    let on = match c.replicas.count {
+        1 => String::new(),
+        n => format!(" on {n} replicas behind {}", c.replicas.router),
+    };
+    let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
+    match r {
+        Ok((r, ceiling, best)) => {
+            let proof = ceiling.map_or(String::new(), |x| {
+                format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
+            });
+            let found = best.as_ref().map_or(String::new(), best_found_line);
+            let said = format!("  {head}: {}{proof}{found}", line(&r));
+            (said, csv_row(c, Some((&r, ceiling, best.as_ref()))))
+        }
+        Err(e) => (format!("  {head}: error: {e}"), csv_row(c, None)),
+    }
 }
 
 /// The plotted configurations: those with a rate, each on the line of its scheduler, cost

@@ -263,7 +263,8 @@ fn solve_goodput(
     let r = infersched::core::replay(w, limits, cost, &found.schedule)
         .context("internal error: the replay rejects the goodput search's schedule")?;
     let report = infersched::core::SloReport::of(&r, &a.slo);
-    let certificate = GoodputSolve::of(w, limits, cost, &a.slo, &found, report.good_requests);
+    let bound = infersched::ceiling::most_requests_meeting(w, limits, cost, 1, &a.slo);
+    let certificate = GoodputSolve::of(w, &a.slo, &found, report.good_requests, bound);
     let mut paths = infersched::report::write_goodput_search(&a.out, &found)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     let solve_path = a.out.join("solve.json");
