@@ -3,8 +3,9 @@
 //!
 //! **Rate.** A trace of `n` requests whose arrivals span `D` seconds runs at `(n - 1) / D`
 //! requests per second; at rate `r` its arrivals are compressed (or stretched) by the same
-//! factor, the first at 0, so bursts and gaps keep their shape. Token counts are the
-//! trace's.
+//! factor, the first at 0, so bursts and gaps keep their shape. With `--arrivals poisson`
+//! the requests arrive instead as a Poisson process at the rate (seeded; the same draws
+//! scaled at every rate), in the trace's order of arrival. Token counts are the trace's.
 //!
 //! **The rule.** At each probed rate the scheduler is simulated on every request and the
 //! replay judged on the *measured* requests: all but the first `warmup` and the last
@@ -44,6 +45,48 @@ pub struct CapacitySpec {
     pub tolerance: f64,
     /// Most simulations per scheduler.
     pub max_probes: usize,
+    /// How a probed rate sets the arrivals.
+    pub arrivals: Arrivals,
+}
+
+/// How a probed rate sets the requests' arrival times (their token counts are the
+/// trace's either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// The trace's own arrivals, compressed or stretched to the rate (bursts keep their
+    /// shape).
+    Trace,
+    /// A Poisson process at the rate, drawn with this seed, given to the requests in their
+    /// arrival order; the same draws scaled at every rate.
+    Poisson {
+        /// The seed (ChaCha8).
+        seed: u64,
+    },
+}
+
+impl std::str::FromStr for Arrivals {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}': expected trace, poisson or poisson:SEED");
+        match s.split_once(':') {
+            None if s == "trace" => Ok(Arrivals::Trace),
+            None if s == "poisson" => Ok(Arrivals::Poisson { seed: 0 }),
+            Some(("poisson", seed)) => seed
+                .parse()
+                .map(|seed| Arrivals::Poisson { seed })
+                .map_err(|_| bad()),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for Arrivals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arrivals::Trace => f.write_str("trace"),
+            Arrivals::Poisson { seed } => write!(f, "poisson:{seed}"),
+        }
+    }
 }
 
 /// Why a capacity search cannot run.
@@ -164,8 +207,14 @@ pub fn trace_rate(w: &Workload) -> Result<f64, CapacityError> {
     Ok((reqs.len() - 1) as f64 / (last - first))
 }
 
-/// `w` with its arrivals scaled to `rate` requests/s, the first at 0.
-pub fn at_rate(w: &Workload, rate: f64) -> Result<Workload, CapacityError> {
+/// `w` at `rate` requests/s: its arrivals scaled, the first at 0 ([`Arrivals::Trace`]), or
+/// drawn from a Poisson process at the rate in their arrival order.
+pub fn at_rate(w: &Workload, rate: f64, arrivals: Arrivals) -> Result<Workload, CapacityError> {
+    if let Arrivals::Poisson { seed } = arrivals {
+        let process = crate::workload::ArrivalProcess::Poisson(rate);
+        return crate::workload::reassign_arrivals_in_order(w, process, seed)
+            .map_err(|source| CapacityError::Scaled { rate, source });
+    }
     let factor = trace_rate(w)? / rate;
     let first = w
         .requests()
@@ -301,11 +350,13 @@ fn bisect(
     mut replay_at: impl FnMut(&Workload) -> Result<Replay, CapacityError>,
 ) -> Result<RateSearch, CapacityError> {
     spec.check()?;
-    trace_rate(w)?;
+    if spec.arrivals == Arrivals::Trace {
+        trace_rate(w)?;
+    }
     let mask = measured(w, spec.warmup, spec.cooldown)?;
     let mut probes = Vec::new();
     let mut probe = |rate: f64| -> Result<SloReport, CapacityError> {
-        let replay = replay_at(&at_rate(w, rate)?)?;
+        let replay = replay_at(&at_rate(w, rate, spec.arrivals)?)?;
         let report = SloReport::of_requests(&replay, &spec.slos, &mask);
         probes.push((rate, report.all_hold));
         Ok(report)
@@ -428,7 +479,59 @@ mod tests {
             max_rate: 10_000.0,
             tolerance: 0.01,
             max_probes: 60,
+            arrivals: Arrivals::Trace,
         }
+    }
+
+    #[test]
+    fn poisson_arrivals_are_the_same_draws_scaled_and_serve_a_trace_without_a_span() {
+        let w = trace(50, 0.1);
+        let poisson = Arrivals::Poisson { seed: 3 };
+        let at = |rate| at_rate(&w, rate, poisson).unwrap();
+        let (slow, fast) = (at(1.0), at(4.0));
+        for (a, b) in slow.requests().iter().zip(fast.requests()) {
+            assert!((a.arrival_s / 4.0 - b.arrival_s).abs() <= 1e-12 * a.arrival_s.max(1.0));
+        }
+        // About 4 per second: 49 gaps within a few standard deviations of 49 / 4 s.
+        let span = fast.requests()[49].arrival_s - fast.requests()[0].arrival_s;
+        assert!((6.0..20.0).contains(&span), "{span}");
+        assert_ne!(
+            at_rate(&w, 4.0, Arrivals::Poisson { seed: 4 }).unwrap(),
+            fast
+        );
+        // A workload arriving at one instant has no rate of its own, but Poisson arrivals
+        // give it any.
+        let offline = Workload::new(vec![w.requests()[0]; 20]).unwrap();
+        let s = CapacitySpec {
+            arrivals: poisson,
+            ..spec(&["ttft-p90=60ms"])
+        };
+        let cost = crate::cost_model::preset("llama3-8b-h100-fa2").unwrap();
+        let knobs = Knobs::default();
+        let found = capacity(
+            &offline,
+            &cost,
+            SchedulerKind::VllmV1,
+            &knobs,
+            Replicas::ONE,
+            &s,
+        );
+        let found = found.unwrap().capacity;
+        assert!(matches!(found, Capacity::Found { .. }), "{found:?}");
+        let trace_spec = spec(&["ttft-p90=60ms"]);
+        let refused = capacity(
+            &offline,
+            &cost,
+            SchedulerKind::VllmV1,
+            &knobs,
+            Replicas::ONE,
+            &trace_spec,
+        );
+        assert!(matches!(refused, Err(CapacityError::NoArrivalSpan { .. })));
+        assert_eq!("poisson:7".parse(), Ok(Arrivals::Poisson { seed: 7 }));
+        assert_eq!("poisson".parse(), Ok(Arrivals::Poisson { seed: 0 }));
+        assert_eq!("trace".parse(), Ok(Arrivals::Trace));
+        assert!("poisson:x".parse::<Arrivals>().is_err() && "uniform".parse::<Arrivals>().is_err());
     }
 
     #[test]
@@ -449,7 +552,7 @@ mod tests {
         assert!(rate < above && found.report.unwrap().all_hold);
         // At the rate found the search's schedule, replayed on its own, meets the SLO over
         // the measured requests.
-        let at = at_rate(&w, rate).unwrap();
+        let at = at_rate(&w, rate, Arrivals::Trace).unwrap();
         let mask = measured(&at, spec.warmup, spec.cooldown).unwrap();
         let schedule = crate::goodput::search(&at, &limits, &cost, &spec.slos, 200_000)
             .unwrap()
@@ -466,7 +569,7 @@ mod tests {
     fn rates_scale_arrivals_from_zero_keeping_their_shape() {
         let w = trace(5, 0.5);
         assert!((trace_rate(&w).unwrap() - 2.0).abs() < 1e-12);
-        let fast = at_rate(&w, 8.0).unwrap();
+        let fast = at_rate(&w, 8.0, Arrivals::Trace).unwrap();
         let times: Vec<f64> = fast.requests().iter().map(|r| r.arrival_s).collect();
         assert_eq!(times, vec![0.0, 0.125, 0.25, 0.375, 0.5]);
         assert!((trace_rate(&fast).unwrap() - 8.0).abs() < 1e-9);
@@ -506,7 +609,13 @@ mod tests {
             // Checked from outside: simulate at the rate (holds) and 5% above (misses).
             let mask = measured(&w, s.warmup, s.cooldown).unwrap();
             let judge = |x: f64| {
-                let o = produce_heuristic(&at_rate(&w, x).unwrap(), &cost, kind, &knobs).unwrap();
+                let o = produce_heuristic(
+                    &at_rate(&w, x, Arrivals::Trace).unwrap(),
+                    &cost,
+                    kind,
+                    &knobs,
+                )
+                .unwrap();
                 SloReport::of_requests(&o.replay, &s.slos, &mask).all_hold
             };
             assert!(judge(rate), "{kind:?} at {rate}");

@@ -275,7 +275,7 @@ pub fn ceiling(
     let w = &crate::core::without_shared_prompts(w, limits.block_size);
     let mask = measured(w, spec.warmup, spec.cooldown)?;
     let proven = |rate: f64| -> Result<bool, CapacityError> {
-        let at = at_rate(w, rate)?;
+        let at = at_rate(w, rate, spec.arrivals)?;
         Ok(spec
             .slos
             .iter()
@@ -400,7 +400,7 @@ mod tests {
         let knobs = crate::schedulers::Knobs::default();
         let mut certified = 0;
         for rate in [2.0, 8.0, 32.0, 128.0] {
-            let at = at_rate(&w, rate).unwrap();
+            let at = at_rate(&w, rate, crate::capacity::Arrivals::Trace).unwrap();
             for kind in [
                 crate::schedulers::SchedulerKind::VllmV1,
                 crate::schedulers::SchedulerKind::Sarathi,
@@ -435,7 +435,7 @@ mod tests {
         ];
         let mut below_all = 0;
         for rate in [2.0, 16.0, 128.0] {
-            let at = at_rate(&w, rate).unwrap();
+            let at = at_rate(&w, rate, crate::capacity::Arrivals::Trace).unwrap();
             for kind in crate::schedulers::SchedulerKind::ALL {
                 let Ok(o) = crate::produce::produce_heuristic(&at, &cost, *kind, &knobs) else {
                     continue;

@@ -2723,6 +2723,33 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
         stderr(&o)
     );
     assert!(!none.exists());
+    // Poisson arrivals at each rate give it rates all the same.
+    let o = capacity(
+        &at_once,
+        &[
+            "--slo",
+            "ttft-p90=10ms",
+            "--arrivals",
+            "poisson:5",
+            "--out",
+            none.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("Poisson arrivals at each rate, seed 5"),
+        "{}",
+        stdout(&o)
+    );
+    let csv = std::fs::read_to_string(none.join("capacity.csv")).unwrap();
+    assert!(csv.lines().nth(1).unwrap().contains(",found,"), "{csv}");
+    let o = capacity(&at_once, &["--slo", "ttft-p90=1s", "--arrivals", "uniform"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("expected trace, poisson or poisson:SEED"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -595,6 +595,7 @@ def capacity(
     tolerance: float = 0.01,
     max_probes: int = 64,
     best_found: bool = False,
+    arrivals: str = "trace",
     replicas: int = 1,
     router: str = "round-robin",
     cost_model: str = DEFAULT_COST_MODEL,
@@ -627,7 +628,8 @@ def capacity(
     (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``, and with ``best_found``
     (one replica) ``best_found_rate_per_s``: the highest rate at which the goodput search
     (clairvoyant) finds a schedule meeting them under the same limits (``capacity
-    --best-found``; the best possible rate lies between it and the ceiling)."""
+    --best-found``; the best possible rate lies between it and the ceiling). ``arrivals``:
+    ``trace`` (the trace's own, scaled) or ``poisson[:SEED]`` (``capacity --arrivals``)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
@@ -635,7 +637,7 @@ def capacity(
                    enable_prefix_caching)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes),
-                  best_found=bool(best_found))
+                  best_found=bool(best_found), arrivals=str(arrivals))
     cluster = dict(replicas=int(replicas), router=router)
     text = _infersched.capacity(_workload(workload), scheduler, cost_model, limits, knobs,
                                 list(slo), cluster, search)

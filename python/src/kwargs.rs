@@ -256,14 +256,20 @@ pub(crate) struct CapacityKwargs {
     pub(crate) max_rate: f64,
     pub(crate) tolerance: f64,
     pub(crate) max_probes: usize,
+    /// `trace` or `poisson[:SEED]` (`capacity --arrivals`).
+    pub(crate) arrivals: String,
     /// Also bisect the goodput search's schedules (`capacity --best-found`).
     pub(crate) best_found: bool,
 }
 
 impl CapacityKwargs {
     /// The search for `slos` (checked by the search itself).
-    pub(crate) fn spec(&self, slos: Vec<Slo>) -> CapacitySpec {
-        CapacitySpec {
+    pub(crate) fn spec(&self, slos: Vec<Slo>) -> PyResult<CapacitySpec> {
+        let arrivals = self
+            .arrivals
+            .parse()
+            .map_err(|e| err(format!("arrivals: {e}")))?;
+        Ok(CapacitySpec {
             slos,
             warmup: self.warmup,
             cooldown: self.cooldown,
@@ -271,6 +277,7 @@ impl CapacityKwargs {
             max_rate: self.max_rate,
             tolerance: self.tolerance,
             max_probes: self.max_probes,
-        }
+            arrivals,
+        })
     }
 }

@@ -270,7 +270,7 @@ fn capacity(
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
     let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
-    let spec = search.spec(slos(&slo)?);
+    let spec = search.spec(slos(&slo)?)?;
     let replicas = cluster
         .cluster()?
         .map_or(Replicas::ONE, |(count, router)| Replicas { count, router });

@@ -165,6 +165,15 @@ def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path)
     # The rate found holds when simulated there.
     assert got["report"]["all_hold"]
     assert got["best_found_rate_per_s"] is None
+    run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--slo", "ttft-p90=300ms", "--arrivals", "poisson:1", "--out", str(tmp_path / "p"))
+    rows = (tmp_path / "p" / "capacity.csv").read_text().splitlines()
+    row = dict(zip(rows[0].split(","), rows[1].split(",")))
+    poisson = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"], arrivals="poisson:1")
+    assert poisson["max_rate_per_s"] == float(row["max_rate_per_s"])
+    assert poisson["ceiling_per_s"] == float(row["ceiling_per_s"])
+    with pytest.raises(isd.InferschedError, match="poisson:SEED"):
+        isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"], arrivals="uniform")
     best = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"], best_found=True)
     assert best["max_rate_per_s"] <= best["best_found_rate_per_s"] <= best["ceiling_per_s"]
 

@@ -4,7 +4,7 @@ use super::{KnobArgs, load_workload, named};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::capacity::{
-    BEST_FOUND_BUDGET, Capacity, CapacityResult, CapacitySpec, RateSearch, Replicas,
+    Arrivals, BEST_FOUND_BUDGET, Capacity, CapacityResult, CapacitySpec, RateSearch, Replicas,
     best_found_capacity, capacity, trace_rate,
 };
 use infersched::core::{Limits, Slo, Workload};
@@ -64,6 +64,11 @@ pub(crate) struct CapacityArgs {
     /// Most simulations per scheduler.
     #[arg(long, default_value_t = 64)]
     pub(crate) max_probes: usize,
+    /// How each probed rate sets the arrivals: trace (the trace's own, scaled to the
+    /// rate) or poisson[:SEED] (a Poisson process at the rate, seed 0 by default, the
+    /// requests in the trace's order of arrival).
+    #[arg(long, default_value = "trace")]
+    pub(crate) arrivals: Arrivals,
     /// Also search, per one-replica configuration, for the highest rate at which some
     /// schedule under its limits meets the SLOs: the goodput search's schedules
     /// (clairvoyant: they read true output lengths), bisected like a scheduler's; the best
@@ -205,8 +210,15 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         max_rate: a.max_rate,
         tolerance: a.tolerance,
         max_probes: a.max_probes,
+        arrivals: a.arrivals,
     };
-    let own = trace_rate(&w).with_context(|| a.workload.display().to_string())?;
+    let arrivals = match a.arrivals {
+        Arrivals::Trace => {
+            let own = trace_rate(&w).with_context(|| a.workload.display().to_string())?;
+            format!("its own rate {own:.3} requests/s, arrivals scaled")
+        }
+        Arrivals::Poisson { seed } => format!("Poisson arrivals at each rate, seed {seed}"),
+    };
     if let Some(out) = &a.out {
         infersched::core::io::refuse_links(&[out.join("capacity.csv")])?;
     }
@@ -224,7 +236,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         })
         .collect();
     outln!(
-        "{} requests from {} (its own rate {own:.3} requests/s); SLOs {}; measured: all but the first {}% and last {}% by arrival",
+        "{} requests from {} ({arrivals}); SLOs {}; measured: all but the first {}% and last {}% by arrival",
         w.len(),
         a.workload.display(),
         a.slo

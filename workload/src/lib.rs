@@ -17,5 +17,8 @@ pub mod trace;
 
 pub use sample::{SampleError, SampleSpec, Selection, sample};
 pub use stats::{PrefixCacheStats, WorkloadStats};
-pub use synth::{ArrivalProcess, LengthDist, SpecError, SynthSpec, assign_arrivals, generate};
+pub use synth::{
+    ArrivalProcess, LengthDist, SpecError, SynthSpec, assign_arrivals, generate,
+    reassign_arrivals_in_order,
+};
 pub use trace::{TraceError, read_trace, read_trace_str, write_trace, write_trace_to};

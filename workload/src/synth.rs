@@ -296,6 +296,31 @@ pub fn assign_arrivals(
     )
 }
 
+/// Like [`assign_arrivals`], but the draws go to the requests in their current arrival
+/// order (ties by index), so the order of arrival is kept: the `k`-th request to arrive
+/// gets the `k`-th time.
+pub fn reassign_arrivals_in_order(
+    workload: &Workload,
+    arrival: ArrivalProcess,
+    seed: u64,
+) -> Result<Workload, infersched_core::WorkloadError> {
+    let reqs = workload.requests();
+    let mut order: Vec<usize> = (0..reqs.len()).collect();
+    order.sort_by(|&a, &b| {
+        reqs[a]
+            .arrival_s
+            .total_cmp(&reqs[b].arrival_s)
+            .then(a.cmp(&b))
+    });
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let times = arrival.times(reqs.len(), &mut rng);
+    let mut requests = reqs.to_vec();
+    for (&i, t) in order.iter().zip(times) {
+        requests[i].arrival_s = t;
+    }
+    Workload::new(requests)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,5 +407,28 @@ mod tests {
                 prop_assert!((lo..=lo + span).contains(&r.output_tokens));
             }
         }
+    }
+
+    #[test]
+    fn reassigned_arrivals_keep_the_order_of_arrival() {
+        let r = |t: f64| Request {
+            input_tokens: 4,
+            output_tokens: 2,
+            arrival_s: t,
+        };
+        // Requests listed out of arrival order, two at the same instant.
+        let w = Workload::new(vec![r(5.0), r(1.0), r(3.0), r(1.0)]).unwrap();
+        let p = ArrivalProcess::Poisson(2.0);
+        let new = reassign_arrivals_in_order(&w, p, 7).unwrap();
+        let times = p.times(4, &mut ChaCha8Rng::seed_from_u64(7));
+        let got: Vec<f64> = new.requests().iter().map(|q| q.arrival_s).collect();
+        // Arrival order: 1 (t = 1, first index), 3 (t = 1), 2 (t = 3), 0 (t = 5).
+        assert_eq!(got, vec![times[3], times[0], times[2], times[1]]);
+        assert!(
+            new.requests()
+                .iter()
+                .zip(w.requests())
+                .all(|(a, b)| a.input_tokens == b.input_tokens)
+        );
     }
 }
