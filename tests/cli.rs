@@ -2753,6 +2753,98 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
 }
 
 #[test]
+fn capacity_shards_merge_into_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(200, dir.path());
+    let run_with = |extra: &[&str]| {
+        let mut args = vec![
+            "capacity",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            "vllm-v1,sarathi",
+            "--slo",
+            "ttft-p90=300ms",
+            "--grid",
+            "max-running=16,64",
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let out = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    for (shard, name) in [("1/3", "s1"), ("2/3", "s2"), ("3/3", "s3"), ("1/1", "all")] {
+        let o = run_with(&["--shard", shard, "--out", &out(name)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let rows = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name).join("capacity.csv"))
+            .unwrap()
+            .lines()
+            .count()
+            - 1
+    };
+    // Four configurations: every third from the shard's own.
+    assert_eq!(
+        (rows("s1"), rows("s2"), rows("s3"), rows("all")),
+        (2, 1, 1, 4)
+    );
+    let o = run_with(&[
+        "--merge",
+        &out("s2"),
+        &out("s3"),
+        &out("s1"),
+        "--out",
+        &out("m"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("merged 4 configurations from 3 shards"),
+        "{}",
+        stdout(&o)
+    );
+    let read =
+        |name: &str| std::fs::read_to_string(dir.path().join(name).join("capacity.csv")).unwrap();
+    assert_eq!(read("m"), read("all"));
+    assert!(dir.path().join("m/capacity.svg").is_file());
+    // A shard missing, a shard twice, other arguments: each refused, saying which.
+    let o = run_with(&["--merge", &out("s1"), &out("s2"), "--out", &out("x")]);
+    assert!(
+        stderr(&o).contains("1 of the 4 configurations are in no shard"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run_with(&[
+        "--merge",
+        &out("s1"),
+        &out("s1"),
+        &out("s2"),
+        &out("s3"),
+        "--out",
+        &out("x"),
+    ]);
+    assert!(stderr(&o).contains("is in "), "{}", stderr(&o));
+    let o = run(&[
+        "capacity",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "sarathi,vllm-v1",
+        "--slo",
+        "ttft-p90=300ms",
+        "--grid",
+        "max-running=16,64",
+        "--merge",
+        &out("all"),
+    ]);
+    assert!(
+        stderr(&o).contains("were the shards run with other arguments?"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("x").exists());
+}
+
+#[test]
 fn compare_can_skip_plots_and_traces() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

@@ -75,6 +75,17 @@ pub(crate) struct CapacityArgs {
     /// possible rate then lies between it and the ceiling (seconds to minutes more).
     #[arg(long)]
     pub(crate) best_found: bool,
+    /// Search only the K-th of N disjoint slices of the configurations (1-based, e.g. 2/4:
+    /// every N-th from the K-th, for one job of a Slurm array); its capacity.csv holds
+    /// those rows, and --merge joins the shards.
+    #[arg(long, conflicts_with = "merge")]
+    pub(crate) shard: Option<String>,
+    /// Join the capacity.csv of shards (their directories or files, run with --shard and
+    /// otherwise the same arguments) into one, with its plot and Pareto front: checks that
+    /// each row is one of these arguments' configurations, that none is in two shards and
+    /// that together they cover all; simulates nothing.
+    #[arg(long, num_args = 1.., value_name = "SHARD")]
+    pub(crate) merge: Vec<PathBuf>,
     /// Output directory for capacity.csv [default: print only].
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
@@ -191,7 +202,7 @@ fn replica_axes(a: &CapacityArgs) -> Vec<Replicas> {
 }
 
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s,configuration";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -223,9 +234,20 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         infersched::core::io::refuse_links(&[out.join("capacity.csv")])?;
     }
     let configs = configurations(a, &w, &costs)?;
-    let results: Vec<_> = configs
+    if !a.merge.is_empty() {
+        return merge_shards(a, &configs);
+    }
+    let chosen: Vec<usize> = match &a.shard {
+        Some(text) => {
+            let (k, n) = infersched::sweep::parse_shard(text)?;
+            (0..configs.len()).filter(|i| i % n == k - 1).collect()
+        }
+        None => (0..configs.len()).collect(),
+    };
+    let results: Vec<_> = chosen
         .par_iter()
-        .map(|c| {
+        .map(|&i| {
+            let c = &configs[i];
             let found = capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec)?;
             let ceiling =
                 infersched::ceiling::ceiling(&w, &c.limits, c.cost, c.replicas.count, &spec)?;
@@ -235,8 +257,15 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
             Ok::<_, infersched::capacity::CapacityError>((found, ceiling, best))
         })
         .collect();
+    let shard = a.shard.as_ref().map_or(String::new(), |s| {
+        format!(
+            "; shard {s}: {} of {} configurations",
+            chosen.len(),
+            configs.len()
+        )
+    });
     outln!(
-        "{} requests from {} ({arrivals}); SLOs {}; measured: all but the first {}% and last {}% by arrival",
+        "{} requests from {} ({arrivals}); SLOs {}; measured: all but the first {}% and last {}% by arrival{shard}",
         w.len(),
         a.workload.display(),
         a.slo
@@ -249,18 +278,31 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     );
     let mut rows = Vec::new();
     let mut failed = 0;
-    let mut results_for_plot = Vec::new();
-    for (c, r) in configs.iter().zip(results) {
-        results_for_plot.push(r.as_ref().ok().and_then(|(r, _, _)| rate_of(&r.capacity)));
+    let mut rated = Vec::new();
+    for (&i, r) in chosen.iter().zip(results) {
+        let c = &configs[i];
+        rated.push((
+            c,
+            r.as_ref().ok().and_then(|(r, _, _)| rate_of(&r.capacity)),
+        ));
         failed += usize::from(r.is_err());
         let (said, row) = configuration_answer(c, r);
         outln!("{said}");
-        rows.push(row);
+        rows.push(format!("{row},{i}"));
     }
-    if failed == configs.len() {
+    if failed == chosen.len() && !chosen.is_empty() {
         bail!("every configuration failed (see above)");
     }
-    let points = capacity_points(a, &configs, &results_for_plot);
+    finish(a, &rated, &rows)
+}
+
+/// The Pareto front said, and with --out the plot and capacity.csv (`rows`, header apart).
+fn finish(
+    a: &CapacityArgs,
+    rated: &[(&Configuration<'_>, Option<f64>)],
+    rows: &[String],
+) -> Result<()> {
+    let points = capacity_points(a, rated);
     let front = infersched::capacity::pareto_front(&points);
     if !front.is_empty() {
         outln!("Pareto front (most requests/s for the GPUs):");
@@ -279,7 +321,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         let path = out.join("capacity.csv");
         infersched::core::io::write_atomic(&path, |f| {
             writeln!(f, "{CSV_HEADER}")?;
-            for row in &rows {
+            for row in rows {
                 writeln!(f, "{row}")?;
             }
             Ok(())
@@ -288,6 +330,81 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         outln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `--merge`: the shards' rows, each checked against these arguments' configurations
+/// (its `configuration` index and the columns naming it), none twice, all covered; then
+/// [`finish`] on them in configuration order.
+fn merge_shards(a: &CapacityArgs, configs: &[Configuration<'_>]) -> Result<()> {
+    let mut rows: Vec<Option<(String, PathBuf)>> = vec![None; configs.len()];
+    for shard in &a.merge {
+        let path = if shard.is_dir() {
+            shard.join("capacity.csv")
+        } else {
+            shard.clone()
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the shard {}", path.display()))?;
+        let mut lines = text.lines();
+        if lines.next() != Some(CSV_HEADER) {
+            bail!(
+                "{}: line 1 is not capacity.csv's header (a shard of another version?); expected {CSV_HEADER}",
+                path.display()
+            );
+        }
+        for (n, line) in lines.enumerate() {
+            let at = || format!("{} line {}", path.display(), n + 2);
+            let index = line
+                .rsplit(',')
+                .next()
+                .and_then(|x| x.parse::<usize>().ok())
+                .filter(|&i| i < configs.len())
+                .with_context(|| format!("{}: its configuration index (last column) is not one of the {} configurations of these arguments", at(), configs.len()))?;
+            let head = csv_head(&configs[index]);
+            if !line.starts_with(&format!("{head},")) {
+                bail!(
+                    "{}: configuration {index} of these arguments is {head}, not this row's (were the shards run with other arguments?)",
+                    at()
+                );
+            }
+            if let Some((_, other)) = &rows[index] {
+                bail!(
+                    "{}: configuration {index} ({head}) is in {} too",
+                    at(),
+                    other.display()
+                );
+            }
+            rows[index] = Some((line.to_string(), path.clone()));
+        }
+    }
+    let missing: Vec<usize> = (0..configs.len()).filter(|&i| rows[i].is_none()).collect();
+    if let Some(&first) = missing.first() {
+        bail!(
+            "{} of the {} configurations are in no shard (the first: {}); merge every shard of the run",
+            missing.len(),
+            configs.len(),
+            csv_head(&configs[first])
+        );
+    }
+    let rows: Vec<String> = rows.into_iter().flatten().map(|(row, _)| row).collect();
+    let rated: Vec<(&Configuration<'_>, Option<f64>)> = configs
+        .iter()
+        .zip(&rows)
+        .map(|(c, row)| {
+            let cells: Vec<&str> = row.split(',').collect();
+            let rate = match cells.get(8) {
+                Some(&"found") | Some(&"at-least") => cells.get(9).and_then(|x| x.parse().ok()),
+                _ => None,
+            };
+            (c, rate)
+        })
+        .collect();
+    outln!(
+        "merged {} configurations from {} shards",
+        rows.len(),
+        a.merge.len()
+    );
+    finish(a, &rated, &rows)
 }
 
 /// One configuration's answer: its line for people and its row of capacity.csv (a
@@ -322,12 +439,11 @@ fn configuration_answer(
 /// model, swept knobs and router, at its GPUs (replicas x the cost model's TP degree).
 fn capacity_points(
     a: &CapacityArgs,
-    configs: &[Configuration<'_>],
-    rates: &[Option<f64>],
+    rated: &[(&Configuration<'_>, Option<f64>)],
 ) -> Vec<infersched::capacity::CapacityPoint> {
     let mut points = Vec::new();
-    for (c, rate) in configs.iter().zip(rates) {
-        let Some(rate) = *rate else { continue };
+    for &(c, rate) in rated {
+        let Some(rate) = rate else { continue };
         let mut series = format!("{} {}", c.kind.name(), c.cost.name);
         for axis in &a.grid {
             let (name, v) = match axis.knob {
@@ -401,17 +517,15 @@ fn best_found_line(r: &RateSearch) -> String {
     }
 }
 
-/// One row of capacity.csv (`result` `error` where the search failed).
-fn csv_row(
-    c: &Configuration<'_>,
-    r: Option<(&CapacityResult, Option<f64>, Option<&RateSearch>)>,
-) -> String {
+/// The columns of capacity.csv naming a configuration: cost model, scheduler, replicas,
+/// router and the effective limits.
+fn csv_head(c: &Configuration<'_>) -> String {
     let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
     let router = match c.replicas.count {
         1 => String::new(),
         _ => c.replicas.router.name(),
     };
-    let head = format!(
+    format!(
         "{},{},{},{router},{},{},{},{}",
         c.cost.name,
         c.kind.name(),
@@ -420,7 +534,16 @@ fn csv_row(
         limit(c.limits.prefill_budget),
         limit(c.limits.max_running),
         limit(c.limits.kv_capacity)
-    );
+    )
+}
+
+/// One row of capacity.csv (`result` `error` where the search failed), without its
+/// `configuration` index.
+fn csv_row(
+    c: &Configuration<'_>,
+    r: Option<(&CapacityResult, Option<f64>, Option<&RateSearch>)>,
+) -> String {
+    let head = csv_head(c);
     let Some((r, ceiling, best)) = r else {
         return format!("{head},error,,,,,,0,,");
     };
