@@ -17,7 +17,7 @@ pub(crate) struct SolveArgs {
     /// What to optimize: makespan, mean-latency or mean-ttft (minimized), or goodput (the
     /// most requests meeting every --slo: the goodput search's schedule, clairvoyant, with
     /// the bound no schedule passes; one replica).
-    #[arg(long, default_value = "makespan", value_parser = solve_objective)]
+    #[arg(long, default_value = "makespan", value_parser = solve_objective())]
     pub(crate) objective: SolveObjective,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
@@ -61,20 +61,18 @@ pub(crate) enum SolveObjective {
     Goodput,
 }
 
-/// `--objective`: a solver objective's name, or `goodput`.
-fn solve_objective(s: &str) -> Result<SolveObjective, String> {
+/// `--objective`: a solver objective's name, or `goodput` (clap lists them all).
+fn solve_objective() -> impl clap::builder::TypedValueParser<Value = SolveObjective> {
+    use clap::builder::TypedValueParser;
     use infersched::core::names::Named;
-    if s == "goodput" {
-        return Ok(SolveObjective::Goodput);
-    }
-    Objective::from_name(s)
-        .map(SolveObjective::Solver)
-        .ok_or_else(|| {
-            format!(
-                "unknown objective '{s}': expected one of {}, goodput",
-                Objective::NAMES.join(", ")
-            )
-        })
+    let names: Vec<&'static str> = Objective::NAMES
+        .iter()
+        .copied()
+        .chain(["goodput"])
+        .collect();
+    clap::builder::PossibleValuesParser::new(names).map(|s: String| {
+        Objective::from_name(&s).map_or(SolveObjective::Goodput, SolveObjective::Solver)
+    })
 }
 
 pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
