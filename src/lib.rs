@@ -16,6 +16,8 @@
 //! * [`cluster`]: a cluster's files (`routing.csv`, a folder per replica) and its load table;
 //! * [`ceiling`]: a request rate at which no schedule meets a set of SLOs (from the bounds);
 //! * [`capacity`]: the highest request rate at which each scheduler meets a set of SLOs;
+//! * [`goodput`]: the most requests meeting their SLOs that a schedule found reaches;
+//! * [`constrained`]: an objective minimized over the schedules meeting a set of SLOs;
 //!
 //! Features (all on by default): `png` (PNG copies of plots, resvg), `sweep` (the sweep
 //! module: toml, indicatif), `calibrate` (the GPU calibration: the kernels crate and the
@@ -55,6 +57,7 @@ pub mod capacity;
 pub mod ceiling;
 pub mod cluster;
 pub mod compare;
+pub mod constrained;
 pub mod cost_models;
 pub mod goodput;
 #[cfg(feature = "calibrate")]

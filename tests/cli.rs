@@ -3622,6 +3622,103 @@ fn compare_brackets_the_best_possible_goodput_with_a_schedule_found_and_a_proof(
 }
 
 #[test]
+fn solve_subject_to_slos_keeps_only_schedules_meeting_them() {
+    // 8 real requests at ten times their rate, little KV: the mean-TTFT optimum found
+    // evicts and stalls decodes far past a 30 ms TPOT.
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    let trace = root().join("notebooks-data/traces/splitwise_code.csv");
+    let o = run(&[
+        "workload",
+        "sample",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--first",
+        "8",
+        "--time-scale",
+        "0.1",
+        "--max-total-tokens",
+        "4096",
+        "--out",
+        w.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let solve = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "solve",
+            "--workload",
+            w.to_str().unwrap(),
+            "--objective",
+            "mean-ttft",
+            "--cost-model",
+            "llama2-7b-a100",
+            "--token-budget",
+            "4096",
+            "--kv-capacity",
+            "8192",
+            "--block-size",
+            "16",
+            "--time-limit",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        (run(&args), out)
+    };
+    let json = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let (o, plain) = solve("plain", &["--slo", "tpot-max=30ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json(plain.join("summary.json"))["slo"]["all_hold"], false);
+    let (o, kept) = solve("kept", &["--subject-to", "tpot-max=30ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = json(kept.join("summary.json"));
+    assert_eq!(summary["slo"]["all_hold"], true, "{summary}");
+    let doc = json(kept.join("solve.json"));
+    assert_eq!(doc["subject_to"][0], "tpot-max=0.03s");
+    let (value, bound) = (
+        doc["replayed_objective"].as_f64().unwrap(),
+        doc["best_bound"].as_f64().unwrap(),
+    );
+    assert!(
+        bound <= value && (summary["mean_ttft_s"].as_f64().unwrap() - value).abs() < 1e-12,
+        "{doc}"
+    );
+    let proven = value <= bound * (1.0 + 1e-9);
+    assert_eq!(
+        doc["status"],
+        if proven { "optimal" } else { "not-proven" },
+        "{doc}"
+    );
+    let (tried, feasible) = (
+        doc["tried"].as_u64().unwrap(),
+        doc["feasible"].as_u64().unwrap(),
+    );
+    assert!(0 < feasible && feasible < tried, "{doc}");
+    // No schedule tried meets an impossible constraint: said, nothing written; and one
+    // replica only.
+    let (o, none) = solve("none", &["--subject-to", "ttft-max=1us"]);
+    assert!(
+        stderr(&o).contains("meets every --subject-to"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!none.exists());
+    let (o, _) = solve(
+        "cluster",
+        &["--subject-to", "tpot-max=30ms", "--replicas", "2"],
+    );
+    assert!(
+        stderr(&o).contains("--subject-to is solved on one replica"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn compare_and_solve_measure_slos() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");

@@ -44,6 +44,12 @@ pub(crate) struct SolveArgs {
     /// holds (the solver still minimizes --objective).
     #[arg(long = "slo", value_name = "SLO")]
     pub(crate) slo: Vec<infersched::core::Slo>,
+    /// A constraint, METRIC-STATISTIC=TIME as --slo (repeatable): the objective is then
+    /// minimized over the schedules whose replay meets every one (the solver's best where
+    /// it does, else the best of a search over the policies and priority lists), with the
+    /// solver's bound; one replica.
+    #[arg(long = "subject-to", value_name = "SLO")]
+    pub(crate) subject_to: Vec<infersched::core::Slo>,
     /// Show HiGHS's progress log (incumbent, bound, gap, elapsed).
     #[arg(long)]
     pub(crate) log: bool,
@@ -91,6 +97,11 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
         ..a.milp.options()?
     };
     if a.replicas > 1 {
+        if !a.subject_to.is_empty() {
+            bail!(
+                "--subject-to is solved on one replica (--replicas 1); --slo reports the cluster's SLOs"
+            );
+        }
         return solve_cluster(a, objective, &w, &cost, &limits, &options);
     }
     // An interrupt writes the best schedule the solver holds by then (not proven optimal).
@@ -104,6 +115,9 @@ pub(crate) fn cmd_solve(a: &SolveArgs) -> Result<()> {
     let outcome = produce_optimal(&w, &cost, &limits, objective, &options);
     infersched::interrupt::clear();
     let mut outcome = outcome?;
+    if !a.subject_to.is_empty() {
+        return solve_constrained(a, (&w, &cost, &limits), objective, &outcome);
+    }
     if !a.slo.is_empty() {
         outcome.summary.slo = Some(infersched::core::SloReport::of(&outcome.replay, &a.slo));
     }
@@ -298,6 +312,112 @@ fn solve_goodput(
     summary.slo = Some(report);
     out!("{}", infersched::output::summary_text(&summary));
     outln!("wrote {}", path_list(&paths));
+    Ok(())
+}
+
+/// `solve --subject-to SLO ...`: the best schedule meeting every SLO among the solver's
+/// and the constrained search's (`infersched::constrained`), the solver's bound, the
+/// certified gap; DIR gets the schedule, its replay's files and solve.json. None meeting
+/// them: an error, nothing written.
+fn solve_constrained(
+    a: &SolveArgs,
+    (w, cost, limits): (
+        &infersched::core::Workload,
+        &cost_model::LinearCostModel,
+        &infersched::core::Limits,
+    ),
+    objective: Objective,
+    outcome: &infersched::produce::Outcome,
+) -> Result<()> {
+    use infersched::constrained::{ConstrainedSolve, search};
+    let report = outcome
+        .solve
+        .as_ref()
+        .context("internal error: the solver's outcome has no report")?;
+    let solver = format!("the solver ({})", report.method.name());
+    let start = Some((solver, false, outcome.schedule.clone()));
+    let found = search(w, limits, cost, objective, &a.subject_to, start);
+    let Some(best) = &found.best else {
+        let missed = infersched::core::SloReport::of(&outcome.replay, &a.subject_to);
+        bail!(
+            "none of the {} schedules tried (the solver's, every policy's and the priority lists') meets every --subject-to; the solver's misses {}",
+            found.tried,
+            missed
+                .slos
+                .iter()
+                .filter(|s| !s.holds)
+                .map(|s| s.slo.clone())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let solver_kept = best.schedule == outcome.schedule;
+    let proven = solver_kept && report.status == infersched::solver::SolveStatus::Optimal;
+    let bound = (report.best_bound, report.bound_method.name().to_string());
+    let c = ConstrainedSolve::of(objective, &a.subject_to, best, bound, proven, &found);
+    let mut summary = infersched::core::Summary::from_replay(&best.replay);
+    let slos: Vec<_> = a.subject_to.iter().chain(&a.slo).cloned().collect();
+    summary.slo = Some(infersched::core::SloReport::of(&best.replay, &slos));
+    let mut schedule = best.schedule.clone();
+    schedule.meta = Some(serde_json::json!({"producer": best.method, "objective": objective}));
+    let mut paths =
+        infersched::output::write_run_outputs(&a.out, &schedule, &best.replay, &summary)?;
+    let solve_path = a.out.join("solve.json");
+    let json = serde_json::to_string_pretty(&c)? + "\n";
+    infersched::core::io::write_bytes_atomic(&solve_path, json.as_bytes())?;
+    paths.push(solve_path);
+    print_constrained(a, w.len(), &cost.name, &c, solver_kept)?;
+    out!("{}", infersched::output::summary_text(&summary));
+    outln!("wrote {}", path_list(&paths));
+    Ok(())
+}
+
+/// The answer of [`solve_constrained`] for people.
+fn print_constrained(
+    a: &SolveArgs,
+    requests: usize,
+    cost: &str,
+    c: &infersched::constrained::ConstrainedSolve,
+    solver_kept: bool,
+) -> Result<()> {
+    outln!(
+        "{} ({} requests), objective {} subject to {}, cost model {}",
+        a.workload.display(),
+        requests,
+        c.objective.name(),
+        c.subject_to.join(", "),
+        cost
+    );
+    outln!("  status                {}", c.status);
+    outln!(
+        "  method                {}{}",
+        c.method,
+        if c.clairvoyant {
+            " (clairvoyant: it reads true output lengths)"
+        } else {
+            ""
+        }
+    );
+    outln!(
+        "  objective (replayed)  {:.6} ms",
+        c.replayed_objective * 1e3
+    );
+    outln!(
+        "  best bound            {:.6} ms ({}; without the constraints, so valid with them)",
+        c.best_bound * 1e3,
+        c.bound_method
+    );
+    outln!("  certified gap         {:.4}%", c.certified_gap * 100.0);
+    outln!(
+        "  tried                 {} schedules, {} meeting every constraint{}",
+        c.tried,
+        c.feasible,
+        if solver_kept {
+            "; the solver's own meets them"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 
