@@ -3611,11 +3611,19 @@ fn compare_brackets_the_best_possible_goodput_with_a_schedule_found_and_a_proof(
         "{summary}"
     );
     assert!(solved.join("schedule.json").is_file());
-    // Without an SLO there is nothing to count.
+    // Without an SLO there is nothing to count; constraints belong to the other objectives.
     let o = run(&args(&[]));
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("give at least one --slo"),
+        "{}",
+        stderr(&o)
+    );
+    let mut constrained = args(&["ttft-p90=1s"]);
+    constrained.extend(["--subject-to", "tpot-max=1s"]);
+    let o = run(&constrained);
+    assert!(
+        stderr(&o).contains("--subject-to constrains"),
         "{}",
         stderr(&o)
     );

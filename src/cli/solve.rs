@@ -255,6 +255,11 @@ fn solve_goodput(
             "--objective goodput counts the requests meeting every SLO: give at least one --slo (e.g. --slo ttft-p90=2s)"
         );
     }
+    if !a.subject_to.is_empty() {
+        bail!(
+            "--subject-to constrains makespan, mean-latency or mean-ttft; with --objective goodput the SLOs are --slo"
+        );
+    }
     if a.replicas > 1 {
         bail!(
             "--objective goodput is solved on one replica; for {} replicas, compare --slo --replicas {} bounds the cluster's",
