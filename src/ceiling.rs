@@ -105,6 +105,10 @@ fn late_in_every_schedule(
 /// The most window starts of [`late_by_windows`].
 const WINDOW_STARTS: usize = 128;
 
+/// The most memory the window starts' trees of [`late_by_windows`] take together (fewer
+/// starts on very long traces: a smaller count, never a wrong one).
+const WINDOW_MEMORY_BYTES: usize = 64 << 20;
+
 /// At every arrival time `T`, the requests arrived by `T` less the most any schedule has
 /// done by `T + x` (the machine relaxation's shortest-remaining-first counts): that many
 /// requests are late by more than `x` in every schedule.
@@ -146,7 +150,8 @@ fn late_by_arrival_time(
 /// so at most as many of them as their smallest processings fit in `r_j + x - r_i`; the
 /// others are late. Windows sharing no job add up, so the most late over partitions into
 /// consecutive windows is late in every schedule (a dynamic program over windows that
-/// start at one of at most [`WINDOW_STARTS`] evenly spaced jobs, each start's smallest
+/// start at one of at most [`WINDOW_STARTS`] evenly spaced jobs (fewer where their trees
+/// would pass [`WINDOW_MEMORY_BYTES`]), each start's smallest
 /// processings kept in a Fenwick tree: `O(n WINDOW_STARTS log n)`; fewer windows give a
 /// smaller count, never a wrong one). With the rounding margin a fit counts as a fit. It
 /// stops once `enough` are late.
@@ -158,7 +163,10 @@ fn late_by_windows(jobs: &[(f64, f64)], x: f64, enough: usize) -> usize {
     for (r, &j) in by_size.iter().enumerate() {
         rank[j] = r;
     }
-    let stride = n.div_ceil(WINDOW_STARTS).max(1);
+    // Each start keeps a tree of `n + 1` counts and sums: at most WINDOW_MEMORY_BYTES in all.
+    let per_start = (n + 1) * (std::mem::size_of::<usize>() + std::mem::size_of::<f64>());
+    let starts = WINDOW_STARTS.min(WINDOW_MEMORY_BYTES / per_start).max(1);
+    let stride = n.div_ceil(starts).max(1);
     let mut starts: Vec<(usize, SmallestFit)> = Vec::new();
     // best[j]: the most late among the first j jobs.
     let mut best = vec![0usize; n + 1];

@@ -16,7 +16,7 @@ use crate::core::{Limits, Replay, Schedule, Slo, SloReport, Workload, replay};
 use crate::cost_model::LinearCostModel;
 use crate::schedulers::{Knobs, SchedulerKind, simulate};
 use crate::solver::Objective;
-use crate::solver::list_search::{PriorityList, largest_chunk};
+use crate::solver::list_search::PriorityList;
 use serde::Serialize;
 
 /// A schedule that meets the SLOs, with its replay, its value and what produced it.
@@ -198,9 +198,7 @@ impl Search<'_> {
                 by(&|i| (u64::from(reqs[i].output_tokens), tokens(i))),
             ),
         ];
-        let largest = largest_chunk(self.w, self.limits);
-        let mut chunks = vec![largest];
-        chunks.extend([2048, 1024, 512, 256].into_iter().filter(|&c| c < largest));
+        let chunks = crate::goodput::chunk_caps(self.w, self.limits);
         let limits = Limits {
             watermark: 0.0,
             ..*self.limits

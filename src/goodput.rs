@@ -350,7 +350,7 @@ impl Search<'_> {
 /// Prompt-chunk caps tried: the most prompt tokens a batch can take (C, P, the longest
 /// prompt), then 2,048, 1,024, 512 and 256 tokens where smaller (short chunks let decodes
 /// and short prompts through sooner).
-fn chunk_caps(w: &Workload, limits: &Limits) -> Vec<u64> {
+pub fn chunk_caps(w: &Workload, limits: &Limits) -> Vec<u64> {
     let budget = crate::solver::list_search::largest_chunk(w, limits);
     let mut caps = vec![budget];
     caps.extend([2048, 1024, 512, 256].into_iter().filter(|&c| c < budget));
