@@ -6,7 +6,7 @@
 //! which time share, which schedule and bound it keeps). The limits are generous, so every
 //! stage finishes on its own and no deadline decides anything. A change that is meant to
 //! change an answer regenerates the file (`INFERSCHED_BLESS=1 cargo test -p
-//! infersched-solver --test exactness golden`) and says why in its commit.
+//! infersched-solver --test exactness golden_dispatch_bless`) and says why in its commit.
 
 use infersched_core::{Limits, Request, Workload};
 use infersched_cost_model::preset;
@@ -111,13 +111,13 @@ fn classes() -> Vec<(&'static str, PolicyConstraints)> {
     ]
 }
 
-/// One line per case: the key, then `|`-separated fields.
-fn answers() -> Vec<String> {
+/// One line per case of the instances `wanted` accepts: the key, then `|`-separated fields.
+fn answers(wanted: impl Fn(&str) -> bool) -> Vec<String> {
     let cost = preset("llama2-7b-a100").unwrap();
     let mut lines = Vec::new();
     let only = std::env::var("INFERSCHED_GOLDEN_ONLY").ok();
     for (name, w, limits) in instances() {
-        if only.as_deref().is_some_and(|o| o != name) {
+        if only.as_deref().is_some_and(|o| o != name) || !wanted(name) {
             continue;
         }
         for objective in objectives(name) {
@@ -181,17 +181,18 @@ fn same_field(a: &str, b: &str) -> bool {
         })
 }
 
-#[test]
-fn golden_dispatch_answers_are_unchanged() {
-    let got = answers();
-    let path = golden_path();
+/// Checks the answers of instance `name` against its lines of the golden file (the
+/// instances are separate tests so that they run side by side).
+fn check_instance(name: &str) {
     if std::env::var_os("INFERSCHED_BLESS").is_some() {
-        std::fs::write(&path, got.join("\n") + "\n").unwrap();
-        return;
+        return; // `golden_dispatch_bless` rewrites the whole file.
     }
-    let text = std::fs::read_to_string(&path).unwrap();
-    let want: Vec<&str> = text.lines().collect();
-    assert_eq!(want.len(), got.len(), "number of cases");
+    let got = answers(|n| n == name);
+    let text = std::fs::read_to_string(golden_path()).unwrap();
+    let prefix = format!("{name} ");
+    let want: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+    assert!(!want.is_empty(), "no golden lines for {name}");
+    assert_eq!(want.len(), got.len(), "number of cases of {name}");
     let mut differ = Vec::new();
     for (w, g) in want.iter().zip(&got) {
         let (fw, fg): (Vec<&str>, Vec<&str>) = (w.split(" | ").collect(), g.split(" | ").collect());
@@ -201,6 +202,41 @@ fn golden_dispatch_answers_are_unchanged() {
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
+
+#[test]
+fn golden_dispatch_bless() {
+    // Only with INFERSCHED_BLESS: regenerates the file from every instance.
+    if std::env::var_os("INFERSCHED_BLESS").is_some() {
+        std::fs::write(golden_path(), answers(|_| true).join("\n") + "\n").unwrap();
+    }
+}
+
+#[test]
+fn golden_dispatch_tiny() {
+    check_instance("tiny");
+}
+
+#[test]
+fn golden_dispatch_bursts() {
+    check_instance("bursts");
+}
+
+#[test]
+fn golden_dispatch_family_a_4() {
+    check_instance("family-a-4");
+}
+
+#[test]
+fn golden_dispatch_pairs_4() {
+    check_instance("pairs-4");
+}
+
+#[test]
+fn every_instance_has_its_golden_test() {
+    // A new instance needs its own test above, or it would go unchecked.
+    let names: Vec<&str> = instances().iter().map(|(n, _, _)| *n).collect();
+    assert_eq!(names, ["tiny", "bursts", "family-a-4", "pairs-4"]);
 }
 
 #[test]

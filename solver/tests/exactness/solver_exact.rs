@@ -780,8 +780,10 @@ fn counting_search_is_exact_for_whole_prefills_under_token_budgets() {
     }
 }
 
-#[test]
-fn independent_groups_agree_with_the_whole_workload_milp() {
+/// The agreement of the independent groups with the whole workload's MILP over `seeds`, counted:
+/// (solves split, split bounds stronger than the machine bound, proven by both, proven
+/// by the groups only).
+fn groups_agree_with_the_whole_milp(seeds: std::ops::Range<u64>) -> (usize, usize, usize, usize) {
     // Two bursts of tiny requests with arrivals, mostly far apart (the best heuristic serves
     // each burst before the next arrives), some close enough to compete. Reference: the
     // arc-flow MILP on the whole workload (3 s; its schedule at the limit is a schedule
@@ -790,7 +792,7 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
     // With exact models, each burst's MILP: where both prove optimality they agree.
     let cost = preset("llama2-7b-a100").unwrap();
     let (mut split_count, mut stronger, mut both_proven, mut only_groups) = (0, 0, 0, 0);
-    for seed in 400..420 {
+    for seed in seeds {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut reqs = Vec::new();
         let mut t = 0.0;
@@ -872,19 +874,33 @@ fn independent_groups_agree_with_the_whole_workload_milp() {
     eprintln!(
         "{split_count} split, {stronger} stronger than the machine bound, {both_proven} proven by both, {only_groups} only by the groups"
     );
-    assert!(split_count >= 15, "{split_count} of 20 split");
-    // The groups' bound beats the whole workload's combinatorial one on 2 seeds (3 before
-    // the own times counted a prompt's batches under C, which raised that bound too).
-    assert!(stronger >= 2, "{stronger} of {split_count} stronger");
+    (split_count, stronger, both_proven, only_groups)
+}
+
+// Two tests of 10 seeds each (20 in all), so that they run side by side. Measured
+// (2026-11-28, alone): seeds 400-409 split 9, stronger 2, proven by both 2 and by the
+// groups only 3; seeds 410-419 split 7, stronger 5, both 2, groups only 0.
+
+#[test]
+fn independent_groups_agree_with_the_whole_workload_milp_a() {
+    let (split, stronger, both, only_groups) = groups_agree_with_the_whole_milp(400..410);
+    assert!(split >= 8, "{split} of 10 split");
+    // The groups' bound beats the whole workload's combinatorial one on some seeds.
+    assert!(stronger >= 2, "{stronger} of {split} stronger");
     // Each burst's MILP is tiny: the groups prove optimality where the whole MILP, over
     // the idle second between the bursts, often stops at its limit.
-    assert!(
-        both_proven + only_groups >= 6,
-        "{both_proven} + {only_groups} proven by the groups"
-    );
-    // The whole MILP proves within its 3 s on 4 seeds alone, on 1 under the load of the
-    // other exactness tests: at least one checks the agreement.
-    assert!(both_proven >= 1, "{both_proven} proven by both");
+    assert!(both + only_groups >= 4, "{both} + {only_groups} proven by the groups");
+    // The whole MILP proves within its 3 s on 2 of these seeds alone, on fewer under the
+    // load of the other exactness tests: at least one checks the agreement.
+    assert!(both >= 1, "{both} proven by both");
+}
+
+#[test]
+fn independent_groups_agree_with_the_whole_workload_milp_b() {
+    let (split, stronger, both, only_groups) = groups_agree_with_the_whole_milp(410..420);
+    assert!(split >= 7, "{split} of 10 split");
+    assert!(stronger >= 2, "{stronger} of {split} stronger");
+    assert!(both + only_groups >= 1, "{both} + {only_groups} proven by the groups");
 }
 
 #[test]
