@@ -71,6 +71,75 @@ pub fn write_cluster_outputs(
     Ok(paths)
 }
 
+/// Writes a disaggregated cluster's outputs into `dir`: `routing.csv`
+/// (`request,prefill_replica,routed_at_s,kv_ready_s,decode_replica`), the whole cluster's
+/// `requests.csv` and `summary.json`, and each side as a cluster folder of its own
+/// (`prefill/` over the requests of one output token, `decode/` over the requests as they
+/// arrive with their KV), as [`write_cluster_outputs`] writes one. Returns the paths.
+pub fn write_disaggregated_outputs(
+    dir: &Path,
+    w: &Workload,
+    o: &crate::produce::DisaggregatedOutcome,
+    trace: Option<&str>,
+) -> io::Result<Vec<PathBuf>> {
+    use crate::core::disaggregated::{decode_workload, prefill_workload};
+    let mut paths = vec![
+        dir.join("routing.csv"),
+        dir.join("requests.csv"),
+        dir.join("summary.json"),
+    ];
+    let r = &o.replay;
+    write_atomic(&paths[0], |out| {
+        out.write_all(b"request,prefill_replica,routed_at_s,kv_ready_s,decode_replica\n")?;
+        let sides = o
+            .prefill_routing
+            .replica_of()
+            .iter()
+            .zip(o.decode_routing.replica_of());
+        for (i, ((p, d), req)) in sides.zip(w.requests()).enumerate() {
+            writeln!(out, "{i},{p},{},{},{d}", req.arrival_s, r.kv_ready_s[i])?;
+        }
+        Ok(())
+    })?;
+    write_atomic(&paths[1], |out| write_requests_csv(&r.cluster.merged, out))?;
+    write_atomic(&paths[2], |out| {
+        serde_json::to_writer_pretty(&mut *out, &o.summary)?;
+        out.write_all(b"\n")
+    })?;
+    let router = o.summary.cluster.as_ref().map_or("", |c| c.router.as_str());
+    let decode_w = decode_workload(w, &r.kv_ready_s).map_err(io::Error::other)?;
+    let sides = [
+        (
+            "prefill",
+            prefill_workload(w),
+            &o.prefill_routing,
+            &o.prefill_schedules,
+            &r.prefill,
+        ),
+        (
+            "decode",
+            decode_w,
+            &o.decode_routing,
+            &o.decode_schedules,
+            &r.decode,
+        ),
+    ];
+    for (name, side_w, routing, schedules, replay) in sides {
+        let summary = Summary::of_cluster(replay, router);
+        let side_trace = trace.map(|t| format!("{t}, {name}"));
+        paths.extend(write_cluster_outputs(
+            &dir.join(name),
+            &side_w,
+            routing,
+            schedules,
+            replay,
+            &summary,
+            side_trace.as_deref(),
+        )?);
+    }
+    Ok(paths)
+}
+
 /// The Chrome trace of one replica: its requests (`ids`, in increasing id) renumbered to
 /// its own replay's order, named by their workload ids.
 fn replica_trace(
@@ -123,7 +192,11 @@ pub fn load_table(summary: &Summary) -> String {
         .iter()
         .map(|l| {
             vec![
-                Cell::Text(l.replica.to_string()),
+                Cell::Text(match c.prefill_replicas {
+                    Some(p) if l.replica < p => format!("prefill {}", l.replica),
+                    Some(p) => format!("decode {}", l.replica - p),
+                    None => l.replica.to_string(),
+                }),
                 Cell::Text(l.requests.to_string()),
                 Cell::Text(l.batches.to_string()),
                 Cell::Time(Some(l.busy_s)),
@@ -142,10 +215,20 @@ pub fn load_table(summary: &Summary) -> String {
         "mean e2e",
         "peak KV tokens",
     ];
-    format!(
-        "{} replicas, router {}\n{}",
-        c.replicas,
-        c.router,
-        text_table(&headers, &rows)
-    )
+    let shape = match (c.prefill_replicas, &c.kv_link) {
+        (Some(p), Some(link)) => format!(
+            "{p} prefill and {} decode replicas, router {} on each side, KV over {:.0} GB/s per GPU ({:.0} KiB per token{})",
+            c.replicas - p,
+            c.router,
+            link.bandwidth_bytes_per_s / 1e9,
+            link.bytes_per_token / 1024.0,
+            if link.latency_s > 0.0 {
+                format!(", {:.1} us each", link.latency_s * 1e6)
+            } else {
+                String::new()
+            }
+        ),
+        _ => format!("{} replicas, router {}", c.replicas, c.router),
+    };
+    format!("{shape}\n{}", text_table(&headers, &rows))
 }

@@ -267,7 +267,20 @@ pub fn summary_text(s: &Summary) -> String {
             s.evictions, s.recomputed_tokens
         ),
     );
-    if s.cached_tokens > 0 {
+    let disaggregated = s
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.prefill_replicas.is_some());
+    if s.cached_tokens > 0 && disaggregated {
+        line(
+            &mut t,
+            "KV moved",
+            format!(
+                "{} prompt tokens' KV taken from the prefill replicas (each last prompt token computed again)",
+                s.cached_tokens
+            ),
+        );
+    } else if s.cached_tokens > 0 {
         line(
             &mut t,
             "prefix cache",

@@ -509,6 +509,85 @@ pub fn produce_cluster(
     })
 }
 
+/// A heuristic on a disaggregated cluster (`--disaggregate P:D`): each side's routing and
+/// schedules, and the replay of both.
+#[derive(Debug, Clone)]
+pub struct DisaggregatedOutcome {
+    /// The prefill side's replica of each request.
+    pub prefill_routing: Routing,
+    /// Each prefill replica's schedule.
+    pub prefill_schedules: Vec<Schedule>,
+    /// The decode side's replica of each request.
+    pub decode_routing: Routing,
+    /// Each decode replica's schedule.
+    pub decode_schedules: Vec<Schedule>,
+    /// The independent replay of both sides.
+    pub replay: crate::core::disaggregated::DisaggregatedReplay,
+    /// The whole cluster's metrics (prefill replicas first, then decode replicas).
+    pub summary: Summary,
+    /// The limits every replica ran under.
+    pub limits: Limits,
+}
+
+/// Simulates heuristic `kind` with `knobs` on `split.prefill` prefill replicas and
+/// `split.decode` decode replicas (both behind `router`, KV moved over `link`), and
+/// replays both sides (`core::disaggregated::replay_disaggregated`).
+pub fn produce_disaggregated(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    split: crate::core::disaggregated::Disaggregation,
+    router: Router,
+    link: &crate::core::disaggregated::KvLink,
+) -> Result<DisaggregatedOutcome, ProduceError> {
+    let limits = kind.limits(knobs, w);
+    check_schedule_memory(w, &limits, 1, kind.name())?;
+    let side = |n: u32| -> Vec<_> { (0..n).map(|_| kind.policy(knobs, w)).collect() };
+    let (mut prefill, mut decode) = (side(split.prefill), side(split.decode));
+    let sim = crate::schedulers::simulate_disaggregated(
+        w,
+        &limits,
+        &mut prefill,
+        &mut decode,
+        cost,
+        router,
+        link,
+    )?;
+    let schedules = |c: crate::schedulers::ClusterSimulation| -> (Routing, Vec<Schedule>) {
+        (
+            c.routing,
+            c.replicas.into_iter().map(|s| s.schedule).collect(),
+        )
+    };
+    let (prefill_routing, prefill_schedules) = schedules(sim.prefill);
+    let (decode_routing, decode_schedules) = schedules(sim.decode);
+    let replay = crate::core::disaggregated::replay_disaggregated(
+        w,
+        &limits,
+        cost,
+        link,
+        &prefill_routing,
+        &prefill_schedules,
+        &decode_routing,
+        &decode_schedules,
+    )
+    .map_err(|e| ProduceError::ClusterRejected {
+        producer: format!("{} disaggregated behind {router}", kind.name()),
+        source: e,
+    })?;
+    let summary = Summary::of_disaggregated(&replay, &router.name(), link);
+    Ok(DisaggregatedOutcome {
+        prefill_routing,
+        prefill_schedules,
+        decode_routing,
+        decode_schedules,
+        replay,
+        summary,
+        limits,
+    })
+}
+
 /// Heuristic `kind` on `replicas` replicas behind `router`, as an [`Outcome`] (the merged
 /// replay, the cluster's summary, each replica's part in [`Outcome::cluster`]).
 pub fn produce_heuristic_on_cluster(

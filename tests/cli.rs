@@ -3840,3 +3840,208 @@ fn compare_and_solve_measure_slos() {
             .unwrap();
     assert_eq!(s["slo"]["attainment"], 1.0, "{s}");
 }
+
+#[test]
+fn a_disaggregated_cluster_prefills_on_one_side_decodes_on_the_other_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(40, dir.path());
+    let out = dir.path().join("dis");
+    let limits = [
+        "--cost-model",
+        "llama3-8b-h100",
+        "--token-budget",
+        "2048",
+        "--kv-capacity",
+        "65536",
+        "--block-size",
+        "16",
+        "--kv-latency-us",
+        "20",
+    ];
+    let mut args = vec![
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm-v1",
+        "--disaggregate",
+        "1:2",
+        "--router",
+        "least-outstanding",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&limits);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("1 prefill and 2 decode replicas behind least-outstanding"),
+        "{text}"
+    );
+    assert!(
+        text.contains("prefill 0") && text.contains("decode 1"),
+        "{text}"
+    );
+    let run_dir = out.join("vllm-v1");
+    // Every request routed once on each side; its KV ready after it arrived, and its
+    // first token (the decode side's) after that.
+    let routing = std::fs::read_to_string(run_dir.join("routing.csv")).unwrap();
+    let mut lines = routing.lines();
+    assert_eq!(
+        lines.next(),
+        Some("request,prefill_replica,routed_at_s,kv_ready_s,decode_replica")
+    );
+    let requests = std::fs::read_to_string(run_dir.join("requests.csv")).unwrap();
+    let mut decoded_on = [0; 2];
+    for (row, rec) in lines.zip(requests.lines().skip(1)) {
+        let f: Vec<&str> = row.split(',').collect();
+        let r: Vec<&str> = rec.split(',').collect();
+        assert_eq!((f[0], f[1]), (r[0], "0"), "{row}");
+        let (arrival, ready): (f64, f64) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+        let first_token: f64 = r[5].parse().unwrap();
+        assert!(arrival < ready && ready < first_token, "{row} / {rec}");
+        assert_eq!(r[3], f[2], "the cluster's arrival is the request's own");
+        decoded_on[f[4].parse::<usize>().unwrap()] += 1;
+    }
+    assert_eq!(decoded_on[0] + decoded_on[1], 40);
+    assert!(decoded_on.iter().all(|&n| n > 0), "{decoded_on:?}");
+    // On the decode side each request's first entry takes all but its last prompt token.
+    let prompts: Vec<u64> = requests
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    for k in 0..2 {
+        let path = run_dir.join(format!("decode/replica-{k}/schedule.json"));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(s["meta"]["side"], "decode");
+        let mut seen = std::collections::HashSet::new();
+        for e in s["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b["entries"].as_array().unwrap())
+        {
+            let id = e["request"].as_u64().unwrap();
+            if seen.insert(id) {
+                assert_eq!(e["cached"].as_u64(), Some(prompts[id as usize] - 1), "{e}");
+                assert_eq!(e["tokens"].as_u64(), Some(1), "{e}");
+            }
+        }
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["cluster"]["replicas"], 3);
+    assert_eq!(summary["cluster"]["prefill_replicas"], 1);
+    assert_eq!(
+        summary["cluster"]["kv_link"]["bandwidth_bytes_per_s"],
+        450e9
+    );
+    // The replay of the folder gives the same files; a different link does not replay.
+    let again = dir.path().join("again");
+    let mut replay = vec![
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cluster",
+        run_dir.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ];
+    replay.extend_from_slice(&limits);
+    let o = run(&replay);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "requests.csv",
+        "summary.json",
+        "routing.csv",
+        "decode/requests.csv",
+    ] {
+        assert_eq!(
+            std::fs::read(run_dir.join(f)).unwrap(),
+            std::fs::read(again.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let slower = dir.path().join("slower");
+    let mut bad = replay.clone();
+    bad[6] = slower.to_str().unwrap();
+    bad.extend_from_slice(&["--kv-bandwidth", "10"]);
+    assert_fails(
+        &bad,
+        &slower,
+        &["not a valid disaggregated cluster", "the decode side"],
+    );
+}
+
+#[test]
+fn disaggregation_refuses_what_it_cannot_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(5, dir.path());
+    let out = dir.path().join("out");
+    let base = |extra: &[&'static str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    for (extra, expect) in [
+        (
+            &["--scheduler", "vllm-v1", "--disaggregate", "0:2"][..],
+            "expected P:D",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--disaggregate", "2"][..],
+            "expected P:D",
+        ),
+        (
+            &["--scheduler", "sarathi", "--disaggregate", "1:1"][..],
+            "sarathi does not take KV computed elsewhere",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--router", "least-kv"][..],
+            "give --replicas N or --disaggregate P:D",
+        ),
+        (
+            &[
+                "--scheduler",
+                "vllm-v1",
+                "--disaggregate",
+                "1:1",
+                "--replicas",
+                "2",
+            ][..],
+            "cannot be used with",
+        ),
+        (
+            &[
+                "--scheduler",
+                "vllm-v1",
+                "--disaggregate",
+                "1:1",
+                "--kv-bandwidth",
+                "0",
+            ][..],
+            "bandwidth must be positive",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--kv-bandwidth", "10"][..],
+            "--disaggregate",
+        ),
+    ] {
+        let args = base(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_fails(&args, &out, &[expect]);
+    }
+}

@@ -1,6 +1,7 @@
 //! Property tests of clusters: on random workloads and limits, for every policy and router,
 //! every request is routed to exactly one replica and each replica's schedule replays
-//! (`replay_cluster`), and a cluster of one replica is the single-replica simulation.
+//! (`replay_cluster`), and a cluster of one replica is the single-replica simulation; a
+//! disaggregated cluster serves each request once on each side and replays.
 
 use infersched::core::{Summary, Workload, replay_cluster};
 use infersched::cost_model::preset;
@@ -91,6 +92,54 @@ proptest! {
             let c = simulate_cluster(&w, &limits, &mut policies, &cost, Router::LeastKv).unwrap();
             prop_assert_eq!(&c.replicas[0].schedule.batches, &single.schedule.batches, "{}", name);
             prop_assert_eq!(&c.replicas[0].accounts, &single.accounts);
+        }
+    }
+
+    #[test]
+    fn a_disaggregated_cluster_serves_each_request_once_on_each_side_and_replays(
+        (w, knobs) in arb_case(),
+        prefill in 1usize..3,
+        decode in 1usize..4,
+        latency_us in 0.0f64..500.0,
+    ) {
+        use infersched::core::disaggregated::{KvLink, replay_disaggregated};
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        let kind = SchedulerKind::VllmV1;
+        let limits = kind.limits(&knobs, &w);
+        let link = KvLink { bytes_per_token: 81_920.0, bandwidth_bytes_per_s: 300e9, latency_s: latency_us * 1e-6 };
+        for router in [Router::RoundRobin, Router::LeastKv, Router::PowerOfTwo { seed: 3 }] {
+            let side = |n: usize| -> Vec<_> { (0..n).map(|_| kind.policy(&knobs, &w)).collect() };
+            let (mut p, mut d) = (side(prefill), side(decode));
+            let sim = match infersched::schedulers::simulate_disaggregated(&w, &limits, &mut p, &mut d, &cost, router, &link) {
+                Ok(s) => s,
+                Err(e) => {
+                    prop_assert!(kind.simulate(&w, &knobs, &cost).is_err(), "{router}: {e}");
+                    continue;
+                }
+            };
+            let schedules = |c: &infersched::schedulers::ClusterSimulation| -> Vec<_> {
+                c.replicas.iter().map(|s| s.schedule.clone()).collect()
+            };
+            let r = replay_disaggregated(&w, &limits, &cost, &link, &sim.prefill.routing, &schedules(&sim.prefill), &sim.decode.routing, &schedules(&sim.decode))
+                .map_err(|e| TestCaseError::fail(format!("{router} {prefill}:{decode}: {e}")))?;
+            prop_assert_eq!(r.cluster.replicas.len(), prefill + decode);
+            for (i, (rec, req)) in r.cluster.merged.requests.iter().zip(w.requests()).enumerate() {
+                let pre = &r.prefill.merged.requests[i];
+                // Its KV leaves when the prefill side's token is out and arrives a transfer later,
+                // before the decode side's first token.
+                prop_assert!((r.kv_ready_s[i] - pre.first_token_s - link.transfer_s(req.input_tokens)).abs() < 1e-12);
+                prop_assert!(rec.first_token_s > r.kv_ready_s[i]);
+                prop_assert_eq!(rec.arrival_s, req.arrival_s);
+                // I prompt tokens on the prefill side, then the last prompt token again and the
+                // O - 1 decodes on the decode side, plus what evictions recomputed.
+                prop_assert_eq!(rec.processed_tokens, u64::from(req.input_tokens + req.output_tokens) + rec.recomputed_tokens, "request {}", i);
+                prop_assert_eq!(rec.cached_tokens, u64::from(req.input_tokens - 1));
+            }
+            let s = infersched::core::Summary::of_disaggregated(&r, &router.name(), &link);
+            prop_assert_eq!(s.requests, w.len());
+            let load = s.cluster.unwrap();
+            prop_assert_eq!(load.per_replica[..prefill].iter().map(|l| l.requests).sum::<usize>(), w.len());
+            prop_assert_eq!(load.per_replica[prefill..].iter().map(|l| l.requests).sum::<usize>(), w.len());
         }
     }
 }

@@ -5,7 +5,7 @@
 //! cluster's metrics come from those replays.
 
 use crate::replay::{Replay, ReplayError, replay};
-use crate::request::{Request, Workload};
+use crate::request::Workload;
 use crate::schedule::Schedule;
 use crate::{CostModel, Limits};
 use serde::Serialize;
@@ -76,6 +76,18 @@ pub enum ClusterError {
     /// No schedule of any cluster can serve the workload under these limits.
     #[error(transparent)]
     Workload(ReplayError),
+    /// One side of a disaggregated cluster is not valid.
+    #[error("the {side} side: {source}")]
+    Side {
+        /// `prefill` or `decode`.
+        side: &'static str,
+        /// What its replay found.
+        source: Box<ClusterError>,
+    },
+    /// A disaggregated cluster's decode side cannot take the requests the prefill side
+    /// hands it (e.g. KV ready past the latest time accepted).
+    #[error("the decode replicas' requests: {0}")]
+    DecodeSide(crate::WorkloadError),
     /// A line of a routing file is not `request,replica,routed_at_s`.
     #[error("{path}, line {line}: {reason}")]
     RoutingFile {
@@ -276,20 +288,9 @@ fn replay_replica(
     if members.is_empty() {
         return Ok(None);
     }
-    let reqs: Vec<Request> = members
-        .iter()
-        .map(|&g| workload.requests()[g as usize])
-        .collect();
-    let mut sub = Workload::new(reqs).expect("members of a valid workload, at least one");
-    if let Some(p) = workload.prefix() {
-        let ids = members.iter().map(|&g| p.ids[g as usize].clone()).collect();
-        sub = sub
-            .with_prefix(crate::prefix::PrefixIds {
-                block_tokens: p.block_tokens,
-                ids,
-            })
-            .expect("the members' ids of a valid workload");
-    }
+    let sub = workload
+        .members(members)
+        .expect("members of a valid workload, at least one");
     let mut one = replay(&sub, limits, cost, &renumbered).map_err(|e| ClusterError::Replica {
         replica,
         source: e.with_request_ids(members),
@@ -334,7 +335,7 @@ fn merge(workload: &Workload, routing: &Routing, replicas: &[Option<Replay>]) ->
 /// The replicas' batches by end time, ties in replica order: a k-way merge of lists each
 /// already in that order (a replica's batches follow one another). Ends are finite and
 /// non-negative, so their bits order as they do.
-fn merge_by_end(replicas: &[Option<Replay>]) -> Vec<crate::replay::BatchRecord> {
+pub(crate) fn merge_by_end(replicas: &[Option<Replay>]) -> Vec<crate::replay::BatchRecord> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let lists: Vec<&[crate::replay::BatchRecord]> = replicas
@@ -365,6 +366,13 @@ pub struct ClusterLoad {
     pub replicas: u32,
     /// The routing rule (`round-robin`, `random:7`, ...).
     pub router: String,
+    /// In a disaggregated cluster, the replicas that run prefills: the first ones, the
+    /// others decode (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_replicas: Option<u32>,
+    /// In a disaggregated cluster, the link KV moves over (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_link: Option<crate::disaggregated::KvLink>,
     /// Per replica, in order.
     pub per_replica: Vec<ReplicaLoad>,
 }
@@ -400,6 +408,8 @@ impl ClusterLoad {
         Self {
             replicas: cluster.replicas.len() as u32,
             router: router.to_string(),
+            prefill_replicas: None,
+            kv_link: None,
             per_replica,
         }
     }
@@ -439,6 +449,7 @@ impl ReplicaLoad {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Request;
     use crate::{Batch, BatchFeatures, Entry};
 
     struct Ms;

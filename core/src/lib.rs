@@ -14,6 +14,7 @@
 
 pub mod cluster;
 pub mod cost;
+pub mod disaggregated;
 pub mod instance;
 pub mod io;
 pub mod kv_cache;

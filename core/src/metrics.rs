@@ -248,6 +248,22 @@ impl Summary {
         s.cluster = Some(crate::cluster::ClusterLoad::of(cluster, router));
         s
     }
+
+    /// The summary of a disaggregated cluster's replay: the whole cluster's
+    /// ([`crate::disaggregated::DisaggregatedReplay::cluster`]), its first
+    /// `prefill_replicas` replicas marked as the prefill side, with the KV link.
+    pub fn of_disaggregated(
+        d: &crate::disaggregated::DisaggregatedReplay,
+        router: &str,
+        link: &crate::disaggregated::KvLink,
+    ) -> Self {
+        let mut s = Self::of_cluster(&d.cluster, router);
+        if let Some(c) = &mut s.cluster {
+            c.prefill_replicas = Some(d.prefill.replicas.len() as u32);
+            c.kv_link = Some(*link);
+        }
+        s
+    }
 }
 
 #[cfg(test)]

@@ -123,6 +123,21 @@ pub enum ReplayError {
         /// The rule broken.
         reason: String,
     },
+    /// An entry takes transferred KV against the rule (semantics.md, "Disaggregated
+    /// prefill and decode").
+    #[error(
+        "batch {batch}: request {request} takes {tokens} tokens of transferred KV, but {reason}"
+    )]
+    Transferred {
+        /// Batch index.
+        batch: usize,
+        /// Request id.
+        request: u32,
+        /// The tokens the entry takes.
+        tokens: u64,
+        /// The rule broken.
+        reason: String,
+    },
     /// Token budget C exceeded.
     #[error("batch {batch}: processes {tokens} tokens, over the token budget C = {limit}")]
     TokenBudget {
@@ -498,7 +513,7 @@ fn replay_timed(
     limits.validate()?;
     limits.check_feasible(workload)?;
     let mut r = Replayer::new(workload, limits, schedule.batches.len());
-    if schedule.has_cache_hits() {
+    if schedule.has_cache_hits() && !workload.has_transferred() {
         let keys = BlockKeys::new(workload, limits.block_size);
         let blocks = limits.kv_capacity.map(|m| m / u64::from(limits.block_size));
         r.cache = Some(PrefixCache::new(keys, blocks, limits.block_size));
@@ -562,6 +577,8 @@ struct Replayer<'a> {
     batches: Vec<BatchRecord>,
     /// The block pool, when some entry takes tokens from the prefix cache.
     cache: Option<PrefixCache>,
+    /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
+    transferred: Vec<u32>,
 }
 
 impl<'a> Replayer<'a> {
@@ -599,6 +616,11 @@ impl<'a> Replayer<'a> {
             tbt_gap_requests: Vec::new(),
             batches: Vec::with_capacity(batches),
             cache: None,
+            transferred: if workload.has_transferred() {
+                (0..n).map(|i| workload.transferred(i)).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -649,7 +671,9 @@ impl<'a> Replayer<'a> {
             }),
             Action::Evict => self.evict(j, id, step),
             Action::Process(c) => {
-                if entry.cached > 0 {
+                if entry.cached > 0 && !self.transferred.is_empty() {
+                    self.take_transferred(j, id, u64::from(entry.cached))?;
+                } else if entry.cached > 0 {
                     self.take_hit(j, id, u64::from(entry.cached))?;
                 }
                 self.process(j, id, c, step)
@@ -849,6 +873,41 @@ impl<'a> Replayer<'a> {
         self.state[i].held = cached;
         self.running += 1;
         self.records[i].cached_tokens += cached;
+        Ok(())
+    }
+
+    /// Request `id` takes the KV of its first `tokens` prompt tokens that came with it:
+    /// at its first admission only (an eviction loses it), at most what it brought, and
+    /// leaving at least the last known token to process.
+    fn take_transferred(&mut self, j: usize, id: u32, tokens: u64) -> Result<(), ReplayError> {
+        let i = id as usize;
+        let fail = |reason: String| ReplayError::Transferred {
+            batch: j,
+            request: id,
+            tokens,
+            reason,
+        };
+        let record = &self.records[i];
+        if record.processed_tokens > 0 || record.evictions > 0 {
+            return Err(fail(
+                "it was admitted before (the transferred KV is taken at the first admission only)"
+                    .into(),
+            ));
+        }
+        let brought = u64::from(self.transferred[i]);
+        if tokens > brought {
+            return Err(fail(format!("it brought {brought}")));
+        }
+        let known = self.state[i].known(&self.reqs[i]);
+        if tokens >= known {
+            return Err(fail(format!(
+                "it knows {known} tokens (at least the last known token is processed)"
+            )));
+        }
+        self.kv_used += self.limits.occupied(tokens);
+        self.state[i].held = tokens;
+        self.running += 1;
+        self.records[i].cached_tokens += tokens;
         Ok(())
     }
 
@@ -1165,6 +1224,48 @@ mod tests {
 
     fn err(w: &Workload, l: Limits, s: Schedule) -> ReplayError {
         replay(w, &l, &TestCost, &s).unwrap_err()
+    }
+
+    #[test]
+    fn transferred_kv_is_taken_once_at_admission_and_counted_in_memory() {
+        // An 8-token prompt whose first 8 tokens' KV came with it: it takes 7, computes
+        // the last prompt token (a prefill of 1 with 7 of context, generating the first
+        // token), then decodes.
+        let w = workload(&[(8, 2, 0.0), (4, 1, 0.0)])
+            .with_transferred(vec![8, 0])
+            .unwrap();
+        let s = sched(vec![
+            vec![E::cached_process(0, 7, 1), E::process(1, 4)],
+            vec![E::process(0, 1)],
+        ]);
+        let r = replay(&w, &blocks_of_2(Some(12)), &TestCost, &s).unwrap();
+        assert_eq!(r.requests[0].cached_tokens, 7);
+        assert_eq!(r.requests[0].processed_tokens, 2);
+        assert_eq!(r.batches[0].features.prefill_ctx, 7);
+        // Memory: 8 tokens (4 blocks of 2) and request 1's 4 in the first batch.
+        assert_eq!(r.batches[0].kv_tokens, 12);
+        let over = replay(&w, &blocks_of_2(Some(10)), &TestCost, &s).unwrap_err();
+        assert!(
+            matches!(over, ReplayError::KvCapacity { batch: 0, .. }),
+            "{over}"
+        );
+        // More than it brought, all it knows, or none brought: refused.
+        for (tokens, id, why) in [(8, 0, "it knows 8"), (1, 1, "it brought 0")] {
+            let bad = sched(vec![vec![E::cached_process(id, tokens, 1)]]);
+            let e = err(&w, blocks_of_2(None), bad).to_string();
+            assert!(e.contains("transferred KV") && e.contains(why), "{e}");
+        }
+        // After an eviction the KV is gone: a second take is refused.
+        let again = sched(vec![
+            vec![E::cached_process(0, 7, 1)],
+            vec![E::evict(0)],
+            vec![E::cached_process(0, 7, 1)],
+        ]);
+        let e = err(&w, blocks_of_2(None), again).to_string();
+        assert!(
+            e.contains("batch 2") && e.contains("admitted before"),
+            "{e}"
+        );
     }
 
     /// Two 8-token prompts sharing their first 4 tokens (ids in blocks of 4: [1, 2] and

@@ -69,6 +69,8 @@ pub struct Workload {
     requests: Vec<Request>,
     /// The prompts' block ids, where the trace gives them.
     prefix: Option<std::sync::Arc<crate::prefix::PrefixIds>>,
+    /// Per request, prompt tokens whose KV arrives with it, computed elsewhere.
+    transferred: Option<std::sync::Arc<Vec<u32>>>,
 }
 
 impl Workload {
@@ -110,11 +112,19 @@ impl Workload {
         Ok(Self {
             requests,
             prefix: None,
+            transferred: None,
         })
     }
 
     /// The workload with its prompts' block ids (checked against the requests).
     pub fn with_prefix(mut self, prefix: crate::prefix::PrefixIds) -> Result<Self, WorkloadError> {
+        if self.transferred.is_some() {
+            return Err(WorkloadError::InvalidField {
+                index: 0,
+                field: "hash_ids",
+                reason: "a workload whose KV is transferred takes no prefix ids".into(),
+            });
+        }
         prefix
             .validate(&self.input_lengths())
             .map_err(|(index, reason)| WorkloadError::InvalidField {
@@ -129,6 +139,74 @@ impl Workload {
     /// The prompts' block ids, where the trace gives them.
     pub fn prefix(&self) -> Option<&crate::prefix::PrefixIds> {
         self.prefix.as_deref()
+    }
+
+    /// The workload whose request `i` arrives with the KV of its first `tokens[i]` prompt
+    /// tokens computed elsewhere (a disaggregated decode replica's requests: a prefill
+    /// replica computed it and a link moved it; semantics.md, "Disaggregated prefill and
+    /// decode"). At most `I` each; not with prefix ids.
+    pub fn with_transferred(mut self, tokens: Vec<u32>) -> Result<Self, WorkloadError> {
+        let invalid = |index, reason: String| WorkloadError::InvalidField {
+            index,
+            field: "transferred",
+            reason,
+        };
+        if tokens.len() != self.requests.len() {
+            return Err(invalid(
+                0,
+                format!(
+                    "{} values for {} requests",
+                    tokens.len(),
+                    self.requests.len()
+                ),
+            ));
+        }
+        if self.prefix.is_some() {
+            return Err(invalid(
+                0,
+                "a workload with prefix ids takes no transferred KV".into(),
+            ));
+        }
+        if let Some(i) = (0..tokens.len()).find(|&i| tokens[i] > self.requests[i].input_tokens) {
+            return Err(invalid(
+                i,
+                format!(
+                    "{} tokens, more than the prompt's {}",
+                    tokens[i], self.requests[i].input_tokens
+                ),
+            ));
+        }
+        self.transferred = Some(std::sync::Arc::new(tokens));
+        Ok(self)
+    }
+
+    /// Prompt tokens whose KV request `i` brings with it (0 without transferred KV).
+    pub fn transferred(&self, i: usize) -> u32 {
+        self.transferred.as_ref().map_or(0, |t| t[i])
+    }
+
+    /// Whether any request brings KV with it.
+    pub fn has_transferred(&self) -> bool {
+        self.transferred.is_some()
+    }
+
+    /// The requests `ids` (in that order, renumbered 0..), with their prefix ids and
+    /// transferred KV.
+    pub fn members(&self, ids: &[u32]) -> Result<Workload, WorkloadError> {
+        let reqs = ids.iter().map(|&g| self.requests[g as usize]).collect();
+        let mut sub = Workload::new(reqs)?;
+        if let Some(p) = self.prefix() {
+            let ids = ids.iter().map(|&g| p.ids[g as usize].clone()).collect();
+            sub = sub.with_prefix(crate::prefix::PrefixIds {
+                block_tokens: p.block_tokens,
+                ids,
+            })?;
+        }
+        if self.has_transferred() {
+            sub =
+                sub.with_transferred(ids.iter().map(|&g| self.transferred(g as usize)).collect())?;
+        }
+        Ok(sub)
     }
 
     /// The prompts' lengths `I`, by request id.
@@ -191,6 +269,23 @@ mod tests {
         let e = Workload::new(vec![req(1, 1, -1.0)]).unwrap_err();
         assert!(e.to_string().contains("arrival_s"), "{e}");
         assert!(Workload::new(vec![req(1, 1, f64::NAN)]).is_err());
+    }
+
+    #[test]
+    fn transferred_kv_is_checked_and_kept_by_members() {
+        let w = Workload::new(vec![req(4, 2, 0.0), req(3, 1, 1.0)]).unwrap();
+        let e = w.clone().with_transferred(vec![4]).unwrap_err();
+        assert!(e.to_string().contains("1 values for 2 requests"), "{e}");
+        let e = w.clone().with_transferred(vec![4, 4]).unwrap_err();
+        assert!(
+            e.to_string().contains("request 1: transferred 4 tokens"),
+            "{e}"
+        );
+        let t = w.with_transferred(vec![4, 2]).unwrap();
+        assert_eq!((t.transferred(0), t.transferred(1)), (4, 2));
+        let one = t.members(&[1]).unwrap();
+        assert_eq!((one.len(), one.transferred(0)), (1, 2));
+        assert_eq!(one.requests()[0].input_tokens, 3);
     }
 
     #[test]

@@ -250,8 +250,7 @@ pub fn simulate_cluster(
         first.as_ref(),
         &Simulator::new(workload, *limits),
     )?;
-    let keys = first
-        .prefix_caching()
+    let keys = (first.prefix_caching() && !workload.has_transferred())
         .then(|| BlockKeys::new(workload, limits.block_size));
     let mut runs: Vec<Run<'_>> = policies
         .iter()
@@ -282,7 +281,7 @@ pub fn simulate_cluster(
         let chains = keys
             .as_ref()
             .map_or_else(Vec::new, |k| k.chains_of(g).to_vec());
-        runs[r].add_request(request, chains);
+        runs[r].add_request(request, chains, workload.transferred(g as usize));
         members[r].push(g);
         replica_of[g as usize] = r as u32;
     }

@@ -7,10 +7,12 @@
 //! request id, so runs are deterministic.
 
 pub mod cluster;
+pub mod disaggregated;
 pub mod policies;
 pub mod sim;
 
 pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster};
+pub use disaggregated::{DisaggregatedSimulation, simulate_disaggregated};
 pub use policies::{McsfOrder, PolicyOptions, Victim};
 pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate, simulate_instance};
 

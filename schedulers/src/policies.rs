@@ -363,6 +363,9 @@ impl Policy for VllmV1 {
     fn prefix_caching(&self) -> bool {
         self.0.prefix_caching
     }
+    fn takes_transferred_kv(&self) -> bool {
+        true
+    }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;
         // Alone on the GPU (no watermark then) a request must be admissible, or it would

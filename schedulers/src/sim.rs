@@ -48,6 +48,17 @@ pub enum SimError {
         /// What went wrong there.
         source: Box<SimError>,
     },
+    /// A disaggregated cluster's settings or hand-over failed.
+    #[error("disaggregated prefill and decode: {0}")]
+    Disaggregated(String),
+    /// The workload's requests bring KV that the policy would not take.
+    #[error(
+        "{policy} does not take KV computed elsewhere (disaggregated decode replicas run vllm-v1, as vLLM's KV connectors do)"
+    )]
+    TransferredKv {
+        /// Policy name.
+        policy: String,
+    },
     /// The simulation stopped making progress.
     #[error("{policy} made no progress at t = {time_s} s after {batches} batches: {state}")]
     Stalled {
@@ -125,6 +136,8 @@ pub struct Simulator<'w> {
     /// reservation is counted against the free blocks, the pool holds only filled ones,
     /// as the replay's does).
     reserved_unfilled: u64,
+    /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
+    transferred: Vec<u32>,
 }
 
 /// What one simulated batch left behind, for checking against the replay.
@@ -161,6 +174,12 @@ pub trait Policy {
     fn prefix_caching(&self) -> bool {
         false
     }
+    /// Whether the policy admits requests that bring their prompt's KV (a disaggregated
+    /// decode replica's), taking it through [`Simulator::cache_hit`] as vLLM's KV
+    /// connectors do; a policy that does not would recompute the prompts, so it is refused.
+    fn takes_transferred_kv(&self) -> bool {
+        false
+    }
 }
 
 impl<'w> Simulator<'w> {
@@ -169,6 +188,11 @@ impl<'w> Simulator<'w> {
         sim.reqs = Cow::Borrowed(workload.requests());
         sim.st = vec![ReqState::PENDING; workload.len()];
         sim.pending = workload.fcfs_order();
+        if workload.has_transferred() {
+            sim.transferred = (0..workload.len())
+                .map(|i| workload.transferred(i))
+                .collect();
+        }
         sim
     }
 
@@ -197,6 +221,7 @@ impl<'w> Simulator<'w> {
             generated_now: Vec::new(),
             cache: None,
             reserved_unfilled: 0,
+            transferred: Vec::new(),
         }
     }
 
@@ -217,7 +242,12 @@ impl<'w> Simulator<'w> {
     /// of the longest run of its leading blocks in the cache, at most `K - 1` (the last
     /// known token is always computed), and how many of those blocks no request holds
     /// (taking them uses free blocks). `(0, 0)` without caching or while `i` holds KV.
+    /// A request that brought its prompt's KV takes it at its first admission: at most
+    /// `K - 1` tokens, all their blocks new.
     pub fn cache_hit(&self, i: u32) -> (u64, u64) {
+        if let Some(tokens) = self.transferred_hit(i) {
+            return (tokens, self.blocks_for(tokens));
+        }
         match &self.cache {
             Some(cache) if self.held(i) == 0 => {
                 let (blocks, free) = cache.hit(i, (self.known(i) - 1) / self.block);
@@ -227,14 +257,32 @@ impl<'w> Simulator<'w> {
         }
     }
 
+    /// The transferred KV request `i` takes if admitted now: at its first admission only.
+    fn transferred_hit(&self, i: u32) -> Option<u64> {
+        let idx = i as usize;
+        let brought = u64::from(*self.transferred.get(idx)?);
+        let fresh = self.st[idx].held == 0 && self.st[idx].scheduled_in == usize::MAX;
+        (fresh && brought > 0).then(|| brought.min(self.known(i) - 1))
+    }
+
     /// Running request `i` (holding no KV) takes its first `tokens` tokens from the prefix
-    /// cache, as [`Self::cache_hit`] offered them; the next [`Self::process`] of `i` in
-    /// this batch records them in its entry.
+    /// cache (or from the KV it brought), as [`Self::cache_hit`] offered them; the next
+    /// [`Self::process`] of `i` in this batch records them in its entry.
     pub fn take_cache_hit(&mut self, i: u32, tokens: u64) {
         let idx = i as usize;
         debug_assert_eq!(self.st[idx].held, 0);
         debug_assert_eq!(self.st[idx].status, Status::Running);
         if tokens == 0 {
+            return;
+        }
+        if !self.transferred.is_empty() {
+            debug_assert_eq!(self.transferred_hit(i), Some(tokens));
+            let blocks = self.blocks_for(tokens);
+            self.st[idx].held = tokens;
+            self.st[idx].alloc_blocks = blocks;
+            self.used_blocks += blocks;
+            self.st[idx].cached_now = tokens;
+            self.actual_kv += self.limits.occupied(tokens);
             return;
         }
         let cache = self
@@ -551,7 +599,7 @@ pub fn simulate(
 ) -> Result<Simulation, SimError> {
     limits.validate()?;
     let mut sim = Simulator::new(workload, *limits);
-    if policy.prefix_caching() {
+    if policy.prefix_caching() && !workload.has_transferred() {
         sim.enable_prefix_cache(BlockKeys::new(workload, limits.block_size));
     }
     check_servable(workload, limits, policy, &sim)?;
@@ -569,6 +617,11 @@ pub(crate) fn check_servable(
     policy: &dyn Policy,
     sim: &Simulator<'_>,
 ) -> Result<(), SimError> {
+    if workload.has_transferred() && !policy.takes_transferred_kv() {
+        return Err(SimError::TransferredKv {
+            policy: policy.name(),
+        });
+    }
     if let Err(e) = limits.check_feasible(workload) {
         let infersched_core::Infeasibility::KvTooSmall { request, .. } = &e;
         return Err(SimError::Unservable {
@@ -623,8 +676,12 @@ impl<'w> Run<'w> {
 
     /// Adds request `r` (a cluster's replica): it arrives at `r.arrival_s`, which is no
     /// earlier than any request added before. Returns its id in this simulation.
-    pub(crate) fn add_request(&mut self, r: Request, chains: Vec<u32>) -> u32 {
+    pub(crate) fn add_request(&mut self, r: Request, chains: Vec<u32>, transferred: u32) -> u32 {
         let id = self.sim.reqs.len() as u32;
+        if transferred > 0 || !self.sim.transferred.is_empty() {
+            self.sim.transferred.resize(id as usize, 0);
+            self.sim.transferred.push(transferred);
+        }
         if let Some(cache) = &mut self.sim.cache {
             cache.push(r.input_tokens, chains);
         }

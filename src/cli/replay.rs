@@ -19,8 +19,19 @@ pub(crate) struct ReplayArgs {
     /// writes it: routing.csv and replica-K/schedule.json): checks that every request is
     /// routed to one replica and each replica's schedule serves exactly those, under the
     /// limits, and writes the cluster's outputs (and replica-K/ folders) to --out.
+    /// A disaggregated cluster's folder (`simulate --disaggregate P:D --out DIR`: prefill/
+    /// and decode/ each a cluster folder) is checked as one: the prefill side's schedules
+    /// on requests of one output token, then the decode side's on the requests arriving
+    /// when that replay says their KV is there (--kv-bandwidth, --kv-latency-us).
     #[arg(long, conflicts_with_all = ["schedule", "on_gpu"])]
     pub(crate) cluster: Option<PathBuf>,
+    /// With a disaggregated --cluster: the KV link's bandwidth per GPU, one direction, in
+    /// GB/s [default: the NVLink of the cost model's GPU, from its datasheet].
+    #[arg(long, requires = "cluster", value_name = "GB/S")]
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// With a disaggregated --cluster: a fixed time per KV transfer, in microseconds.
+    #[arg(long, requires = "cluster", default_value_t = 0.0, value_name = "US")]
+    pub(crate) kv_latency_us: f64,
     /// Cost-model preset name or coefficient JSON file.
     #[arg(long, default_value = infersched::cost_models::DEFAULT_COST_MODEL)]
     pub(crate) cost_model: String,
@@ -124,6 +135,9 @@ fn replay_cluster(
     dir: &std::path::Path,
 ) -> Result<()> {
     let w = instance.workload();
+    if dir.join("prefill").is_dir() && dir.join("decode").is_dir() {
+        return replay_disaggregated(a, instance, dir);
+    }
     let (routing, schedules) = infersched::cluster::read_cluster(dir, w)?;
     let r = infersched::core::replay_cluster(
         w,
@@ -157,6 +171,69 @@ fn replay_cluster(
     );
     out!("{}", infersched::output::summary_text(&summary));
     out!("{}", infersched::cluster::load_table(&summary));
+    outln!("wrote {} files under {}", paths.len(), a.out.display());
+    Ok(())
+}
+
+/// `replay --cluster DIR` on a disaggregated cluster's folder: both sides replayed (the
+/// decode side's arrivals from the prefill side's replay), the cluster summarised.
+fn replay_disaggregated(
+    a: &ReplayArgs,
+    instance: &Instance<cost_model::LinearCostModel>,
+    dir: &std::path::Path,
+) -> Result<()> {
+    let w = instance.workload();
+    let link = super::simulate::kv_link(instance.cost(), a.kv_bandwidth, a.kv_latency_us)?;
+    let (prefill_routing, prefill_schedules) =
+        infersched::cluster::read_cluster(&dir.join("prefill"), w)?;
+    let (decode_routing, decode_schedules) =
+        infersched::cluster::read_cluster(&dir.join("decode"), w)?;
+    let replay = infersched::core::disaggregated::replay_disaggregated(
+        w,
+        instance.limits(),
+        instance.cost(),
+        &link,
+        &prefill_routing,
+        &prefill_schedules,
+        &decode_routing,
+        &decode_schedules,
+    )
+    .with_context(|| {
+        format!(
+            "{} is not a valid disaggregated cluster for {}",
+            dir.display(),
+            a.workload.display()
+        )
+    })?;
+    let router = routing_rule(&prefill_schedules);
+    let mut summary = Summary::of_disaggregated(&replay, &router, &link);
+    if !a.slo.is_empty() {
+        summary.slo = Some(infersched::core::SloReport::of(
+            &replay.cluster.merged,
+            &a.slo,
+        ));
+    }
+    let o = infersched::produce::DisaggregatedOutcome {
+        prefill_routing,
+        prefill_schedules,
+        decode_routing,
+        decode_schedules,
+        replay,
+        summary,
+        limits: *instance.limits(),
+    };
+    let paths = infersched::cluster::write_disaggregated_outputs(&a.out, w, &o, None)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    outln!(
+        "the disaggregated cluster in {} ({} prefill and {} decode replicas) is valid for {} under cost model {}",
+        dir.display(),
+        o.prefill_schedules.len(),
+        o.decode_schedules.len(),
+        a.workload.display(),
+        instance.cost().name
+    );
+    out!("{}", infersched::output::summary_text(&o.summary));
+    out!("{}", infersched::cluster::load_table(&o.summary));
     outln!("wrote {} files under {}", paths.len(), a.out.display());
     Ok(())
 }

@@ -38,9 +38,29 @@ pub(crate) struct SimulateArgs {
     /// How arriving requests are spread over the replicas: round-robin,
     /// least-outstanding (fewest unfinished), least-waiting (fewest waiting: Vidur's LOR),
     /// least-kv (fewest KV blocks allocated), vllm-dp (vLLM V1's data-parallel balancer:
-    /// least 4 x waiting + running), power-of-two[:SEED] or random[:SEED].
-    #[arg(long, default_value = "round-robin", requires = "replicas")]
-    pub(crate) router: infersched::schedulers::Router,
+    /// least 4 x waiting + running), power-of-two[:SEED] or random[:SEED]
+    /// [default: round-robin]. Needs --replicas or --disaggregate.
+    #[arg(long)]
+    pub(crate) router: Option<infersched::schedulers::Router>,
+    /// Disaggregated prefill and decode, P:D (e.g. 1:3): P prefill replicas serve every
+    /// prompt and its first token, then the KV moves to one of D decode replicas, which
+    /// take it (all but the last prompt token, computed again for the first token the
+    /// client sees) and decode the rest, as vLLM's KV connectors behind its proxy do;
+    /// requests routed by --router on each side. Decode replicas run vllm-v1.
+    #[arg(long, conflicts_with = "replicas", value_name = "P:D")]
+    pub(crate) disaggregate: Option<infersched::core::disaggregated::Disaggregation>,
+    /// The KV link's bandwidth per GPU, one direction, in GB/s [default: the NVLink of
+    /// the cost model's GPU, from its datasheet].
+    #[arg(long, requires = "disaggregate", value_name = "GB/S")]
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// A fixed time per KV transfer, in microseconds.
+    #[arg(
+        long,
+        requires = "disaggregate",
+        default_value_t = 0.0,
+        value_name = "US"
+    )]
+    pub(crate) kv_latency_us: f64,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
     /// schedulers run one at a time when together they would not fit [default: the memory
     /// available].
@@ -58,6 +78,14 @@ pub(crate) struct SimulateArgs {
     pub(crate) trace: bool,
 }
 
+impl SimulateArgs {
+    /// `--router`, round-robin when not given.
+    fn router(&self) -> infersched::schedulers::Router {
+        self.router
+            .unwrap_or(infersched::schedulers::Router::RoundRobin)
+    }
+}
+
 pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = infersched::cost_models::resolve(&a.cost_model)?;
@@ -66,6 +94,13 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     super::check_prefix_caching(&a.knobs, kinds)?;
     let knobs = a.knobs.knobs(&w, &cost)?;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
+    if a.router.is_some() && a.replicas == 1 && a.disaggregate.is_none() {
+        bail!("--router spreads requests over replicas: give --replicas N or --disaggregate P:D");
+    }
+    if let Some(split) = a.disaggregate {
+        let link = kv_link(&cost, a.kv_bandwidth, a.kv_latency_us)?;
+        return simulate_disaggregated(a, &w, &cost, &knobs, (split, link));
+    }
     if a.replicas > 1 {
         return simulate_cluster(a, &w, &cost, &knobs, jobs);
     }
@@ -228,7 +263,12 @@ fn simulate_cluster(
             .par_iter()
             .map(|kind| -> Result<_> {
                 let o = infersched::produce::produce_cluster(
-                    w, cost, *kind, knobs, a.replicas, a.router,
+                    w,
+                    cost,
+                    *kind,
+                    knobs,
+                    a.replicas,
+                    a.router(),
                 )?;
                 let mut summary = o.summary;
                 if !a.slo.is_empty() {
@@ -259,7 +299,7 @@ fn simulate_cluster(
         a.workload.display(),
         cost.name,
         a.replicas,
-        a.router
+        a.router()
     );
     let mut failed = 0;
     let mut rows = Vec::new();
@@ -289,6 +329,107 @@ fn simulate_cluster(
     }
     if failed > 0 {
         bail!("{failed} of {} schedulers failed", kinds.len());
+    }
+    Ok(())
+}
+
+/// The KV link of `--disaggregate`: each GPU's KV bytes per token from the cost model's
+/// model and tensor-parallel degree, `--kv-bandwidth` (else the NVLink of the cost model's
+/// GPU per its datasheet) and `--kv-latency-us`.
+pub(crate) fn kv_link(
+    cost: &cost_model::LinearCostModel,
+    kv_bandwidth: Option<f64>,
+    kv_latency_us: f64,
+) -> Result<infersched::core::disaggregated::KvLink> {
+    let f = &cost.file;
+    let Some(model) = &f.model else {
+        bail!(
+            "--disaggregate: the cost model {} names no model, so the KV bytes per token to move are unknown (use a preset or roofline model that names one)",
+            cost.name
+        );
+    };
+    let gbps = match kv_bandwidth {
+        Some(g) => g,
+        None => {
+            let sheet = f.gpu.as_ref().and_then(|g| {
+                cost_model::roofline::Datasheet::named(g.name.split('-').next().unwrap_or(""))
+            });
+            match sheet {
+                Some(s) => s.nvlink / 1e9,
+                None => bail!(
+                    "--disaggregate: the cost model {} names no GPU with a datasheet; give the link's bandwidth with --kv-bandwidth GB/S",
+                    cost.name
+                ),
+            }
+        }
+    };
+    let link = infersched::core::disaggregated::KvLink {
+        bytes_per_token: model.kv_bytes_per_token(f.tensor_parallel) as f64,
+        bandwidth_bytes_per_s: gbps * 1e9,
+        latency_s: kv_latency_us * 1e-6,
+    };
+    link.validate()
+        .map_err(|e| anyhow::anyhow!("--kv-bandwidth / --kv-latency-us: {e}"))?;
+    Ok(link)
+}
+
+/// `simulate --disaggregate P:D`: each scheduler on P prefill and D decode replicas, one
+/// scheduler at a time.
+fn simulate_disaggregated(
+    a: &SimulateArgs,
+    w: &Workload,
+    cost: &cost_model::LinearCostModel,
+    knobs: &Knobs,
+    (split, link): (
+        infersched::core::disaggregated::Disaggregation,
+        infersched::core::disaggregated::KvLink,
+    ),
+) -> Result<()> {
+    outln!(
+        "{} requests from {}, cost model {}, {} prefill and {} decode replicas behind {}",
+        w.len(),
+        a.workload.display(),
+        cost.name,
+        split.prefill,
+        split.decode,
+        a.router()
+    );
+    let mut rows = Vec::new();
+    for kind in &a.scheduler {
+        let o = infersched::produce::produce_disaggregated(
+            w,
+            cost,
+            *kind,
+            knobs,
+            split,
+            a.router(),
+            &link,
+        )?;
+        let mut summary = o.summary.clone();
+        if !a.slo.is_empty() {
+            summary.slo = Some(infersched::core::SloReport::of(
+                &o.replay.cluster.merged,
+                &a.slo,
+            ));
+        }
+        outln!("\n{} on each replica", kind.name());
+        out!("{}", infersched::output::summary_text(&summary));
+        out!("{}", infersched::cluster::load_table(&summary));
+        if let Some(out) = &a.out {
+            let dir = out.join(kind.name());
+            let o = infersched::produce::DisaggregatedOutcome {
+                summary: summary.clone(),
+                ..o
+            };
+            let trace = a.trace.then_some(kind.name());
+            let paths = infersched::cluster::write_disaggregated_outputs(&dir, w, &o, trace)
+                .with_context(|| format!("writing results to {}", dir.display()))?;
+            outln!("  wrote {} files under {}", paths.len(), dir.display());
+        }
+        rows.push((kind.name(), summary));
+    }
+    if rows.len() > 1 {
+        outln!("\n{}", infersched::output::comparison_table(&rows));
     }
     Ok(())
 }

@@ -889,7 +889,10 @@ fn independent_groups_agree_with_the_whole_workload_milp_a() {
     assert!(stronger >= 2, "{stronger} of {split} stronger");
     // Each burst's MILP is tiny: the groups prove optimality where the whole MILP, over
     // the idle second between the bursts, often stops at its limit.
-    assert!(both + only_groups >= 4, "{both} + {only_groups} proven by the groups");
+    assert!(
+        both + only_groups >= 4,
+        "{both} + {only_groups} proven by the groups"
+    );
     // The whole MILP proves within its 3 s on 2 of these seeds alone, on fewer under the
     // load of the other exactness tests: at least one checks the agreement.
     assert!(both >= 1, "{both} proven by both");
@@ -900,7 +903,10 @@ fn independent_groups_agree_with_the_whole_workload_milp_b() {
     let (split, stronger, both, only_groups) = groups_agree_with_the_whole_milp(410..420);
     assert!(split >= 7, "{split} of 10 split");
     assert!(stronger >= 2, "{stronger} of {split} stronger");
-    assert!(both + only_groups >= 1, "{both} + {only_groups} proven by the groups");
+    assert!(
+        both + only_groups >= 1,
+        "{both} + {only_groups} proven by the groups"
+    );
 }
 
 #[test]
