@@ -45,6 +45,53 @@ pub enum SettingsError {
         /// Its O.
         output: u32,
     },
+    /// `--disaggregate` with a cost model that names no model (the KV bytes to move).
+    #[error(
+        "--disaggregate: the cost model {0} names no model, so the KV bytes per token to move are unknown (use a preset or roofline model that names one)"
+    )]
+    NoKvModel(String),
+    /// `--disaggregate` without a bandwidth, and no GPU datasheet to take NVLink's from.
+    #[error(
+        "--disaggregate: the cost model {0} names no GPU with a datasheet; give the link's bandwidth with --kv-bandwidth GB/S"
+    )]
+    NoKvBandwidth(String),
+    /// A KV link figure out of range.
+    #[error("--kv-bandwidth / --kv-latency-us: {0}")]
+    KvLink(#[from] crate::core::disaggregated::DisaggregationError),
+}
+
+/// The KV link of a disaggregated cluster (`--disaggregate`): each GPU's KV bytes per
+/// token from `cost`'s model and tensor-parallel degree, `bandwidth_gbps` GB/s per GPU in
+/// one direction (default: the NVLink of `cost`'s GPU per its datasheet) and
+/// `latency_us` per transfer.
+pub fn kv_link(
+    cost: &LinearCostModel,
+    bandwidth_gbps: Option<f64>,
+    latency_us: f64,
+) -> Result<crate::core::disaggregated::KvLink, SettingsError> {
+    let f = &cost.file;
+    let model = f
+        .model
+        .as_ref()
+        .ok_or_else(|| SettingsError::NoKvModel(cost.name.clone()))?;
+    let gbps = match bandwidth_gbps {
+        Some(g) => g,
+        None => f
+            .gpu
+            .as_ref()
+            .and_then(|g| {
+                crate::cost_model::Datasheet::named(g.name.split('-').next().unwrap_or(""))
+            })
+            .map(|s| s.nvlink / 1e9)
+            .ok_or_else(|| SettingsError::NoKvBandwidth(cost.name.clone()))?,
+    };
+    let link = crate::core::disaggregated::KvLink {
+        bytes_per_token: model.kv_bytes_per_token(f.tensor_parallel) as f64,
+        bandwidth_bytes_per_s: gbps * 1e9,
+        latency_s: latency_us * 1e-6,
+    };
+    link.validate()?;
+    Ok(link)
 }
 
 /// M for vLLM's `--num-gpu-blocks N` with blocks of `block` tokens: the pool less vLLM's

@@ -183,7 +183,7 @@ fn replay_disaggregated(
     dir: &std::path::Path,
 ) -> Result<()> {
     let w = instance.workload();
-    let link = super::simulate::kv_link(instance.cost(), a.kv_bandwidth, a.kv_latency_us)?;
+    let link = infersched::settings::kv_link(instance.cost(), a.kv_bandwidth, a.kv_latency_us)?;
     let (prefill_routing, prefill_schedules) =
         infersched::cluster::read_cluster(&dir.join("prefill"), w)?;
     let (decode_routing, decode_schedules) =

@@ -98,7 +98,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         bail!("--router spreads requests over replicas: give --replicas N or --disaggregate P:D");
     }
     if let Some(split) = a.disaggregate {
-        let link = kv_link(&cost, a.kv_bandwidth, a.kv_latency_us)?;
+        let link = infersched::settings::kv_link(&cost, a.kv_bandwidth, a.kv_latency_us)?;
         return simulate_disaggregated(a, &w, &cost, &knobs, (split, link));
     }
     if a.replicas > 1 {
@@ -331,46 +331,6 @@ fn simulate_cluster(
         bail!("{failed} of {} schedulers failed", kinds.len());
     }
     Ok(())
-}
-
-/// The KV link of `--disaggregate`: each GPU's KV bytes per token from the cost model's
-/// model and tensor-parallel degree, `--kv-bandwidth` (else the NVLink of the cost model's
-/// GPU per its datasheet) and `--kv-latency-us`.
-pub(crate) fn kv_link(
-    cost: &cost_model::LinearCostModel,
-    kv_bandwidth: Option<f64>,
-    kv_latency_us: f64,
-) -> Result<infersched::core::disaggregated::KvLink> {
-    let f = &cost.file;
-    let Some(model) = &f.model else {
-        bail!(
-            "--disaggregate: the cost model {} names no model, so the KV bytes per token to move are unknown (use a preset or roofline model that names one)",
-            cost.name
-        );
-    };
-    let gbps = match kv_bandwidth {
-        Some(g) => g,
-        None => {
-            let sheet = f.gpu.as_ref().and_then(|g| {
-                cost_model::roofline::Datasheet::named(g.name.split('-').next().unwrap_or(""))
-            });
-            match sheet {
-                Some(s) => s.nvlink / 1e9,
-                None => bail!(
-                    "--disaggregate: the cost model {} names no GPU with a datasheet; give the link's bandwidth with --kv-bandwidth GB/S",
-                    cost.name
-                ),
-            }
-        }
-    };
-    let link = infersched::core::disaggregated::KvLink {
-        bytes_per_token: model.kv_bytes_per_token(f.tensor_parallel) as f64,
-        bandwidth_bytes_per_s: gbps * 1e9,
-        latency_s: kv_latency_us * 1e-6,
-    };
-    link.validate()
-        .map_err(|e| anyhow::anyhow!("--kv-bandwidth / --kv-latency-us: {e}"))?;
-    Ok(link)
 }
 
 /// `simulate --disaggregate P:D`: each scheduler on P prefill and D decode replicas, one

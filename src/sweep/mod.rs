@@ -241,6 +241,35 @@ schedulers = ["optimal", "vllm", "optimal+no-evict"]
     }
 
     #[test]
+    fn resuming_a_file_of_an_earlier_version_rewrites_it_in_this_ones_columns() {
+        // A results.csv without the disaggregate column: its rows kept, the rest appended,
+        // the whole file in this version's columns.
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sweep::parse(SPEC, Path::new(".")).unwrap();
+        run(&s, dir.path(), false, None, Some(1), false).unwrap();
+        let path = dir.path().join("results.csv");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let k = RESULT_COLUMNS
+            .iter()
+            .position(|c| *c == "disaggregate")
+            .unwrap();
+        let drop_column = |line: &str| {
+            let mut cells: Vec<&str> = line.split(',').collect();
+            cells.remove(k);
+            cells.join(",")
+        };
+        let old: Vec<String> = text.lines().take(2).map(drop_column).collect();
+        std::fs::write(&path, old.join("\n") + "\n").unwrap();
+        let again = run(&s, dir.path(), true, None, Some(1), false).unwrap();
+        assert_eq!(again.ran, s.points.len() - 1);
+        let after = std::fs::read_to_string(&path).unwrap();
+        // This version's header, the kept row as it was, every point once.
+        let lines: Vec<&str> = after.lines().collect();
+        assert_eq!(lines[..2], text.lines().take(2).collect::<Vec<_>>()[..]);
+        assert_eq!(read_results(&path).unwrap().len(), s.points.len());
+    }
+
+    #[test]
     fn a_header_without_its_newline_resumes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.csv");
@@ -396,6 +425,50 @@ schedulers = ["vllm", "sarathi"]
     }
 
     #[test]
+    fn a_disaggregated_cluster_is_a_grid_value() {
+        let spec = r#"
+[workload]
+n = 6
+I = 40
+O = 3
+arrival = "poisson:50"
+[grid]
+clusters = [{ replicas = 2 }, { disaggregate = "1:1" }]
+schedulers = ["vllm-v1"]
+"#;
+        let s = Sweep::parse(spec, Path::new(".")).unwrap();
+        assert_eq!(s.swept, vec!["disaggregate"]);
+        let p = &s.points[1];
+        let c = p.cluster.as_ref().unwrap();
+        assert_eq!(c.replicas, 2);
+        assert!(
+            p.key()
+                .contains(";replicas=2;disaggregate=1:1;router=round-robin;"),
+            "{}",
+            p.key()
+        );
+        // The colocated cluster's key is what it always was.
+        assert!(!s.points[0].key().contains("disaggregate"));
+        let row = s.run_point(p);
+        assert!(!row.failed(), "{row:?}");
+        assert_eq!(
+            (row.replicas, row.disaggregate.as_deref()),
+            (Some(2), Some("1:1"))
+        );
+        let w = s.workload(p).unwrap();
+        let knobs = crate::schedulers::Knobs::matching(&s.limits(p).unwrap());
+        let cost = s.cost_of(p);
+        let link = crate::settings::kv_link(cost, None, 0.0).unwrap();
+        let split = c.disaggregate.unwrap();
+        let kind = crate::schedulers::SchedulerKind::VllmV1;
+        let o =
+            crate::produce::produce_disaggregated(&w, cost, kind, &knobs, split, c.router, &link)
+                .unwrap();
+        assert_eq!(row.mean_e2e_s, Some(o.summary.mean_e2e_s));
+        assert_ne!(row.mean_e2e_s, s.run_point(&s.points[0]).mean_e2e_s);
+    }
+
+    #[test]
     fn bad_clusters_name_the_key() {
         let with = |grid: &str| {
             err(&format!(
@@ -428,6 +501,25 @@ schedulers = ["vllm", "sarathi"]
         assert!(e.contains("grid.clusters[1]: repeats"), "{e}");
         let e = with("clusters = [{ replica = 2 }]\nschedulers = [\"vllm\"]");
         assert!(e.contains("replica"), "{e}");
+        let e = with(
+            "clusters = [{ replicas = 2, disaggregate = \"1:1\" }]\nschedulers = [\"vllm-v1\"]",
+        );
+        assert!(
+            e.contains("grid.clusters[0]: expected replicas = N or disaggregate"),
+            "{e}"
+        );
+        let e = with("clusters = [{ disaggregate = \"1-1\" }]\nschedulers = [\"vllm-v1\"]");
+        assert!(
+            e.contains("grid.clusters[0].disaggregate: --disaggregate \"1-1\": expected P:D"),
+            "{e}"
+        );
+        let e = with(
+            "clusters = [{ disaggregate = \"1:1\" }]\nschedulers = [\"vllm-v1\", \"sarathi\"]",
+        );
+        assert!(
+            e.contains("grid.schedulers: sarathi on grid.clusters[0], a disaggregated cluster"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -159,12 +159,12 @@ fn panelled(
 }
 
 /// The swept parameters plotted against: seeds are replicates (averaged over), cost
-/// models and routers are names (each its own line instead).
+/// models, routers and prefill:decode splits are names (each its own line instead).
 fn plotted_params(sweep: &Sweep) -> impl Iterator<Item = &&'static str> {
     sweep
         .swept
         .iter()
-        .filter(|p| !matches!(**p, "seed" | "cost_model" | "router"))
+        .filter(|p| !matches!(**p, "seed" | "cost_model" | "router" | "disaggregate"))
 }
 
 /// Every path the plots of `sweep` may be written to in `dir` (and `dir` itself).
@@ -226,7 +226,9 @@ impl<'a> Rows<'a> {
     fn series_name(&self, r: &ResultRow, hide: &[&str]) -> String {
         let shown = |p: &str| !hide.contains(&p);
         let mut cluster = Vec::new();
-        if let Some(n) = r.replicas.filter(|_| shown("replicas")) {
+        if let Some(d) = r.disaggregate.as_ref().filter(|_| shown("disaggregate")) {
+            cluster.push(format!("{d} P:D"));
+        } else if let Some(n) = r.replicas.filter(|_| shown("replicas")) {
             cluster.push(format!("{n} x"));
         }
         if let Some(c) = r.cost_model.as_ref().filter(|_| shown("cost_model")) {

@@ -24,6 +24,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "seed",
     "cost_model",
     "replicas",
+    "disaggregate",
     "router",
     "objective",
     "scheduler",
@@ -68,6 +69,7 @@ pub const ADDED_COLUMNS: &[&str] = &[
     "time_scale",
     "cost_model",
     "replicas",
+    "disaggregate",
     "router",
     "p50_ttft_s",
     "p90_ttft_s",
@@ -135,6 +137,9 @@ pub struct ResultRow {
     /// Replicas, where the grid has clusters or routers (empty: one, no cluster).
     #[serde(default)]
     pub replicas: Option<u32>,
+    /// Prefill and decode replicas `P:D`, where the cluster is disaggregated.
+    #[serde(default)]
+    pub disaggregate: Option<String>,
     /// The router, where the grid has clusters or routers.
     #[serde(default)]
     pub router: Option<String>,
@@ -294,6 +299,7 @@ impl ResultRow {
             "seed" => self.seed.to_string(),
             "cost_model" => o2s(&self.cost_model),
             "replicas" => o2s(&self.replicas),
+            "disaggregate" => o2s(&self.disaggregate),
             "router" => o2s(&self.router),
             _ => String::new(),
         }
@@ -376,13 +382,10 @@ pub(super) fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<ResultRow>>
         .headers()
         .with_context(|| format!("{}: no header", path.display()))?
         .clone();
-    // The columns before clusters and SLOs read as rows of one replica without SLOs; the
-    // file is written back in this version's columns.
-    let legacy = RESULT_COLUMNS
-        .iter()
-        .copied()
-        .filter(|c| !ADDED_COLUMNS.contains(c));
-    if header.iter().ne(RESULT_COLUMNS.iter().copied()) && header.iter().ne(legacy) {
+    // Files of earlier versions (this version's columns less some added since, in order)
+    // read with those cells empty (one replica, no SLOs, ...); the file is written back in
+    // this version's columns.
+    if !is_earlier_header(&header) {
         bail!(
             "{}: not a sweep results file of this version (columns differ)",
             path.display()
@@ -392,6 +395,19 @@ pub(super) fn parse_results(path: &Path, bytes: &[u8]) -> Result<Vec<ResultRow>>
         .enumerate()
         .map(|(i, row)| row.with_context(|| format!("{}: line {}", path.display(), i + 2)))
         .collect()
+}
+
+/// Whether `header` is this version's columns, less some of [`ADDED_COLUMNS`], in order.
+fn is_earlier_header(header: &csv::StringRecord) -> bool {
+    let mut given = header.iter().peekable();
+    for c in RESULT_COLUMNS {
+        if given.peek() == Some(c) {
+            given.next();
+        } else if !ADDED_COLUMNS.contains(c) {
+            return false;
+        }
+    }
+    given.next().is_none()
 }
 
 /// Rewrites `results.csv` whole (atomically): the header, then `rows`.

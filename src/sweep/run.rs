@@ -34,6 +34,11 @@ impl Sweep {
             seed: p.seed,
             cost_model: p.cluster.as_ref().and_then(|c| c.cost_model.clone()),
             replicas: p.cluster.as_ref().map(|c| c.replicas),
+            disaggregate: p
+                .cluster
+                .as_ref()
+                .and_then(|c| c.disaggregate)
+                .map(|d| format!("{}:{}", d.prefill, d.decode)),
             router: p.cluster.as_ref().map(|c| c.router.name()),
             objective: p.objective.clone(),
             scheduler: p.scheduler,
@@ -153,6 +158,17 @@ impl Sweep {
                 summary.slo = Some(crate::core::SloReport::of(replay, slos));
             }
         };
+        if let (Some(c), Contender::Heuristic(kind)) = (&p.cluster, contender)
+            && let Some(split) = c.disaggregate
+        {
+            let link = crate::settings::kv_link(cost, None, 0.0)?;
+            let mut o = crate::produce::produce_disaggregated(
+                &w, cost, kind, &knobs, split, c.router, &link,
+            )?;
+            measure_slos(&mut o.summary, &o.replay.cluster.merged);
+            let value = objective.of(&o.summary);
+            return Ok((RunStatus::Heuristic, value, o.summary, None));
+        }
         if let (Some(c), Contender::Heuristic(kind)) = (&p.cluster, contender) {
             let mut o = produce_cluster(&w, cost, kind, &knobs, c.replicas, c.router)?;
             measure_slos(&mut o.summary, &o.replay.merged);
@@ -275,6 +291,10 @@ pub fn run(
                 "{}: dropped {duplicates} duplicate rows and {foreign} rows not in this grid",
                 results_path.display()
             );
+            write_results(&results_path, &kept)?;
+        } else if !std::fs::read(&results_path)?.starts_with(&header_line()?) {
+            // A file of an earlier version (fewer columns): rewritten in this version's
+            // columns before rows of them are appended.
             write_results(&results_path, &kept)?;
         }
     } else {

@@ -159,12 +159,18 @@ pub struct GridSection {
     pub objectives: Option<Vec<String>>,
 }
 
-/// One entry of `grid.clusters`: `{ replicas = 4, cost_model = "roofline:h100:llama3-8b:tp1" }`.
+/// One entry of `grid.clusters`: `{ replicas = 4, cost_model = "roofline:h100:llama3-8b:tp1" }`,
+/// or a disaggregated one, `{ disaggregate = "1:3" }`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     /// Replicas (each runs the scheduler on the requests routed to it).
-    pub replicas: u32,
+    #[serde(default)]
+    pub replicas: Option<u32>,
+    /// Prefill and decode replicas, `P:D` (semantics.md, "Disaggregated prefill and
+    /// decode"; the KV link from the cost model), instead of `replicas`.
+    #[serde(default)]
+    pub disaggregate: Option<String>,
     /// The replicas' cost model [default: the spec's]; M comes from it where not given.
     #[serde(default)]
     pub cost_model: Option<String>,
@@ -173,8 +179,10 @@ pub struct ClusterSection {
 /// A point's cluster, where the grid has `clusters` or `routers`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterPoint {
-    /// Replicas.
+    /// Replicas (all of them, prefill and decode where disaggregated).
     pub replicas: u32,
+    /// Prefill and decode replicas, where disaggregated.
+    pub disaggregate: Option<crate::core::disaggregated::Disaggregation>,
     /// The cost model's name as the spec gives it (None: the spec's `cost_model`).
     pub cost_model: Option<String>,
     /// Index of its cost model in the sweep's resolved cost models.
@@ -225,8 +233,12 @@ impl Point {
     /// The identity of the run, the same for the same setting in every sweep.
     pub fn key(&self) -> String {
         let cluster = self.cluster.as_ref().map_or(String::new(), |c| {
+            // Only where disaggregated, so other clusters' keys stay as they were.
+            let split = c.disaggregate.map_or(String::new(), |d| {
+                format!("disaggregate={}:{};", d.prefill, d.decode)
+            });
             format!(
-                "cost_model={};replicas={};router={};",
+                "cost_model={};replicas={};{split}router={};",
                 c.cost_model.as_deref().unwrap_or(""),
                 c.replicas,
                 c.router
@@ -313,7 +325,7 @@ pub struct Sweep {
 struct Grid {
     objectives: Vec<String>,
     /// None: no cluster axes (one replica of the spec's cost model).
-    clusters: Vec<Option<(ClusterSection, usize)>>,
+    clusters: Vec<Option<(ClusterShape, usize)>>,
     routers: Vec<Router>,
     ms: Vec<Option<u64>>,
     cs: Vec<Option<u64>>,
@@ -380,6 +392,15 @@ impl Grid {
                     .collect::<std::collections::HashSet<_>>()
                     .len(),
             ),
+            (
+                "disaggregate",
+                self.clusters
+                    .iter()
+                    .flatten()
+                    .map(|c| c.0.disaggregate.map(|d| (d.prefill, d.decode)))
+                    .collect::<std::collections::HashSet<_>>()
+                    .len(),
+            ),
             ("router", self.routers.len()),
         ]
         .into_iter()
@@ -409,6 +430,7 @@ impl Grid {
             index,
             cluster: self.clusters[cl].as_ref().map(|(c, cost)| ClusterPoint {
                 replicas: c.replicas,
+                disaggregate: c.disaggregate,
                 cost_model: c.cost_model.clone(),
                 cost: *cost,
                 router: self.routers[ro],
@@ -779,36 +801,74 @@ fn grid_of(spec: &SweepSpec, has_trace: bool) -> Result<Grid> {
     })
 }
 
+/// A cluster of the grid, checked: its replicas (all of them), how they split where
+/// disaggregated, its cost model's name.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ClusterShape {
+    pub(super) replicas: u32,
+    pub(super) disaggregate: Option<crate::core::disaggregated::Disaggregation>,
+    pub(super) cost_model: Option<String>,
+}
+
 /// The grid's clusters (each with the index of its cost model) and routers: `[None]` and
 /// round-robin where the grid has neither.
-type ClusterAxes = (Vec<Option<(ClusterSection, usize)>>, Vec<Router>);
+type ClusterAxes = (Vec<Option<(ClusterShape, usize)>>, Vec<Router>);
+
+/// Entry `k` of `grid.clusters`, checked: replicas from 1 to the most, or a `P:D` split.
+fn cluster_shape(k: usize, c: &ClusterSection) -> Result<ClusterShape> {
+    let max = crate::core::cluster::MAX_REPLICAS;
+    let (replicas, disaggregate) = match (c.replicas, &c.disaggregate) {
+        (Some(_), Some(_)) | (None, None) => {
+            bail!(
+                "grid.clusters[{k}]: expected replicas = N or disaggregate = \"P:D\", one of them"
+            )
+        }
+        (Some(n), None) if !(1..=max).contains(&n) => {
+            bail!("grid.clusters[{k}].replicas: expected 1 to {max}, got {n}")
+        }
+        (Some(n), None) => (n, None),
+        (None, Some(spec)) => {
+            let d: crate::core::disaggregated::Disaggregation = spec
+                .parse()
+                .map_err(|e| anyhow::anyhow!("grid.clusters[{k}].disaggregate: {e}"))?;
+            (d.prefill.saturating_add(d.decode), Some(d))
+        }
+    };
+    Ok(ClusterShape {
+        replicas,
+        disaggregate,
+        cost_model: c.cost_model.clone(),
+    })
+}
 
 fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
     if g.clusters.is_none() && g.routers.is_none() {
         return Ok((vec![None], vec![Router::RoundRobin]));
     }
     let one = vec![ClusterSection {
-        replicas: 1,
-        cost_model: None,
+        replicas: Some(1),
+        ..ClusterSection::default()
     }];
-    let clusters = g.clusters.clone().unwrap_or(one);
-    if clusters.is_empty() {
+    let sections = g.clusters.clone().unwrap_or(one);
+    if sections.is_empty() {
         bail!("grid.clusters: empty list");
     }
-    let max = crate::core::cluster::MAX_REPLICAS;
-    for (k, c) in clusters.iter().enumerate() {
-        if !(1..=max).contains(&c.replicas) {
-            bail!(
-                "grid.clusters[{k}].replicas: expected 1 to {max}, got {}",
-                c.replicas
-            );
-        }
-    }
-    let pairs: Vec<_> = clusters
+    let clusters = sections
         .iter()
-        .map(|c| (c.replicas, &c.cost_model))
+        .enumerate()
+        .map(|(k, c)| cluster_shape(k, c))
+        .collect::<Result<Vec<_>>>()?;
+    let shapes: Vec<_> = clusters
+        .iter()
+        .map(|c| {
+            (
+                c.replicas,
+                c.disaggregate.map(|d| (d.prefill, d.decode)),
+                &c.cost_model,
+            )
+        })
         .collect();
-    if let Some(j) = first_repeat(&pairs) {
+    if let Some(j) = first_repeat(&shapes) {
         bail!("grid.clusters[{j}]: repeats an earlier cluster; each grid value must be distinct");
     }
     let names = g.routers.clone().unwrap_or(vec!["round-robin".into()]);
@@ -830,6 +890,15 @@ fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
         .schedulers
         .iter()
         .any(|s| s.starts_with(crate::produce::OPTIMAL));
+    let not_v1 = g.schedulers.iter().find(|s| s.as_str() != "vllm-v1");
+    if let (Some(k), Some(s)) = (
+        clusters.iter().position(|c| c.disaggregate.is_some()),
+        not_v1,
+    ) {
+        bail!(
+            "grid.schedulers: {s} on grid.clusters[{k}], a disaggregated cluster: its decode replicas take the prompts' KV as vllm-v1 does, and only vllm-v1 is built to"
+        );
+    }
     if let Some(k) = clusters
         .iter()
         .position(|c| c.replicas > 1)
