@@ -79,9 +79,7 @@ pub fn kv_link(
         None => f
             .gpu
             .as_ref()
-            .and_then(|g| {
-                crate::cost_model::Datasheet::named(g.name.split('-').next().unwrap_or(""))
-            })
+            .and_then(crate::cost_model::roofline::datasheet_of)
             .map(|s| s.nvlink / 1e9)
             .ok_or_else(|| SettingsError::NoKvBandwidth(cost.name.clone()))?,
     };

@@ -628,6 +628,28 @@ fn fit_writes_a_usable_cost_model() {
         .unwrap();
     assert!(pcie.contains("(in this model's tokens term)"), "{pcie}");
     assert!(!nvlink.contains("in this model"), "{nvlink}");
+    // NCCL's latencies are shown too, and marked in the model only with :nccl.
+    let latency = |spec: &str, link: &str| {
+        let o = run(&["cost-model", "show", spec]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with(&format!("    NCCL latency over {link}")))
+            .unwrap()
+            .to_string()
+    };
+    let l = latency("roofline:h100:llama3-70b:tp8:pcie:nccl", "pcie");
+    assert!(
+        l.contains("20.6 us per all-reduce") && l.contains("in this model's one term"),
+        "{l}"
+    );
+    let l = latency("roofline:h100:llama3-70b:tp8:pcie", "pcie");
+    assert!(!l.contains("in this model"), "{l}");
+    let l = latency("roofline:h100:llama3-70b:tp8:nvlink:nccl", "nvlink");
+    assert!(
+        l.contains("15.0 us per all-reduce") && l.contains("in this model"),
+        "{l}"
+    );
 
     // mlp.csv with a Vidur-format attention.csv: one file with every feature's theta.
     let attention = dir.path().join("attention.csv");

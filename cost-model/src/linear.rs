@@ -101,7 +101,7 @@ fn one_u32() -> u32 {
 pub enum CostModelError {
     /// Neither a preset nor a readable file.
     #[error(
-        "unknown cost model \"{spec}\": not a preset ({presets}), not roofline:GPU:MODEL[:tpN[:nvlink|pcie]], and no such file"
+        "unknown cost model \"{spec}\": not a preset ({presets}), not roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]], and no such file"
     )]
     Unknown {
         /// What was asked for.

@@ -47,7 +47,7 @@ pub fn preset(name: &str) -> Option<LinearCostModel> {
     )
 }
 
-/// A preset by name, a `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]` spec, or else a coefficient file by path.
+/// A preset by name, a `roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]]` spec, or else a coefficient file by path.
 pub fn resolve(spec: &str) -> Result<LinearCostModel, CostModelError> {
     if let Some(m) = crate::roofline::parse_roofline(spec).map_err(CostModelError::Roofline)? {
         return Ok(m);

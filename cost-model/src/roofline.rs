@@ -1,6 +1,6 @@
 //! The `roofline` cost model: first-order coefficients from a model's shape and a GPU's
 //! datasheet (peak dense bf16 FLOP/s, memory bandwidth), usable anywhere as
-//! `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]`, e.g. `roofline:h200:llama2-7b` (InferMax's "theoretical
+//! `roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]]`, e.g. `roofline:h200:llama2-7b` (InferMax's "theoretical
 //! hardware bound").
 //!
 //! Per layer and GPU (tensor parallel degree t, bytes per element b), each term the time of
@@ -20,7 +20,9 @@
 //!   direction over NVLink (default) or PCIe ([`Link`]). Added to the compute, as vLLM
 //!   runs them (no overlap); launch latencies are left out, as every other bias. On NVSwitch
 //!   systems with in-network reduction (NVLink SHARP) an all-reduce can send less than a
-//!   ring's volume, so there the communication term is a ring's, not a strict floor.
+//!   ring's volume, so there the communication term is a ring's, not a strict floor;
+//! * with the suffix `:nccl`, each batch also pays NCCL's latency of its `2 x layers`
+//!   all-reduces ([`all_reduce_latency_s`], in `one`): then it is no longer a floor.
 //!
 //! It is a lower bound on real kernel time, not a prediction: at small batches real GEMMs
 //! reach a fraction of the peak, and launch overheads that a calibration measures are missing.
@@ -171,9 +173,38 @@ pub fn roofline(model: &ModelSpec, sheet: &Datasheet, tp: u32) -> LinearCostMode
     roofline_over(model, sheet, tp, Link::NvLink)
 }
 
+/// NCCL's latency of one ring all-reduce among `tp` GPUs over `link` (seconds): its
+/// tuning model's base latency and per-step hardware latency for the LL protocol, the
+/// least of its protocols (`src/graph/tuning.cc`: ring LL base 6.6 us, 0.6 us per step
+/// over NVLink and 1.0 us over PCIe), `2 (tp - 1)` steps; 0 at `tp = 1`.
+pub fn all_reduce_latency_s(tp: u32, link: Link) -> f64 {
+    if tp <= 1 {
+        return 0.0;
+    }
+    let per_step_us = match link {
+        Link::NvLink => 0.6,
+        Link::Pcie => 1.0,
+    };
+    (6.6 + 2.0 * f64::from(tp - 1) * per_step_us) * 1e-6
+}
+
 /// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp`, its
 /// all-reduces over `link`.
 pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) -> LinearCostModel {
+    roofline_with(model, sheet, tp, link, false)
+}
+
+/// [`roofline_over`], and with `nccl_latency` each batch also pays the latency of its
+/// `2 x layers` all-reduces as NCCL's tuning model gives it ([`all_reduce_latency_s`]; in
+/// `one`): a launch and link cost per step that grows with the TP degree, so no longer
+/// a lower bound (spec suffix `:nccl`).
+pub fn roofline_with(
+    model: &ModelSpec,
+    sheet: &Datasheet,
+    tp: u32,
+    link: Link,
+    nccl_latency: bool,
+) -> LinearCostModel {
     let t = f64::from(tp.max(1));
     let h = f64::from(model.hidden);
     let q = f64::from(model.heads) * f64::from(model.head_dim);
@@ -183,9 +214,14 @@ pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) 
     let layer_params = h * q + 2.0 * h * kv + q * h + 3.0 * h * f + 2.0 * h;
     let ms = 1e3;
     let mut theta = BTreeMap::new();
+    let latency = if nccl_latency {
+        2.0 * all_reduce_latency_s(tp, link)
+    } else {
+        0.0
+    };
     theta.insert(
         "one".to_string(),
-        layer_params * b / t / sheet.bandwidth * ms,
+        (layer_params * b / t / sheet.bandwidth + latency) * ms,
     );
     let communication = all_reduce_s_per_token(model, tp, sheet.link_bandwidth(link));
     theta.insert(
@@ -200,20 +236,29 @@ pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) 
         2.0 * q / t / sheet.peak_flops * ms,
     );
     let name = format!(
-        "roofline:{}:{}{}",
+        "roofline:{}:{}{}{}",
         sheet.gpu.name,
         model.name,
         match (tp > 1, link) {
             (false, _) => String::new(),
             (true, Link::NvLink) => format!(":tp{tp}"),
             (true, Link::Pcie) => format!(":tp{tp}:pcie"),
-        }
+        },
+        if nccl_latency && tp > 1 { ":nccl" } else { "" }
     );
     let over = if tp > 1 {
         format!(
-            ", two all-reduces per layer over {} at {:.0} GB/s per direction",
+            ", two all-reduces per layer over {} at {:.0} GB/s per direction{}",
             link.name(),
-            sheet.link_bandwidth(link) / 1e9
+            sheet.link_bandwidth(link) / 1e9,
+            if nccl_latency {
+                format!(
+                    ", each {:.1} us of NCCL latency",
+                    all_reduce_latency_s(tp, link) * 1e6
+                )
+            } else {
+                String::new()
+            }
         )
     } else {
         String::new()
@@ -239,10 +284,12 @@ pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) 
             method: "roofline".into(),
             source: "GPU datasheet peak bf16 FLOP/s, memory and NVLink/PCIe bandwidth; model shape"
                 .into(),
-            notes: Some(
+            notes: Some(if nccl_latency && tp > 1 {
+                "GEMMs and attention at peak, with NCCL's latency of every all-reduce (src/graph/tuning.cc, ring LL): not a lower bound".into()
+            } else {
                 "a lower bound on kernel time: no launch overheads, GEMMs and attention at peak"
-                    .into(),
-            ),
+                    .into()
+            }),
             fit: None,
         },
     };
@@ -332,8 +379,8 @@ pub fn physics_warning(m: &LinearCostModel) -> Option<String> {
     })
 }
 
-/// Parses `roofline:GPU:MODEL[:tpN[:nvlink|pcie]]`; `Ok(None)` if `spec` is not a roofline
-/// spec.
+/// Parses `roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]]`; `Ok(None)` if `spec` is not a
+/// roofline spec.
 pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let Some(rest) = spec.strip_prefix("roofline:") else {
         return Ok(None);
@@ -341,12 +388,12 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
     let parts: Vec<&str> = rest.split(':').collect();
     let usage = || {
         format!(
-            "\"{spec}\": expected roofline:GPU:MODEL[:tpN[:nvlink|pcie]] with GPU one of {} and MODEL one of {} or a Hugging Face config.json",
+            "\"{spec}\": expected roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]] with GPU one of {} and MODEL one of {} or a Hugging Face config.json",
             ROOFLINE_GPUS.join(", "),
             ROOFLINE_MODELS.join(", ")
         )
     };
-    if !(2..=4).contains(&parts.len()) {
+    if !(2..=5).contains(&parts.len()) {
         return Err(usage());
     }
     let sheet = Datasheet::named(parts[0]).ok_or_else(usage)?;
@@ -382,7 +429,16 @@ pub fn parse_roofline(spec: &str) -> Result<Option<LinearCostModel>, String> {
             )
         })?,
     };
-    Ok(Some(roofline_over(&model, &sheet, tp, link)))
+    let nccl = match parts.get(4) {
+        None => false,
+        Some(&"nccl") => true,
+        Some(_) => {
+            return Err(format!(
+                "\"{spec}\": the fifth part must be nccl (NCCL's latency of every all-reduce)"
+            ));
+        }
+    };
+    Ok(Some(roofline_with(&model, &sheet, tp, link, nccl)))
 }
 
 #[cfg(test)]
@@ -489,6 +545,49 @@ mod tests {
         let err = parse_roofline("roofline:h100:llama3-70b:tp8:infiniband").unwrap_err();
         assert!(err.contains("fourth part must be nvlink or pcie"), "{err}");
         assert!(parse_roofline("roofline:h100:llama3-70b:tp8:pcie:x").is_err());
+        assert!(parse_roofline("roofline:h100:llama3-70b:tp8:pcie:nccl:x").is_err());
+    }
+
+    #[test]
+    fn nccl_latency_adds_each_all_reduce_launch_to_every_batch() {
+        let spec = "roofline:h100:llama3-8b:tp4:nvlink:nccl";
+        let with = parse_roofline(spec).unwrap().unwrap();
+        let without = parse_roofline("roofline:h100:llama3-8b:tp4")
+            .unwrap()
+            .unwrap();
+        // Per layer, two all-reduces of 6.6 + 2 x 3 x 0.6 = 10.2 us each (NCCL's ring LL).
+        let per_layer_ms = with.file.theta["one"] - without.file.theta["one"];
+        assert!(
+            (per_layer_ms - 2.0 * 10.2e-3).abs() < 1e-12,
+            "{per_layer_ms}"
+        );
+        assert!((all_reduce_latency_s(4, Link::Pcie) - 12.6e-6).abs() < 1e-15);
+        assert_eq!(all_reduce_latency_s(1, Link::NvLink), 0.0);
+        for f in ["tokens", "decode_kv", "prefill_ctx", "prefill_attn"] {
+            assert_eq!(with.file.theta[f], without.file.theta[f], "{f}");
+        }
+        assert_eq!(with.name, "roofline:h100-80gb:llama3-8b:tp4:nccl");
+        // A decode of one request: 32 layers x 20.4 us = 0.65 ms more per batch.
+        let mut one = BatchFeatures::default();
+        one.add_decode(100);
+        let extra = with.batch_time_s(&one) - without.batch_time_s(&one);
+        assert!((extra - 32.0 * 20.4e-6).abs() < 1e-12, "{extra}");
+        // TP 1 has no all-reduce to pay for.
+        let tp1 = parse_roofline("roofline:h100:llama3-8b:tp1:nvlink:nccl")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            tp1.file.theta,
+            roofline(
+                &model_named("llama3-8b").unwrap(),
+                &Datasheet::named("h100").unwrap(),
+                1
+            )
+            .file
+            .theta
+        );
+        let err = parse_roofline("roofline:h100:llama3-8b:tp4:nvlink:gloo").unwrap_err();
+        assert!(err.contains("fifth part must be nccl"), "{err}");
     }
 
     #[test]

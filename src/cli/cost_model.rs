@@ -41,6 +41,21 @@ fn show_communication(m: &LinearCostModel) -> Result<()> {
         model.hidden,
         model.dtype_bytes
     );
+    let latency_in_model = f.provenance.method == "roofline" && f.name.ends_with(":nccl");
+    for link in [Link::NvLink, Link::Pcie] {
+        let each = cost_model::roofline::all_reduce_latency_s(f.tensor_parallel, link);
+        outln!(
+            "    NCCL latency over {:<7}{:.1} us per all-reduce, {:e} s per batch (whole model){}",
+            link.name(),
+            each * 1e6,
+            2.0 * each * f64::from(model.layers),
+            if latency_in_model && f.name.contains(":pcie") == (link == Link::Pcie) {
+                "  (in this model's one term)"
+            } else {
+                ""
+            }
+        );
+    }
     for link in [Link::NvLink, Link::Pcie] {
         let per_token =
             all_reduce_s_per_token(model, f.tensor_parallel, sheet.link_bandwidth(link))
@@ -50,8 +65,7 @@ fn show_communication(m: &LinearCostModel) -> Result<()> {
             link.name(),
             sheet.link_bandwidth(link) / 1e9,
             per_token,
-            if f.provenance.method == "roofline"
-                && f.name.ends_with(":pcie") == (link == Link::Pcie)
+            if f.provenance.method == "roofline" && f.name.contains(":pcie") == (link == Link::Pcie)
             {
                 "  (in this model's tokens term)"
             } else {
@@ -130,7 +144,7 @@ pub(crate) fn cmd_cost_model(c: &CostModelCommand) -> Result<()> {
                 outln!("{name:<22}{}", m.file.description);
             }
             outln!(
-                "roofline:GPU:MODEL[:tpN[:nvlink|pcie]]  datasheet roofline bound; GPU: {}; MODEL: {}",
+                "roofline:GPU:MODEL[:tpN[:nvlink|pcie[:nccl]]]  datasheet roofline bound; GPU: {}; MODEL: {}",
                 cost_model::roofline::ROOFLINE_GPUS.join(", "),
                 cost_model::roofline::ROOFLINE_MODELS.join(", ")
             );
