@@ -302,6 +302,36 @@ pub fn capacity(
     })
 }
 
+/// The capacity of one scheduler on a disaggregated cluster: `split` prefill and decode
+/// replicas behind `router`, KV moved over `link` (semantics.md, "Disaggregated prefill
+/// and decode"), found as [`capacity`] finds a colocated one's.
+#[allow(clippy::too_many_arguments)]
+pub fn disaggregated_capacity(
+    w: &Workload,
+    cost: &LinearCostModel,
+    scheduler: SchedulerKind,
+    knobs: &Knobs,
+    split: crate::core::disaggregated::Disaggregation,
+    router: Router,
+    link: &crate::core::disaggregated::KvLink,
+    spec: &CapacitySpec,
+) -> Result<CapacityResult, CapacityError> {
+    let found = bisect(w, spec, |at| {
+        Ok(
+            crate::produce::produce_disaggregated(at, cost, scheduler, knobs, split, router, link)?
+                .replay
+                .cluster
+                .merged,
+        )
+    })?;
+    Ok(CapacityResult {
+        scheduler,
+        capacity: found.capacity,
+        report: found.report,
+        probes: found.probes,
+    })
+}
+
 /// Requests the goodput search may simulate per probed rate of [`best_found_capacity`]
 /// (a quarter of `compare`'s budget: a capacity search probes a dozen rates).
 pub const BEST_FOUND_BUDGET: usize = 1_000_000;

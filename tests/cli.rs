@@ -2663,14 +2663,14 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
     for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
         assert_eq!(row[0], "llama3-8b-h100-fa2");
         assert_eq!(row[1], name);
-        assert_eq!(row[8], "found", "{text}");
-        let (rate, above): (f64, f64) = (row[9].parse().unwrap(), row[10].parse().unwrap());
+        assert_eq!(row[9], "found", "{text}");
+        let (rate, above): (f64, f64) = (row[10].parse().unwrap(), row[11].parse().unwrap());
         assert!(
             rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
             "{text}"
         );
-        assert_eq!(row[11], "ttft-p90=0.3s");
-        assert!(row[14].parse::<usize>().unwrap() <= 64);
+        assert_eq!(row[12], "ttft-p90=0.3s");
+        assert!(row[15].parse::<usize>().unwrap() <= 64);
     }
     // A grid: every token budget with every scheduler, the budget in its column.
     let grid = dir.path().join("grid");
@@ -2692,7 +2692,7 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
         .skip(1)
         .map(|l| {
             let c: Vec<&str> = l.split(',').collect();
-            (c[1].to_string(), c[4].to_string())
+            (c[1].to_string(), c[5].to_string())
         })
         .collect();
     let expected = [
@@ -3374,6 +3374,8 @@ fn capacity_searches_clusters_of_replicas() {
         "1,2",
         "--router",
         "round-robin,vllm-dp",
+        "--disaggregate",
+        "1:1",
         "--best-found",
         "--out",
         out.to_str().unwrap(),
@@ -3386,7 +3388,7 @@ fn capacity_searches_clusters_of_replicas() {
     );
     let text = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
     assert!(
-        text.starts_with("cost_model,scheduler,replicas,router,token_budget,"),
+        text.starts_with("cost_model,scheduler,replicas,router,disaggregate,token_budget,"),
         "{text}"
     );
     let rows: Vec<Vec<&str>> = text
@@ -3394,26 +3396,49 @@ fn capacity_searches_clusters_of_replicas() {
         .skip(1)
         .map(|l| l.split(',').collect())
         .collect();
-    let who: Vec<(&str, &str)> = rows.iter().map(|r| (r[2], r[3])).collect();
-    assert_eq!(who, [("1", ""), ("2", "round-robin"), ("2", "vllm-dp")]);
-    let rate = |r: &Vec<&str>| -> f64 { r[9].parse().unwrap() };
-    assert!(rows.iter().all(|r| r[8] == "found"), "{text}");
+    let who: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[2], r[3], r[4])).collect();
+    assert_eq!(
+        who,
+        [
+            ("1", "", ""),
+            ("2", "round-robin", ""),
+            ("2", "vllm-dp", ""),
+            ("2", "round-robin", "1:1"),
+            ("2", "vllm-dp", "1:1")
+        ]
+    );
+    let rate = |r: &Vec<&str>| -> f64 { r[10].parse().unwrap() };
+    assert!(rows.iter().all(|r| r[9] == "found"), "{text}");
+    // Prefill on one replica, decode on the other: a rate, and no ceiling claimed.
+    for r in &rows[3..] {
+        assert!(
+            rate(r) > 0.0 && r[16].is_empty() && r[17].is_empty(),
+            "{text}"
+        );
+    }
+    assert!(
+        stdout(&o).contains("vllm-v1 on 1 prefill and 1 decode replicas behind vllm-dp")
+            && stdout(&o).contains("no ceiling (its argument covers colocated replicas)"),
+        "{}",
+        stdout(&o)
+    );
+    let rows = &rows[..3];
     // Two replicas sustain more than one.
     assert!(
         rate(&rows[1]) > rate(&rows[0]) && rate(&rows[2]) > rate(&rows[0]),
         "{text}"
     );
     // The ceiling no schedule passes lies above every rate a heuristic sustained.
-    for r in &rows {
-        let ceiling: f64 = r[15].parse().unwrap();
+    for r in rows {
+        let ceiling: f64 = r[16].parse().unwrap();
         assert!(ceiling > rate(r), "{text}");
     }
     // --best-found: on one replica, a rate some schedule sustains, below the ceiling and
     // here above vLLM V1's; none searched for clusters.
-    let best: f64 = rows[0][16].parse().unwrap();
-    let ceiling: f64 = rows[0][15].parse().unwrap();
+    let best: f64 = rows[0][17].parse().unwrap();
+    let ceiling: f64 = rows[0][16].parse().unwrap();
     assert!(rate(&rows[0]) < best && best < ceiling, "{text}");
-    assert!(rows[1][16].is_empty() && rows[2][16].is_empty(), "{text}");
+    assert!(rows[1][17].is_empty() && rows[2][17].is_empty(), "{text}");
     assert!(
         stdout(&o).contains("some schedule meets them at"),
         "{}",

@@ -12,8 +12,7 @@ use serde::Serialize;
 use std::path::Path;
 use thiserror::Error;
 
-/// The most replicas a cluster may have.
-pub const MAX_REPLICAS: u32 = 4096;
+pub use crate::limits::MAX_REPLICAS;
 
 /// Why a cluster's routing or schedules are not valid.
 #[derive(Debug, Error, PartialEq)]
@@ -372,7 +371,7 @@ pub struct ClusterLoad {
     pub prefill_replicas: Option<u32>,
     /// In a disaggregated cluster, the link KV moves over (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_link: Option<crate::disaggregated::KvLink>,
+    pub kv_link: Option<crate::disaggregation::KvLink>,
     /// Per replica, in order.
     pub per_replica: Vec<ReplicaLoad>,
 }

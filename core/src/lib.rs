@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod cost;
 pub mod disaggregated;
+pub mod disaggregation;
 pub mod instance;
 pub mod io;
 pub mod kv_cache;

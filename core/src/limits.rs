@@ -4,6 +4,9 @@ use crate::request::Workload;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// The most replicas a cluster may have.
+pub const MAX_REPLICAS: u32 = 4096;
+
 /// The constraints every batch obeys (`semantics.md`, "Batch limits").
 ///
 /// `None` means unlimited. The watermark is an admission knob of the heuristic

@@ -5,8 +5,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::capacity::{
     Arrivals, BEST_FOUND_BUDGET, Capacity, CapacityResult, CapacitySpec, RateSearch, Replicas,
-    best_found_capacity, capacity, trace_rate,
+    best_found_capacity, capacity, disaggregated_capacity, trace_rate,
 };
+use infersched::core::disaggregated::{Disaggregation, KvLink};
 use infersched::core::{Limits, Slo, Workload};
 use infersched::cost_model::LinearCostModel;
 use infersched::schedulers::{Knobs, SchedulerKind};
@@ -42,6 +43,23 @@ pub(crate) struct CapacityArgs {
     /// `simulate --router`; only for more than one replica).
     #[arg(long, default_value = "round-robin", value_delimiter = ',')]
     pub(crate) router: Vec<infersched::schedulers::Router>,
+    /// Disaggregated clusters, P:D prefill and decode replicas, a comma-separated list: each
+    /// a configuration beside --replicas' (as `simulate --disaggregate`: decode replicas run
+    /// vllm-v1; behind each --router; no ceiling is given for them).
+    #[arg(long, value_delimiter = ',', value_name = "P:D")]
+    pub(crate) disaggregate: Vec<infersched::core::disaggregated::Disaggregation>,
+    /// With --disaggregate: the KV link's bandwidth per GPU, one direction, in GB/s
+    /// [default: the NVLink of the cost model's GPU, from its datasheet].
+    #[arg(long, requires = "disaggregate", value_name = "GB/S")]
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// With --disaggregate: a fixed time per KV transfer, in microseconds.
+    #[arg(
+        long,
+        requires = "disaggregate",
+        default_value_t = 0.0,
+        value_name = "US"
+    )]
+    pub(crate) kv_latency_us: f64,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
     /// at least one; a rate is sustained when every one holds over the measured requests.
     #[arg(long = "slo", value_name = "SLO", required = true)]
@@ -139,13 +157,16 @@ impl GridAxis {
     }
 }
 
-/// One configuration searched: a cost model, a scheduler and its knobs, and replicas.
+/// One configuration searched: a cost model, a scheduler and its knobs, and replicas
+/// (all of them, where disaggregated).
 struct Configuration<'a> {
     cost: &'a LinearCostModel,
     kind: SchedulerKind,
     knobs: Knobs,
     limits: Limits,
     replicas: Replicas,
+    /// Where disaggregated: how the replicas split, and the KV link.
+    split: Option<(Disaggregation, KvLink)>,
 }
 
 /// Every combination of cost models, grid values and schedulers, in that order.
@@ -170,8 +191,17 @@ fn configurations<'a>(
                 })
                 .collect();
         }
+        let link = if a.disaggregate.is_empty() {
+            None
+        } else {
+            Some(infersched::settings::kv_link(
+                cost,
+                a.kv_bandwidth,
+                a.kv_latency_us,
+            )?)
+        };
         for knobs in points {
-            for replicas in replica_axes(a) {
+            for (replicas, split) in replica_axes(a, link) {
                 for &kind in &a.scheduler {
                     let limits = kind.limits(&knobs, w);
                     out.push(Configuration {
@@ -180,6 +210,7 @@ fn configurations<'a>(
                         knobs,
                         limits,
                         replicas,
+                        split,
                     });
                 }
             }
@@ -188,21 +219,37 @@ fn configurations<'a>(
     Ok(out)
 }
 
-/// Every replica count with every router (one replica once: it has nothing to route).
-fn replica_axes(a: &CapacityArgs) -> Vec<Replicas> {
+/// Every replica count with every router (one replica once: it has nothing to route),
+/// then every disaggregated split with every router (over `link`).
+fn replica_axes(
+    a: &CapacityArgs,
+    link: Option<KvLink>,
+) -> Vec<(Replicas, Option<(Disaggregation, KvLink)>)> {
     let mut out = Vec::new();
     for &count in &a.replicas {
         if count == 1 {
-            out.push(Replicas::ONE);
+            out.push((Replicas::ONE, None));
             continue;
         }
-        out.extend(a.router.iter().map(|&router| Replicas { count, router }));
+        out.extend(
+            a.router
+                .iter()
+                .map(|&router| (Replicas { count, router }, None)),
+        );
+    }
+    for (&d, link) in a.disaggregate.iter().zip(std::iter::repeat(link).flatten()) {
+        let count = d.prefill.saturating_add(d.decode);
+        out.extend(
+            a.router
+                .iter()
+                .map(|&router| (Replicas { count, router }, Some((d, link)))),
+        );
     }
     out
 }
 
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s,configuration";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,disaggregate,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s,configuration";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -248,6 +295,19 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         .par_iter()
         .map(|&i| {
             let c = &configs[i];
+            if let Some((d, link)) = &c.split {
+                let found = disaggregated_capacity(
+                    &w,
+                    c.cost,
+                    c.kind,
+                    &c.knobs,
+                    *d,
+                    c.replicas.router,
+                    link,
+                    &spec,
+                )?;
+                return Ok((found, None, None));
+            }
             let found = capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec)?;
             let ceiling =
                 infersched::ceiling::ceiling(&w, &c.limits, c.cost, c.replicas.count, &spec)?;
@@ -392,8 +452,8 @@ fn merge_shards(a: &CapacityArgs, configs: &[Configuration<'_>]) -> Result<()> {
         .zip(&rows)
         .map(|(c, row)| {
             let cells: Vec<&str> = row.split(',').collect();
-            let rate = match cells.get(8) {
-                Some(&"found") | Some(&"at-least") => cells.get(9).and_then(|x| x.parse().ok()),
+            let rate = match cells.get(9) {
+                Some(&"found") | Some(&"at-least") => cells.get(10).and_then(|x| x.parse().ok()),
                 _ => None,
             };
             (c, rate)
@@ -417,16 +477,26 @@ fn configuration_answer(
         infersched::capacity::CapacityError,
     >,
 ) -> (String, String) {
-    let on = match c.replicas.count {
-        1 => String::new(),
-        n => format!(" on {n} replicas behind {}", c.replicas.router),
+    let on = match (c.replicas.count, &c.split) {
+        (_, Some((d, _))) => format!(
+            " on {} prefill and {} decode replicas behind {}",
+            d.prefill, d.decode, c.replicas.router
+        ),
+        (1, None) => String::new(),
+        (n, None) => format!(" on {n} replicas behind {}", c.replicas.router),
     };
     let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
     match r {
         Ok((r, ceiling, best)) => {
-            let proof = ceiling.map_or(String::new(), |x| {
-                format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
-            });
+            let proof = match (ceiling, &c.split) {
+                (Some(x), _) => {
+                    format!("; no schedule at all meets them at {x:.3} requests/s (ceiling)")
+                }
+                (None, Some(_)) => {
+                    "; no ceiling (its argument covers colocated replicas)".to_string()
+                }
+                (None, None) => String::new(),
+            };
             let found = best.as_ref().map_or(String::new(), best_found_line);
             let said = format!("  {head}: {}{proof}{found}", line(&r));
             (said, csv_row(c, Some((&r, ceiling, best.as_ref()))))
@@ -444,7 +514,12 @@ fn capacity_points(
     let mut points = Vec::new();
     for &(c, rate) in rated {
         let Some(rate) = rate else { continue };
-        let mut series = format!("{} {}", c.kind.name(), c.cost.name);
+        // A disaggregated split leads its name, so that its line gets a style of its own
+        // (a name starting with a scheduler's takes that scheduler's).
+        let split = c.split.map_or(String::new(), |(d, _)| {
+            format!("{}:{} P:D, ", d.prefill, d.decode)
+        });
+        let mut series = format!("{split}{} {}", c.kind.name(), c.cost.name);
         for axis in &a.grid {
             let (name, v) = match axis.knob {
                 GridKnob::TokenBudget => ("C", c.limits.token_budget),
@@ -521,12 +596,15 @@ fn best_found_line(r: &RateSearch) -> String {
 /// router and the effective limits.
 fn csv_head(c: &Configuration<'_>) -> String {
     let limit = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
-    let router = match c.replicas.count {
-        1 => String::new(),
+    let router = match (c.replicas.count, &c.split) {
+        (1, None) => String::new(),
         _ => c.replicas.router.name(),
     };
+    let split = c.split.map_or(String::new(), |(d, _)| {
+        format!("{}:{}", d.prefill, d.decode)
+    });
     format!(
-        "{},{},{},{router},{},{},{},{}",
+        "{},{},{},{router},{split},{},{},{},{}",
         c.cost.name,
         c.kind.name(),
         c.replicas.count,
