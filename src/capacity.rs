@@ -294,12 +294,7 @@ pub fn capacity(
             produce_heuristic(at, cost, scheduler, knobs)?.replay
         })
     })?;
-    Ok(CapacityResult {
-        scheduler,
-        capacity: found.capacity,
-        report: found.report,
-        probes: found.probes,
-    })
+    Ok(CapacityResult::of(scheduler, found))
 }
 
 /// The capacity of one scheduler on a disaggregated cluster: `split` prefill and decode
@@ -324,12 +319,19 @@ pub fn disaggregated_capacity(
                 .merged,
         )
     })?;
-    Ok(CapacityResult {
-        scheduler,
-        capacity: found.capacity,
-        report: found.report,
-        probes: found.probes,
-    })
+    Ok(CapacityResult::of(scheduler, found))
+}
+
+impl CapacityResult {
+    /// `scheduler`'s answer: what the rate search found.
+    fn of(scheduler: SchedulerKind, found: RateSearch) -> Self {
+        Self {
+            scheduler,
+            capacity: found.capacity,
+            report: found.report,
+            probes: found.probes,
+        }
+    }
 }
 
 /// Requests the goodput search may simulate per probed rate of [`best_found_capacity`]

@@ -22,6 +22,28 @@ pub fn write_routing_csv(w: &Workload, routing: &Routing, out: &mut dyn Write) -
     Ok(())
 }
 
+/// A cluster's own files in `dir`: `routing.csv` (by `routing`), the merged replay's
+/// `requests.csv` and `summary.json`; returns their paths.
+fn write_cluster_files(
+    dir: &Path,
+    routing: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    merged: &crate::core::Replay,
+    summary: &Summary,
+) -> io::Result<Vec<PathBuf>> {
+    let paths = vec![
+        dir.join("routing.csv"),
+        dir.join("requests.csv"),
+        dir.join("summary.json"),
+    ];
+    write_atomic(&paths[0], routing)?;
+    write_atomic(&paths[1], |out| write_requests_csv(merged, out))?;
+    write_atomic(&paths[2], |out| {
+        serde_json::to_writer_pretty(&mut *out, summary)?;
+        out.write_all(b"\n")
+    })?;
+    Ok(paths)
+}
+
 /// Writes a cluster's outputs into `dir`; returns the paths written. With `trace` (the
 /// producer's name), each busy replica's folder also gets `trace.json`, its Chrome trace
 /// (requests named by the workload's ids).
@@ -34,17 +56,12 @@ pub fn write_cluster_outputs(
     summary: &Summary,
     trace: Option<&str>,
 ) -> io::Result<Vec<PathBuf>> {
-    let mut paths = vec![
-        dir.join("routing.csv"),
-        dir.join("requests.csv"),
-        dir.join("summary.json"),
-    ];
-    write_atomic(&paths[0], |out| write_routing_csv(w, routing, out))?;
-    write_atomic(&paths[1], |out| write_requests_csv(&replay.merged, out))?;
-    write_atomic(&paths[2], |out| {
-        serde_json::to_writer_pretty(&mut *out, summary)?;
-        out.write_all(b"\n")
-    })?;
+    let mut paths = write_cluster_files(
+        dir,
+        |out| write_routing_csv(w, routing, out),
+        &replay.merged,
+        summary,
+    )?;
     let members = routing.members();
     for (r, (schedule, one)) in schedules.iter().zip(&replay.replicas).enumerate() {
         let sub = replica_dir(dir, r);
@@ -83,13 +100,8 @@ pub fn write_disaggregated_outputs(
     trace: Option<&str>,
 ) -> io::Result<Vec<PathBuf>> {
     use crate::core::disaggregated::{decode_workload, prefill_workload};
-    let mut paths = vec![
-        dir.join("routing.csv"),
-        dir.join("requests.csv"),
-        dir.join("summary.json"),
-    ];
     let r = &o.replay;
-    write_atomic(&paths[0], |out| {
+    let routing = |out: &mut dyn Write| {
         out.write_all(b"request,prefill_replica,routed_at_s,kv_ready_s,decode_replica\n")?;
         let sides = o
             .prefill_routing
@@ -100,12 +112,8 @@ pub fn write_disaggregated_outputs(
             writeln!(out, "{i},{p},{},{},{d}", req.arrival_s, r.kv_ready_s[i])?;
         }
         Ok(())
-    })?;
-    write_atomic(&paths[1], |out| write_requests_csv(&r.cluster.merged, out))?;
-    write_atomic(&paths[2], |out| {
-        serde_json::to_writer_pretty(&mut *out, &o.summary)?;
-        out.write_all(b"\n")
-    })?;
+    };
+    let mut paths = write_cluster_files(dir, routing, &r.cluster.merged, &o.summary)?;
     let router = o.summary.cluster.as_ref().map_or("", |c| c.router.as_str());
     let decode_w = decode_workload(w, &r.kv_ready_s).map_err(io::Error::other)?;
     let sides = [

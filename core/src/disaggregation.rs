@@ -81,6 +81,13 @@ pub struct Disaggregation {
     pub decode: u32,
 }
 
+impl std::fmt::Display for Disaggregation {
+    /// `P:D`, as parsed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.prefill, self.decode)
+    }
+}
+
 impl std::str::FromStr for Disaggregation {
     type Err = DisaggregationError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -316,15 +316,9 @@ mod tests {
     use super::*;
     use crate::Knobs;
     use crate::SchedulerKind;
-    use infersched_core::{BatchFeatures, Request};
+    use infersched_core::Request;
 
-    /// Every batch takes one second.
-    struct Second;
-    impl CostModel for Second {
-        fn batch_time_s(&self, _: &BatchFeatures) -> f64 {
-            1.0
-        }
-    }
+    use infersched_test_kit::EverySecond as Second;
 
     fn run(reqs: &[(u32, u32, f64)], replicas: usize, router: Router) -> Vec<u32> {
         let w = infersched_test_kit::workload(reqs);

@@ -71,15 +71,9 @@ mod tests {
     use super::*;
     use crate::{Knobs, SchedulerKind};
     use infersched_core::disaggregated::replay_disaggregated;
-    use infersched_core::{Action, BatchFeatures, Summary};
+    use infersched_core::{Action, Summary};
 
-    /// Every batch takes one second.
-    struct Second;
-    impl CostModel for Second {
-        fn batch_time_s(&self, _: &BatchFeatures) -> f64 {
-            1.0
-        }
-    }
+    use infersched_test_kit::EverySecond as Second;
 
     fn link(latency_s: f64) -> KvLink {
         KvLink {

@@ -48,18 +48,8 @@ pub(crate) struct CapacityArgs {
     /// vllm-v1; behind each --router; no ceiling is given for them).
     #[arg(long, value_delimiter = ',', value_name = "P:D")]
     pub(crate) disaggregate: Vec<infersched::core::disaggregated::Disaggregation>,
-    /// With --disaggregate: the KV link's bandwidth per GPU, one direction, in GB/s
-    /// [default: the NVLink of the cost model's GPU, from its datasheet].
-    #[arg(long, requires = "disaggregate", value_name = "GB/S")]
-    pub(crate) kv_bandwidth: Option<f64>,
-    /// With --disaggregate: a fixed time per KV transfer, in microseconds.
-    #[arg(
-        long,
-        requires = "disaggregate",
-        default_value_t = 0.0,
-        value_name = "US"
-    )]
-    pub(crate) kv_latency_us: f64,
+    #[command(flatten)]
+    pub(crate) kv: super::KvLinkArgs,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
     /// at least one; a rate is sustained when every one holds over the measured requests.
     #[arg(long = "slo", value_name = "SLO", required = true)]
@@ -194,11 +184,7 @@ fn configurations<'a>(
         let link = if a.disaggregate.is_empty() {
             None
         } else {
-            Some(infersched::settings::kv_link(
-                cost,
-                a.kv_bandwidth,
-                a.kv_latency_us,
-            )?)
+            Some(a.kv.link(cost)?)
         };
         for knobs in points {
             for (replicas, split) in replica_axes(a, link) {
@@ -237,7 +223,8 @@ fn replica_axes(
                 .map(|&router| (Replicas { count, router }, None)),
         );
     }
-    for (&d, link) in a.disaggregate.iter().zip(std::iter::repeat(link).flatten()) {
+    let Some(link) = link else { return out };
+    for &d in &a.disaggregate {
         let count = d.prefill.saturating_add(d.decode);
         out.extend(
             a.router
@@ -293,29 +280,7 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     };
     let results: Vec<_> = chosen
         .par_iter()
-        .map(|&i| {
-            let c = &configs[i];
-            if let Some((d, link)) = &c.split {
-                let found = disaggregated_capacity(
-                    &w,
-                    c.cost,
-                    c.kind,
-                    &c.knobs,
-                    *d,
-                    c.replicas.router,
-                    link,
-                    &spec,
-                )?;
-                return Ok((found, None, None));
-            }
-            let found = capacity(&w, c.cost, c.kind, &c.knobs, c.replicas, &spec)?;
-            let ceiling =
-                infersched::ceiling::ceiling(&w, &c.limits, c.cost, c.replicas.count, &spec)?;
-            let best = (a.best_found && c.replicas.count == 1)
-                .then(|| best_found_capacity(&w, c.cost, &c.limits, &spec, BEST_FOUND_BUDGET))
-                .transpose()?;
-            Ok::<_, infersched::capacity::CapacityError>((found, ceiling, best))
-        })
+        .map(|&i| search(a, &w, &configs[i], &spec))
         .collect();
     let shard = a.shard.as_ref().map_or(String::new(), |s| {
         format!(
@@ -354,6 +319,28 @@ pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
         bail!("every configuration failed (see above)");
     }
     finish(a, &rated, &rows)
+}
+
+/// One configuration's searches: its scheduler's capacity, the ceiling (colocated
+/// replicas only) and with `--best-found` (one replica) the goodput search's rate.
+fn search(
+    a: &CapacityArgs,
+    w: &Workload,
+    c: &Configuration<'_>,
+    spec: &CapacitySpec,
+) -> Result<(CapacityResult, Option<f64>, Option<RateSearch>), infersched::capacity::CapacityError>
+{
+    if let Some((d, link)) = &c.split {
+        let router = c.replicas.router;
+        let found = disaggregated_capacity(w, c.cost, c.kind, &c.knobs, *d, router, link, spec)?;
+        return Ok((found, None, None));
+    }
+    let found = capacity(w, c.cost, c.kind, &c.knobs, c.replicas, spec)?;
+    let ceiling = infersched::ceiling::ceiling(w, &c.limits, c.cost, c.replicas.count, spec)?;
+    let best = (a.best_found && c.replicas.count == 1)
+        .then(|| best_found_capacity(w, c.cost, &c.limits, spec, BEST_FOUND_BUDGET))
+        .transpose()?;
+    Ok((found, ceiling, best))
 }
 
 /// The Pareto front said, and with --out the plot and capacity.csv (`rows`, header apart).
@@ -516,9 +503,7 @@ fn capacity_points(
         let Some(rate) = rate else { continue };
         // A disaggregated split leads its name, so that its line gets a style of its own
         // (a name starting with a scheduler's takes that scheduler's).
-        let split = c.split.map_or(String::new(), |(d, _)| {
-            format!("{}:{} P:D, ", d.prefill, d.decode)
-        });
+        let split = c.split.map_or(String::new(), |(d, _)| format!("{d} P:D, "));
         let mut series = format!("{split}{} {}", c.kind.name(), c.cost.name);
         for axis in &a.grid {
             let (name, v) = match axis.knob {
@@ -600,9 +585,7 @@ fn csv_head(c: &Configuration<'_>) -> String {
         (1, None) => String::new(),
         _ => c.replicas.router.name(),
     };
-    let split = c.split.map_or(String::new(), |(d, _)| {
-        format!("{}:{}", d.prefill, d.decode)
-    });
+    let split = c.split.map_or(String::new(), |(d, _)| d.to_string());
     format!(
         "{},{},{},{router},{split},{},{},{},{}",
         c.cost.name,

@@ -431,3 +431,34 @@ pub(crate) fn path_list(paths: &[PathBuf]) -> String {
 pub(crate) fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
     Ok(infersched::workload::read_trace(path)?)
 }
+
+/// The KV link of `--disaggregate` (`simulate`, `capacity`).
+#[derive(clap::Args)]
+pub(crate) struct KvLinkArgs {
+    /// With --disaggregate: the KV link's bandwidth per GPU, one direction, in GB/s
+    /// [default: the NVLink of the cost model's GPU, from its datasheet].
+    #[arg(long, requires = "disaggregate", value_name = "GB/S")]
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// With --disaggregate: a fixed time per KV transfer, in microseconds.
+    #[arg(
+        long,
+        requires = "disaggregate",
+        default_value_t = 0.0,
+        value_name = "US"
+    )]
+    pub(crate) kv_latency_us: f64,
+}
+
+impl KvLinkArgs {
+    /// The link for `cost`'s model and GPU ([`infersched::settings::kv_link`]).
+    pub(crate) fn link(
+        &self,
+        cost: &infersched::cost_model::LinearCostModel,
+    ) -> anyhow::Result<infersched::core::disaggregated::KvLink> {
+        Ok(infersched::settings::kv_link(
+            cost,
+            self.kv_bandwidth,
+            self.kv_latency_us,
+        )?)
+    }
+}

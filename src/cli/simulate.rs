@@ -49,18 +49,8 @@ pub(crate) struct SimulateArgs {
     /// requests routed by --router on each side. Decode replicas run vllm-v1.
     #[arg(long, conflicts_with = "replicas", value_name = "P:D")]
     pub(crate) disaggregate: Option<infersched::core::disaggregated::Disaggregation>,
-    /// The KV link's bandwidth per GPU, one direction, in GB/s [default: the NVLink of
-    /// the cost model's GPU, from its datasheet].
-    #[arg(long, requires = "disaggregate", value_name = "GB/S")]
-    pub(crate) kv_bandwidth: Option<f64>,
-    /// A fixed time per KV transfer, in microseconds.
-    #[arg(
-        long,
-        requires = "disaggregate",
-        default_value_t = 0.0,
-        value_name = "US"
-    )]
-    pub(crate) kv_latency_us: f64,
+    #[command(flatten)]
+    pub(crate) kv: super::KvLinkArgs,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
     /// schedulers run one at a time when together they would not fit [default: the memory
     /// available].
@@ -98,7 +88,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         bail!("--router spreads requests over replicas: give --replicas N or --disaggregate P:D");
     }
     if let Some(split) = a.disaggregate {
-        let link = infersched::settings::kv_link(&cost, a.kv_bandwidth, a.kv_latency_us)?;
+        let link = a.kv.link(&cost)?;
         return simulate_disaggregated(a, &w, &cost, &knobs, (split, link));
     }
     if a.replicas > 1 {

@@ -34,11 +34,7 @@ impl Sweep {
             seed: p.seed,
             cost_model: p.cluster.as_ref().and_then(|c| c.cost_model.clone()),
             replicas: p.cluster.as_ref().map(|c| c.replicas),
-            disaggregate: p
-                .cluster
-                .as_ref()
-                .and_then(|c| c.disaggregate)
-                .map(|d| format!("{}:{}", d.prefill, d.decode)),
+            disaggregate: p.split().map(|d| d.to_string()),
             router: p.cluster.as_ref().map(|c| c.router.name()),
             objective: p.objective.clone(),
             scheduler: p.scheduler,
@@ -243,6 +239,38 @@ pub struct SweepOutcome {
     pub plots: Vec<PathBuf>,
 }
 
+/// The keys of the rows a resumed sweep keeps in `results_path`: the first row of each
+/// key of this grid; duplicates (from an older version without the lock) and rows of
+/// another grid are dropped, and said so; a file of an earlier version (fewer columns)
+/// is rewritten in this version's columns before rows of them are appended.
+fn resumed_keys(sweep: &Sweep, results_path: &Path) -> Result<HashSet<String>> {
+    let grid: HashSet<String> = sweep.points.iter().map(Point::key).collect();
+    let recs = read_results(results_path)?;
+    let total = recs.len();
+    let mut done = HashSet::new();
+    let mut kept = Vec::with_capacity(total);
+    let (mut duplicates, mut foreign) = (0, 0);
+    for rec in recs {
+        if !grid.contains(&rec.key) {
+            foreign += 1;
+        } else if done.insert(rec.key.clone()) {
+            kept.push(rec);
+        } else {
+            duplicates += 1;
+        }
+    }
+    if kept.len() < total {
+        eprintln!(
+            "{}: dropped {duplicates} duplicate rows and {foreign} rows not in this grid",
+            results_path.display()
+        );
+        write_results(results_path, &kept)?;
+    } else if !std::fs::read(results_path)?.starts_with(&header_line()?) {
+        write_results(results_path, &kept)?;
+    }
+    Ok(done)
+}
+
 /// Runs `sweep` (or one shard of it) into `out`; see the module docs.
 pub fn run(
     sweep: &Sweep,
@@ -262,44 +290,18 @@ pub fn run(
         Some((k, n)) => shard(&sweep.points, k, n),
         None => sweep.points.clone(),
     };
-    let mut done = HashSet::new();
-    if results_path.exists() {
+    let done = if results_path.exists() {
         if !resume {
             bail!(
                 "{} exists; pass --resume to continue that sweep, or choose another --out",
                 results_path.display()
             );
         }
-        // Keep the first row of each key of this grid; duplicates (from an older version
-        // without the lock) and rows of another grid are dropped, and said so.
-        let grid: HashSet<String> = sweep.points.iter().map(Point::key).collect();
-        let recs = read_results(&results_path)?;
-        let total = recs.len();
-        let mut kept = Vec::with_capacity(total);
-        let (mut duplicates, mut foreign) = (0, 0);
-        for rec in recs {
-            if !grid.contains(&rec.key) {
-                foreign += 1;
-            } else if done.insert(rec.key.clone()) {
-                kept.push(rec);
-            } else {
-                duplicates += 1;
-            }
-        }
-        if kept.len() < total {
-            eprintln!(
-                "{}: dropped {duplicates} duplicate rows and {foreign} rows not in this grid",
-                results_path.display()
-            );
-            write_results(&results_path, &kept)?;
-        } else if !std::fs::read(&results_path)?.starts_with(&header_line()?) {
-            // A file of an earlier version (fewer columns): rewritten in this version's
-            // columns before rows of them are appended.
-            write_results(&results_path, &kept)?;
-        }
+        resumed_keys(sweep, &results_path)?
     } else {
         crate::core::io::write_bytes_atomic(&results_path, &header_line()?)?;
-    }
+        HashSet::new()
+    };
     let todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.key())).collect();
     let skipped = points.len() - todo.len();
     let file = Mutex::new(

@@ -234,9 +234,9 @@ impl Point {
     pub fn key(&self) -> String {
         let cluster = self.cluster.as_ref().map_or(String::new(), |c| {
             // Only where disaggregated, so other clusters' keys stay as they were.
-            let split = c.disaggregate.map_or(String::new(), |d| {
-                format!("disaggregate={}:{};", d.prefill, d.decode)
-            });
+            let split = c
+                .disaggregate
+                .map_or(String::new(), |d| format!("disaggregate={d};"));
             format!(
                 "cost_model={};replicas={};{split}router={};",
                 c.cost_model.as_deref().unwrap_or(""),
@@ -262,6 +262,11 @@ impl Point {
             self.objective,
             self.scheduler
         )
+    }
+
+    /// How its cluster splits prefill and decode, where disaggregated.
+    pub fn split(&self) -> Option<crate::core::disaggregated::Disaggregation> {
+        self.cluster.as_ref().and_then(|c| c.disaggregate)
     }
 
     /// The key without the scheduler: runs that share it share a setting.
