@@ -598,6 +598,9 @@ def capacity(
     arrivals: str = "trace",
     replicas: int = 1,
     router: str = "round-robin",
+    disaggregate: Optional[str] = None,
+    kv_bandwidth: Optional[float] = None,
+    kv_latency_us: float = 0.0,
     cost_model: str = DEFAULT_COST_MODEL,
     token_budget: Optional[int] = None,
     prefill_budget: Optional[int] = None,
@@ -625,11 +628,14 @@ def capacity(
     none). Returns a dict: ``result`` (``found``, ``at-least``: they hold at ``max_rate``,
     ``below``: they miss at ``min_rate``), ``max_rate_per_s``, ``misses_at_per_s``,
     ``binding_slos``, ``report`` (the SLO report at the rate found), ``probes``
-    (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``, and with ``best_found``
+    (``[rate, held]`` in order), ``ceiling_per_s``, ``limits``, ``disaggregate``, and with ``best_found``
     (one replica) ``best_found_rate_per_s``: the highest rate at which the goodput search
     (clairvoyant) finds a schedule meeting them under the same limits (``capacity
     --best-found``; the best possible rate lies between it and the ceiling). ``arrivals``:
-    ``trace`` (the trace's own, scaled) or ``poisson[:SEED]`` (``capacity --arrivals``)."""
+    ``trace`` (the trace's own, scaled) or ``poisson[:SEED]`` (``capacity --arrivals``).
+    ``disaggregate="P:D"`` searches a disaggregated cluster instead (``capacity
+    --disaggregate``: P prefill and D decode replicas behind ``router``, KV over
+    ``kv_bandwidth`` GB/s, the GPU's NVLink by default; vllm-v1; no ceiling)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
@@ -637,7 +643,9 @@ def capacity(
                    enable_prefix_caching)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes),
-                  best_found=bool(best_found), arrivals=str(arrivals))
+                  best_found=bool(best_found), arrivals=str(arrivals),
+                  disaggregate=disaggregate, kv_bandwidth=kv_bandwidth,
+                  kv_latency_us=float(kv_latency_us))
     cluster = dict(replicas=int(replicas), router=router)
     text = _infersched.capacity(_workload(workload), scheduler, cost_model, limits, knobs,
                                 list(slo), cluster, search)

@@ -260,6 +260,12 @@ pub(crate) struct CapacityKwargs {
     pub(crate) arrivals: String,
     /// Also bisect the goodput search's schedules (`capacity --best-found`).
     pub(crate) best_found: bool,
+    /// `P:D`: a disaggregated cluster instead of replicas (`capacity --disaggregate`).
+    pub(crate) disaggregate: Option<String>,
+    /// The KV link's bandwidth per GPU in GB/s (`--kv-bandwidth`; None: the GPU's NVLink).
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// A fixed time per KV transfer in microseconds (`--kv-latency-us`).
+    pub(crate) kv_latency_us: f64,
 }
 
 impl CapacityKwargs {

@@ -275,8 +275,16 @@ fn capacity(
         .cluster()?
         .map_or(Replicas::ONE, |(count, router)| Replicas { count, router });
     let lim = kind.limits(&knobs, w);
+    let split = disaggregation(&search, &cost, &cluster, replicas)?;
     let (found, ceiling, best) = py.detach(|| {
         guarded(|| {
+            if let Some((d, router, link)) = &split {
+                let found = infersched::capacity::disaggregated_capacity(
+                    w, &cost, kind, &knobs, *d, *router, link, &spec,
+                )
+                .map_err(err)?;
+                return Ok((found, None, None));
+            }
             let found = infersched::capacity::capacity(w, &cost, kind, &knobs, replicas, &spec)
                 .map_err(err)?;
             let ceiling =
@@ -320,8 +328,43 @@ fn capacity(
         "probes": found.probes,
         "ceiling_per_s": ceiling,
         "best_found_rate_per_s": best_rate,
+        "disaggregate": split.map(|(d, _, _)| d.to_string()),
     });
     Ok(doc.to_string())
+}
+
+/// `disaggregate` of a capacity search, checked: the split, the router of both sides and
+/// the KV link, or None; not with more than one replica (a cluster is one or the other).
+fn disaggregation(
+    search: &CapacityKwargs,
+    cost: &infersched::cost_model::LinearCostModel,
+    cluster: &ClusterKwargs,
+    replicas: infersched::capacity::Replicas,
+) -> PyResult<
+    Option<(
+        infersched::core::disaggregated::Disaggregation,
+        infersched::schedulers::Router,
+        infersched::core::disaggregated::KvLink,
+    )>,
+> {
+    let Some(text) = &search.disaggregate else {
+        return Ok(None);
+    };
+    if replicas.count > 1 {
+        return Err(err(
+            "disaggregate and replicas > 1: a cluster is either replicas or a prefill:decode split",
+        ));
+    }
+    let d = text
+        .parse::<infersched::core::disaggregated::Disaggregation>()
+        .map_err(|e| err(format!("disaggregate: {e}")))?;
+    let router = cluster
+        .router
+        .parse()
+        .map_err(|e| err(format!("router: {e}")))?;
+    let link = infersched::settings::kv_link(cost, search.kv_bandwidth, search.kv_latency_us)
+        .map_err(err)?;
+    Ok(Some((d, router, link)))
 }
 
 /// The names `scheduler` accepts, in the command's order.

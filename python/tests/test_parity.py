@@ -178,6 +178,30 @@ def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path)
     assert best["max_rate_per_s"] <= best["best_found_rate_per_s"] <= best["ceiling_per_s"]
 
 
+def test_a_disaggregated_capacity_matches_the_command(cli, trace_head, tmp_path):
+    run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--cost-model", "llama3-8b-h100", "--slo", "ttft-p90=300ms",
+            "--disaggregate", "1:1", "--router", "least-outstanding", "--replicas", "2",
+            "--out", str(tmp_path / "cli"))
+    lines = (tmp_path / "cli" / "capacity.csv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    split = next(r for r in rows if r["disaggregate"] == "1:1")
+    got = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"],
+                       cost_model="llama3-8b-h100", disaggregate="1:1",
+                       router="least-outstanding")
+    assert got["disaggregate"] == "1:1" and got["result"] == split["result"] == "found"
+    assert got["max_rate_per_s"] == float(split["max_rate_per_s"])
+    assert got["ceiling_per_s"] is None and split["ceiling_per_s"] == ""
+    colocated = next(r for r in rows if r["disaggregate"] == "")
+    assert float(colocated["max_rate_per_s"]) != got["max_rate_per_s"]
+    with pytest.raises(isd.InferschedError, match="expected P:D"):
+        isd.capacity(trace_head, "vllm-v1", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
+                     disaggregate="2")
+    with pytest.raises(isd.InferschedError, match="either replicas or a prefill:decode split"):
+        isd.capacity(trace_head, "vllm-v1", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
+                     disaggregate="1:1", replicas=2)
+
+
 def test_a_cluster_solve_matches_the_command(cli, tmp_path):
     path = tmp_path / "w.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens\n300,6\n120,12\n40,3\n500,2\n64,9\n")
