@@ -562,30 +562,55 @@ pub fn produce_disaggregated(
     };
     let (prefill_routing, prefill_schedules) = schedules(sim.prefill);
     let (decode_routing, decode_schedules) = schedules(sim.decode);
-    let replay = crate::core::disaggregated::replay_disaggregated(
-        w,
-        &limits,
-        cost,
-        link,
-        &prefill_routing,
-        &prefill_schedules,
-        &decode_routing,
-        &decode_schedules,
-    )
-    .map_err(|e| ProduceError::ClusterRejected {
-        producer: format!("{} disaggregated behind {router}", kind.name()),
-        source: e,
-    })?;
-    let summary = Summary::of_disaggregated(&replay, &router.name(), link);
-    Ok(DisaggregatedOutcome {
-        prefill_routing,
-        prefill_schedules,
-        decode_routing,
-        decode_schedules,
-        replay,
-        summary,
-        limits,
+    let sides = (
+        (prefill_routing, prefill_schedules),
+        (decode_routing, decode_schedules),
+    );
+    DisaggregatedOutcome::replayed(w, cost, limits, link, &router.name(), sides).map_err(|e| {
+        ProduceError::ClusterRejected {
+            producer: format!("{} disaggregated behind {router}", kind.name()),
+            source: e,
+        }
     })
+}
+
+/// Each side's replica of every request and each replica's schedule.
+pub type Sides = ((Routing, Vec<Schedule>), (Routing, Vec<Schedule>));
+
+impl DisaggregatedOutcome {
+    /// Both sides' schedules (`sides`: prefill, then decode) replayed under `limits` with
+    /// KV over `link` (`core::disaggregated::replay_disaggregated`) and the cluster
+    /// summarized (`router` names the rule in the summary).
+    pub fn replayed(
+        w: &Workload,
+        cost: &LinearCostModel,
+        limits: Limits,
+        link: &crate::core::disaggregated::KvLink,
+        router: &str,
+        sides: Sides,
+    ) -> Result<Self, ClusterError> {
+        let ((prefill_routing, prefill_schedules), (decode_routing, decode_schedules)) = sides;
+        let replay = crate::core::disaggregated::replay_disaggregated(
+            w,
+            &limits,
+            cost,
+            link,
+            &prefill_routing,
+            &prefill_schedules,
+            &decode_routing,
+            &decode_schedules,
+        )?;
+        let summary = Summary::of_disaggregated(&replay, router, link);
+        Ok(Self {
+            prefill_routing,
+            prefill_schedules,
+            decode_routing,
+            decode_schedules,
+            replay,
+            summary,
+            limits,
+        })
+    }
 }
 
 /// Heuristic `kind` on `replicas` replicas behind `router`, as an [`Outcome`] (the merged

@@ -184,19 +184,17 @@ fn replay_disaggregated(
 ) -> Result<()> {
     let w = instance.workload();
     let link = infersched::settings::kv_link(instance.cost(), a.kv_bandwidth, a.kv_latency_us)?;
-    let (prefill_routing, prefill_schedules) =
-        infersched::cluster::read_cluster(&dir.join("prefill"), w)?;
-    let (decode_routing, decode_schedules) =
-        infersched::cluster::read_cluster(&dir.join("decode"), w)?;
-    let replay = infersched::core::disaggregated::replay_disaggregated(
+    let prefill = infersched::cluster::read_cluster(&dir.join("prefill"), w)?;
+    let decode = infersched::cluster::read_cluster(&dir.join("decode"), w)?;
+    let router = routing_rule(&prefill.1);
+    let limits = *instance.limits();
+    let mut o = infersched::produce::DisaggregatedOutcome::replayed(
         w,
-        instance.limits(),
         instance.cost(),
+        limits,
         &link,
-        &prefill_routing,
-        &prefill_schedules,
-        &decode_routing,
-        &decode_schedules,
+        &router,
+        (prefill, decode),
     )
     .with_context(|| {
         format!(
@@ -205,23 +203,12 @@ fn replay_disaggregated(
             a.workload.display()
         )
     })?;
-    let router = routing_rule(&prefill_schedules);
-    let mut summary = Summary::of_disaggregated(&replay, &router, &link);
     if !a.slo.is_empty() {
-        summary.slo = Some(infersched::core::SloReport::of(
-            &replay.cluster.merged,
+        o.summary.slo = Some(infersched::core::SloReport::of(
+            &o.replay.cluster.merged,
             &a.slo,
         ));
     }
-    let o = infersched::produce::DisaggregatedOutcome {
-        prefill_routing,
-        prefill_schedules,
-        decode_routing,
-        decode_schedules,
-        replay,
-        summary,
-        limits: *instance.limits(),
-    };
     let paths = infersched::cluster::write_disaggregated_outputs(&a.out, w, &o, None)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(

@@ -82,41 +82,7 @@ impl Sweep {
                 ))
             });
         match measured {
-            Ok((status, objective, s, solve)) => {
-                row.status = status;
-                row.objective_s = Some(objective);
-                row.makespan_s = Some(s.makespan_s);
-                row.mean_e2e_s = Some(s.mean_e2e_s);
-                row.mean_ttft_s = Some(s.mean_ttft_s);
-                row.p99_ttft_s = Some(s.ttft_s.p99);
-                row.mean_tpot_s = s.mean_tpot_s;
-                row.throughput_tok_s = s.throughput_tok_s;
-                row.evictions = Some(s.evictions);
-                row.recomputed_tokens = Some(s.recomputed_tokens);
-                row.batches = Some(s.batches as u64);
-                row.peak_kv_utilization = s.peak_kv_utilization;
-                (row.p50_ttft_s, row.p90_ttft_s) = (Some(s.ttft_s.p50), Some(s.ttft_s.p90));
-                let tpot = s.tpot_s.as_ref();
-                row.p50_tpot_s = tpot.map(|d| d.p50);
-                row.p90_tpot_s = tpot.map(|d| d.p90);
-                row.p99_tpot_s = tpot.map(|d| d.p99);
-                (row.p50_e2e_s, row.p90_e2e_s) = (Some(s.e2e_s.p50), Some(s.e2e_s.p90));
-                row.p99_e2e_s = Some(s.e2e_s.p99);
-                let tbt = s.tbt_s.as_ref();
-                (row.p50_tbt_s, row.p90_tbt_s) = (tbt.map(|d| d.p50), tbt.map(|d| d.p90));
-                row.p99_tbt_s = s.p99_tbt_s;
-                row.slo_attainment = s.slo.as_ref().map(|r| r.attainment);
-                row.goodput_requests_per_s = s.slo.as_ref().and_then(|r| r.goodput_requests_per_s);
-                if let Some(x) = solve {
-                    row.best_bound_s = Some(x.best_bound);
-                    row.certified_gap = Some(x.certified_gap);
-                    row.solve_s = Some(x.solve_s);
-                    row.milp_rows = x.model.map(|m| m.rows);
-                    row.milp_columns = x.model.map(|m| m.columns);
-                    row.milp_integers = x.model.map(|m| m.integers);
-                    row.solve_method = Some(x.method.name().to_string());
-                }
-            }
+            Ok((status, objective, s, solve)) => row.set_measured(status, objective, &s, solve),
             Err(e) => row.error = Some(format!("{e:#}").replace('\n', " ")),
         }
         row
@@ -188,6 +154,51 @@ impl Sweep {
         };
         let s = outcome.summary;
         Ok((status, objective.of(&s), s, solve))
+    }
+}
+
+impl ResultRow {
+    /// Fills the row's status, objective, metrics (from `s`) and, for a solve, its facts.
+    fn set_measured(
+        &mut self,
+        status: RunStatus,
+        objective: f64,
+        s: &Summary,
+        solve: Option<SolveFacts>,
+    ) {
+        self.status = status;
+        self.objective_s = Some(objective);
+        self.makespan_s = Some(s.makespan_s);
+        self.mean_e2e_s = Some(s.mean_e2e_s);
+        self.mean_ttft_s = Some(s.mean_ttft_s);
+        self.p99_ttft_s = Some(s.ttft_s.p99);
+        self.mean_tpot_s = s.mean_tpot_s;
+        self.throughput_tok_s = s.throughput_tok_s;
+        self.evictions = Some(s.evictions);
+        self.recomputed_tokens = Some(s.recomputed_tokens);
+        self.batches = Some(s.batches as u64);
+        self.peak_kv_utilization = s.peak_kv_utilization;
+        (self.p50_ttft_s, self.p90_ttft_s) = (Some(s.ttft_s.p50), Some(s.ttft_s.p90));
+        let tpot = s.tpot_s.as_ref();
+        self.p50_tpot_s = tpot.map(|d| d.p50);
+        self.p90_tpot_s = tpot.map(|d| d.p90);
+        self.p99_tpot_s = tpot.map(|d| d.p99);
+        (self.p50_e2e_s, self.p90_e2e_s) = (Some(s.e2e_s.p50), Some(s.e2e_s.p90));
+        self.p99_e2e_s = Some(s.e2e_s.p99);
+        let tbt = s.tbt_s.as_ref();
+        (self.p50_tbt_s, self.p90_tbt_s) = (tbt.map(|d| d.p50), tbt.map(|d| d.p90));
+        self.p99_tbt_s = s.p99_tbt_s;
+        self.slo_attainment = s.slo.as_ref().map(|r| r.attainment);
+        self.goodput_requests_per_s = s.slo.as_ref().and_then(|r| r.goodput_requests_per_s);
+        if let Some(x) = solve {
+            self.best_bound_s = Some(x.best_bound);
+            self.certified_gap = Some(x.certified_gap);
+            self.solve_s = Some(x.solve_s);
+            self.milp_rows = x.model.map(|m| m.rows);
+            self.milp_columns = x.model.map(|m| m.columns);
+            self.milp_integers = x.model.map(|m| m.integers);
+            self.solve_method = Some(x.method.name().to_string());
+        }
     }
 }
 
