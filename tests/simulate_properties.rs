@@ -2,7 +2,9 @@
 //! schedule the independent replay accepts, with the replay's clock (checked through the
 //! schedule's claimed batch times) and memory account equal to the simulator's own.
 
-use infersched::core::{Limits, Schedule, Workload, replay};
+use infersched::core::{
+    Limits, Pipeline, Schedule, Workload, classify_entries, replay, replay_pipelined,
+};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
 use proptest::prelude::*;
@@ -139,4 +141,93 @@ proptest! {
             prop_assert_eq!(&again.schedule, &sim.schedule);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(120))]
+
+    /// vllm-v1 on a pipeline of 2 to 4 stages (semantics.md, "Pipeline parallelism"):
+    /// the pipelined replay accepts its schedule with the simulator's clock and memory
+    /// account, no request is in two batches while its last token is in flight, and one
+    /// stage is the plain simulation bit for bit.
+    #[test]
+    fn vllm_v1_on_a_pipeline_agrees_with_the_pipelined_replay(
+        (w, knobs) in arb_case(),
+        stages in 2u32..5,
+        send_latency_s in prop_oneof![Just(0.0), Just(1e-4)],
+        send_s_per_token in prop_oneof![Just(0.0), Just(1e-6)],
+    ) {
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        let kind = SchedulerKind::VllmV1;
+        let pipeline = Pipeline { stages, send_latency_s, send_s_per_token };
+        let sim = match kind.simulate_on(&w, &knobs, &cost, &pipeline) {
+            Ok(s) => s,
+            Err(SimError::Unservable { .. }) => return Ok(()),
+            Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+        };
+        let r = replay_pipelined(&w, &sim.limits, &cost, &pipeline, &sim.schedule)
+            .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(r.batches.len(), sim.accounts.len());
+        for (b, a) in r.batches.iter().zip(&sim.accounts) {
+            prop_assert_eq!(b.kv_tokens, a.kv_tokens, "batch {}", b.index);
+            prop_assert_eq!(b.running, a.running, "batch {}", b.index);
+        }
+        // Every entry of a request that has a token starts after the batch that
+        // generated its last token completed.
+        let mut last_token_end = vec![f64::NEG_INFINITY; w.len()];
+        for (entries, rec) in classify_entries(&w, &sim.schedule).iter().zip(&r.batches) {
+            for e in entries {
+                let i = e.request as usize;
+                prop_assert!(rec.start_s >= last_token_end[i], "batch {} request {}", rec.index, i);
+            }
+            for e in entries.iter().filter(|e| e.generated_token) {
+                last_token_end[e.request as usize] = rec.end_s;
+            }
+        }
+        // Not pipelined: the plain simulation and replay, bit for bit.
+        let one = kind.simulate_on(&w, &knobs, &cost, &Pipeline::none()).unwrap();
+        prop_assert_eq!(&one.schedule, &kind.simulate(&w, &knobs, &cost).unwrap().schedule);
+        // Other policies are refused on a pipeline, naming it.
+        let err = SchedulerKind::Sarathi.simulate_on(&w, &knobs, &cost, &pipeline).unwrap_err();
+        let refused = matches!(err, SimError::NotPipelined { .. });
+        prop_assert!(refused, "{}", err);
+    }
+}
+
+/// Two stages overlap batches: a burst of prompts that each fill a batch (compute-bound)
+/// is served in about half the time, each stage running half the layers of one batch
+/// while the other runs the next; with nothing to overlap (one request decoding) each
+/// token takes as long as on one GPU, plus the send between the stages.
+#[test]
+fn two_stages_overlap_batches_but_not_a_requests_own_tokens() {
+    let cost = preset("llama3-70b-tp4-a100").unwrap();
+    let knobs = Knobs {
+        token_budget: Some(512),
+        ..Knobs::default()
+    };
+    let kind = SchedulerKind::VllmV1;
+    let span = |rs: &[(u32, u32, f64)], stages, send_latency_s| {
+        let w = infersched_test_kit::workload(rs);
+        let p = Pipeline {
+            stages,
+            send_latency_s,
+            send_s_per_token: 0.0,
+        };
+        let sim = kind.simulate_on(&w, &knobs, &cost, &p).unwrap();
+        replay_pipelined(&w, &sim.limits, &cost, &p, &sim.schedule)
+            .unwrap()
+            .makespan_s()
+    };
+    let burst: Vec<(u32, u32, f64)> = (0..16).map(|_| (512, 1, 0.0)).collect();
+    let (one, two) = (span(&burst, 1, 0.0), span(&burst, 2, 0.0));
+    assert!(
+        two < 0.55 * one && two > 0.45 * one,
+        "one stage {one} s, two {two} s"
+    );
+    let alone = [(16, 32, 0.0)];
+    let (one, two) = (span(&alone, 1, 0.0), span(&alone, 2, 1e-3));
+    assert!(
+        (two - one - 32.0 * 1e-3).abs() < 1e-9,
+        "one stage {one} s, two {two} s"
+    );
 }

@@ -22,6 +22,7 @@ pub mod kv_cache;
 pub mod limits;
 pub mod metrics;
 pub mod names;
+pub mod pipeline;
 pub mod prefix;
 pub mod quantile;
 pub mod replay;
@@ -38,10 +39,11 @@ pub use kv_cache::{
 };
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Objectives, Summary};
+pub use pipeline::{Pipeline, PipelineClock, PipelineError};
 pub use prefix::{PerfectCache, PrefixIds};
 pub use replay::{
     BatchRecord, ClassifiedEntry, EntryKind, Replay, ReplayError, RequestRecord, classify_entries,
-    replay, replay_measured,
+    replay, replay_measured, replay_pipelined,
 };
 pub use request::{Request, Workload, WorkloadError};
 pub use request_state::{RequestState, Step};

@@ -9,6 +9,7 @@
 use crate::cost::{BatchFeatures, CostModel};
 use crate::kv_cache::{BlockKeys, PrefixCache};
 use crate::limits::{Infeasibility, Limits, LimitsError};
+use crate::pipeline::{Pipeline, PipelineClock, PipelineError};
 use crate::request::Workload;
 use crate::request_state::RequestState;
 use crate::schedule::{Action, Schedule};
@@ -24,6 +25,9 @@ pub enum ReplayError {
     /// The limits themselves are invalid.
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    /// The pipeline is invalid.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
     /// No schedule at all can serve the workload under these limits.
     #[error("infeasible: {0}")]
     Infeasible(#[from] Infeasibility),
@@ -476,7 +480,37 @@ pub fn replay(
     cost: &dyn CostModel,
     schedule: &Schedule,
 ) -> Result<Replay, ReplayError> {
-    replay_timed(workload, limits, &|_, f| cost.batch_time_s(f), schedule)
+    replay_timed(
+        workload,
+        limits,
+        &Pipeline::none(),
+        &|_, f| cost.batch_time_s(f),
+        schedule,
+    )
+}
+
+/// Replays `schedule` on a replica of `pipeline.stages` pipeline stages (semantics.md,
+/// "Pipeline parallelism"): each batch flows through the stages in order, at most `P` in
+/// flight; an entry of a request that has generated a token waits for the batch that
+/// generated its last one to complete; a finished request's KV is released for the
+/// batches starting at or after its last batch's completion. A batch starts as early as
+/// that allows, or at its claimed start if later (a scheduler waiting for a batch in
+/// flight to release KV). With one stage it is [`replay`], bit for bit.
+pub fn replay_pipelined(
+    workload: &Workload,
+    limits: &Limits,
+    cost: &dyn CostModel,
+    pipeline: &Pipeline,
+    schedule: &Schedule,
+) -> Result<Replay, ReplayError> {
+    pipeline.validate()?;
+    replay_timed(
+        workload,
+        limits,
+        pipeline,
+        &|_, f| cost.batch_time_s(f),
+        schedule,
+    )
 }
 
 /// Replays `schedule` with measured batch durations (`times_s[j]` seconds for batch `j`,
@@ -500,13 +534,20 @@ pub fn replay_measured(
     for b in &mut unclaimed.batches {
         (b.start_s, b.end_s) = (None, None);
     }
-    replay_timed(workload, limits, &|j, _| times_s[j], &unclaimed)
+    replay_timed(
+        workload,
+        limits,
+        &Pipeline::none(),
+        &|j, _| times_s[j],
+        &unclaimed,
+    )
 }
 
 /// The replay with batch `j`'s time from `time_of(j, features)`.
 fn replay_timed(
     workload: &Workload,
     limits: &Limits,
+    pipeline: &Pipeline,
     time_of: &dyn Fn(usize, &BatchFeatures) -> f64,
     schedule: &Schedule,
 ) -> Result<Replay, ReplayError> {
@@ -518,22 +559,30 @@ fn replay_timed(
         let blocks = limits.kv_capacity.map(|m| m / u64::from(limits.block_size));
         r.cache = Some(PrefixCache::new(keys, blocks, limits.block_size));
     }
-    let mut prev_end = 0.0f64;
+    let mut clock = PipelineClock::new(*pipeline);
+    r.pipelined = pipeline.is_pipelined();
     let mut step = BatchStep::default();
     for (j, batch) in schedule.batches.iter().enumerate() {
         step.clear();
+        let mut earliest = clock.earliest_start();
+        if r.pipelined {
+            // A pipelined scheduler may wait past that for a batch in flight to complete
+            // and release KV: a later claimed start is taken (and checked below).
+            let claimed = batch.start_s.filter(|t| t.is_finite()).unwrap_or(0.0);
+            earliest = earliest.max(r.ready_s(batch)).max(claimed);
+            r.release_until(earliest);
+        }
         r.apply_entries(j, batch, &mut step)?;
         r.check_limits(j, &step)?;
-        let start_s = prev_end.max(step.latest_arrival);
+        let start_s = earliest.max(step.latest_arrival);
         let time_s = time_of(j, &step.features);
         if !(time_s.is_finite() && time_s >= 0.0) {
             return Err(ReplayError::InvalidBatchTime { batch: j, time_s });
         }
-        let end_s = start_s + time_s;
+        let end_s = clock.run(start_s, time_s, step.features.tokens);
         check_claims(j, batch, start_s, end_s, &step, r.reqs)?;
         let record = r.emit_tokens(j, start_s, end_s, &step);
         r.batches.push(record);
-        prev_end = end_s;
     }
     r.finish(schedule.batches.len())
 }
@@ -579,6 +628,11 @@ struct Replayer<'a> {
     cache: Option<PrefixCache>,
     /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
     transferred: Vec<u32>,
+    /// More than one pipeline stage: entries wait for their requests' batches in flight
+    /// and finished requests release their KV at their last batch's completion.
+    pipelined: bool,
+    /// Finished requests whose KV is still held: (completion, request, batch).
+    unreleased: Vec<(f64, usize, usize)>,
 }
 
 impl<'a> Replayer<'a> {
@@ -621,7 +675,63 @@ impl<'a> Replayer<'a> {
             } else {
                 Vec::new()
             },
+            pipelined: false,
+            unreleased: Vec::new(),
         }
+    }
+
+    /// The earliest start of `batch` its requests allow in a pipeline: their arrivals, and
+    /// for a request that has generated a token, the completion of the batch that
+    /// generated its last one (its next entry needs it). A prompt chunk may follow the
+    /// one before it while that one is in flight. (Unknown ids are refused when applied.)
+    fn ready_s(&self, batch: &crate::schedule::Batch) -> f64 {
+        let n = self.reqs.len();
+        batch
+            .entries
+            .iter()
+            .map(|e| e.request as usize)
+            .filter(|&i| i < n)
+            .map(|i| {
+                let own = if self.state[i].generated >= 1 {
+                    self.last_token_s[i]
+                } else {
+                    0.0
+                };
+                own.max(self.reqs[i].arrival_s)
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Releases the KV of the finished requests whose last batch completed by `t_s`, in
+    /// the order they finished, counting it in their batches' records.
+    fn release_until(&mut self, t_s: f64) {
+        let mut unreleased = std::mem::take(&mut self.unreleased);
+        unreleased.retain(|&(end_s, i, j)| {
+            if end_s > t_s {
+                return true;
+            }
+            let released = self.release(i);
+            self.batches[j].kv_tokens_released += released;
+            false
+        });
+        self.unreleased = unreleased;
+    }
+
+    /// Releases finished request `i`'s KV; returns the tokens freed (with the prefix
+    /// cache, what the pool no longer holds).
+    fn release(&mut self, i: usize) -> u64 {
+        let held = self.limits.occupied(self.state[i].held);
+        self.kv_used -= held;
+        let mut released = held;
+        if let Some(cache) = &mut self.cache {
+            let before = self.kv_used + held;
+            cache.free(i as u32, false);
+            self.kv_used = cache.used_tokens();
+            released = before - self.kv_used;
+        }
+        self.running -= 1;
+        self.state[i].held = 0;
+        released
     }
 
     /// Checks and applies batch `j`'s entries in order; with the prefix cache, its
@@ -981,17 +1091,11 @@ impl<'a> Replayer<'a> {
             if self.state[i].generated == self.reqs[i].output_tokens {
                 rec.completion_s = end_s;
                 finished += 1;
-                let held = self.limits.occupied(self.state[i].held);
-                kv_released += held;
-                self.kv_used -= held;
-                if let Some(cache) = &mut self.cache {
-                    let before = self.kv_used + held;
-                    cache.free(i as u32, false);
-                    self.kv_used = cache.used_tokens();
-                    kv_released = kv_released - held + (before - self.kv_used);
+                if self.pipelined {
+                    self.unreleased.push((end_s, i, j));
+                } else {
+                    kv_released += self.release(i);
                 }
-                self.running -= 1;
-                self.state[i].held = 0;
             }
         }
         BatchRecord {
@@ -1220,6 +1324,83 @@ mod tests {
             let decodes = k.iter().filter(|e| e.kind == Decode).count() as u64;
             assert_eq!(b.features.n_decode, decodes, "batch {}", b.index);
         }
+    }
+
+    fn two_stages() -> Pipeline {
+        Pipeline {
+            stages: 2,
+            send_latency_s: 0.0,
+            send_s_per_token: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_pipeline_overlaps_prompt_chunks_and_waits_for_tokens_in_flight() {
+        let p = two_stages();
+        // A prompt's chunks follow each other one stage apart: b0 (2 tokens, 1.204 s:
+        // stages [0, 0.602], [0.602, 1.204]); b1 (2 over 2 cached, 1.212 s) starts when
+        // stage 0 is free, at 0.602, and its stage 1 runs [1.208, 1.814].
+        let w = workload(&[(4, 1, 0.0)]);
+        let s = sched(vec![vec![E::process(0, 2)], vec![E::process(0, 2)]]);
+        let r = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &p, &s).unwrap();
+        assert!(close(r.batches[1].start_s, 0.602));
+        assert!(close(r.requests[0].first_token_s, 1.814));
+        // A decode waits for the batch that generated its last token: b1 starts at 1.204,
+        // not 0.602, and lasts 1.13 s (1 + 0.1 + 0.01 x 3).
+        let w = workload(&[(2, 2, 0.0)]);
+        let s = sched(vec![vec![E::process(0, 2)], vec![E::process(0, 1)]]);
+        let r = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &p, &s).unwrap();
+        assert!(close(r.batches[1].start_s, 1.204));
+        assert!(close(r.requests[0].completion_s, 2.334));
+        // One stage: the sequential replay, bit for bit.
+        let one = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &Pipeline::none(), &s);
+        assert_eq!(
+            one.unwrap(),
+            replay(&w, &Limits::unlimited(), &TestCost, &s).unwrap()
+        );
+        let bad = Pipeline { stages: 0, ..p };
+        assert!(matches!(
+            replay_pipelined(&w, &Limits::unlimited(), &TestCost, &bad, &s),
+            Err(ReplayError::Pipeline(_))
+        ));
+    }
+
+    #[test]
+    fn a_pipeline_releases_kv_when_the_last_batch_completes() {
+        // M = 4: request 1 (2 tokens, finishing in b0) holds its KV until b0 completes
+        // (1.204 s), so request 2's 3-token prompt fits only in a batch starting then.
+        let w = workload(&[(1, 1, 0.0), (2, 1, 0.0), (3, 1, 0.0)]);
+        let m4 = Limits {
+            kv_capacity: Some(4),
+            block_size: 1,
+            ..Limits::unlimited()
+        };
+        let p = two_stages();
+        let early = sched(vec![
+            vec![E::process(1, 2)],
+            vec![E::process(2, 3)],
+            vec![E::process(0, 1)],
+        ]);
+        assert!(matches!(
+            replay_pipelined(&w, &m4, &TestCost, &p, &early),
+            Err(ReplayError::KvCapacity {
+                batch: 1,
+                used: 5,
+                ..
+            })
+        ));
+        // Sequentially the same schedule fits (b0 is over before b1 starts).
+        assert!(replay(&w, &m4, &TestCost, &early).is_ok());
+        // With a batch between them, b2 starts after b0's completion (two in flight).
+        let late = sched(vec![
+            vec![E::process(1, 2)],
+            vec![E::process(0, 1)],
+            vec![E::process(2, 3)],
+        ]);
+        let r = replay_pipelined(&w, &m4, &TestCost, &p, &late).unwrap();
+        assert!(close(r.batches[2].start_s, 1.204));
+        assert_eq!(r.batches[0].kv_tokens_released, 2);
+        assert_eq!(r.batches[2].kv_tokens, 4);
     }
 
     fn err(w: &Workload, l: Limits, s: Schedule) -> ReplayError {

@@ -14,7 +14,10 @@ pub mod sim;
 pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster};
 pub use disaggregated::{DisaggregatedSimulation, simulate_disaggregated};
 pub use policies::{McsfOrder, PolicyOptions, Victim};
-pub use sim::{BatchAccount, Policy, SimError, Simulation, Simulator, simulate, simulate_instance};
+pub use sim::{
+    BatchAccount, Policy, SimError, Simulation, Simulator, simulate, simulate_instance,
+    simulate_pipelined,
+};
 
 use infersched_core::{CostModel, Limits, Workload};
 
@@ -258,9 +261,21 @@ impl SchedulerKind {
         knobs: &Knobs,
         cost: &dyn CostModel,
     ) -> Result<Simulation, SimError> {
+        self.simulate_on(workload, knobs, cost, &infersched_core::Pipeline::none())
+    }
+
+    /// Simulates this scheduler on a replica of `pipeline.stages` pipeline stages
+    /// ([`simulate_pipelined`]; several stages only for policies that model them).
+    pub fn simulate_on(
+        self,
+        workload: &Workload,
+        knobs: &Knobs,
+        cost: &dyn CostModel,
+        pipeline: &infersched_core::Pipeline,
+    ) -> Result<Simulation, SimError> {
         let limits = self.limits(knobs, workload);
         let mut policy = self.policy(knobs, workload);
-        simulate(workload, &limits, policy.as_mut(), cost)
+        simulate_pipelined(workload, &limits, policy.as_mut(), cost, pipeline)
     }
 }
 

@@ -366,6 +366,12 @@ impl Policy for VllmV1 {
     fn takes_transferred_kv(&self) -> bool {
         true
     }
+    /// vLLM V1's engine core keeps up to `--pp` batches in flight (`step_with_batch_queue`)
+    /// and its scheduler skips a running request with no new token to compute ("PP > 1
+    /// and we have already scheduled all prompt tokens but they are not finished yet").
+    fn pipelines(&self) -> bool {
+        true
+    }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         let o = self.0;
         // Alone on the GPU (no watermark then) a request must be admissible, or it would

@@ -10,10 +10,17 @@
 //!
 //! The simulator keeps its own account of every request's KV and of time; the schedule it
 //! emits carries its claimed batch times, which the independent replay checks.
+//!
+//! On a pipeline of `P > 1` stages ([`simulate_pipelined`], semantics.md "Pipeline
+//! parallelism") the next batch is built as soon as stage 0 is free and fewer than `P`
+//! batches are in flight (vLLM V1's batch queue): a request whose last token is still in
+//! flight counts as scheduled (vLLM skips it: its next tokens are not known yet), a
+//! finished request holds its KV until its last batch completes, and when nothing can be
+//! scheduled time moves to the next completion or arrival.
 
 use infersched_core::{
-    Batch, BatchFeatures, BlockKeys, CostModel, Entry, Limits, PrefixCache, Request, Schedule,
-    Workload,
+    Batch, BatchFeatures, BlockKeys, CostModel, Entry, Limits, Pipeline, PipelineClock,
+    PrefixCache, Request, Schedule, Workload,
 };
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -56,6 +63,17 @@ pub enum SimError {
         "{policy} does not take KV computed elsewhere (disaggregated decode replicas run vllm-v1, as vLLM's KV connectors do)"
     )]
     TransferredKv {
+        /// Policy name.
+        policy: String,
+    },
+    /// The pipeline is invalid.
+    #[error(transparent)]
+    Pipeline(#[from] infersched_core::PipelineError),
+    /// The policy does not run on a pipeline of several stages.
+    #[error(
+        "{policy} does not run on a pipeline of several stages (--pp > 1 is modelled for vllm-v1, whose batch queue keeps up to --pp batches in flight)"
+    )]
+    NotPipelined {
         /// Policy name.
         policy: String,
     },
@@ -138,6 +156,9 @@ pub struct Simulator<'w> {
     reserved_unfilled: u64,
     /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
     transferred: Vec<u32>,
+    /// On a pipeline of several stages, per request, the completion of the batch that
+    /// generated its last token (empty: one stage).
+    ready_s: Vec<f64>,
 }
 
 /// What one simulated batch left behind, for checking against the replay.
@@ -172,6 +193,11 @@ pub trait Policy {
     /// Whether the policy takes prompt blocks from a prefix cache (then the simulator
     /// keeps one).
     fn prefix_caching(&self) -> bool {
+        false
+    }
+    /// Whether the policy runs on a pipeline of several stages, building a batch while
+    /// others are in flight and skipping the requests [`Simulator::scheduled`] reports.
+    fn pipelines(&self) -> bool {
         false
     }
     /// Whether the policy admits requests that bring their prompt's KV (a disaggregated
@@ -222,6 +248,7 @@ impl<'w> Simulator<'w> {
             cache: None,
             reserved_unfilled: 0,
             transferred: Vec::new(),
+            ready_s: Vec::new(),
         }
     }
 
@@ -353,9 +380,11 @@ impl<'w> Simulator<'w> {
     pub fn is_decode_ready(&self, i: u32) -> bool {
         self.generated(i) >= 1 && self.held(i) + 1 == self.known(i)
     }
-    /// Whether `i` already has an entry in the batch under construction.
+    /// Whether `i` already has an entry in the batch under construction, or (on a
+    /// pipeline) the batch that generated its last token is still in flight.
     pub fn scheduled(&self, i: u32) -> bool {
         self.st[i as usize].scheduled_in == self.batch_index
+            || self.ready_s.get(i as usize).is_some_and(|&r| r > self.now)
     }
     /// Tokens of the batch under construction.
     pub fn batch_tokens(&self) -> u64 {
@@ -597,7 +626,27 @@ pub fn simulate(
     policy: &mut dyn Policy,
     cost: &dyn CostModel,
 ) -> Result<Simulation, SimError> {
+    simulate_pipelined(workload, limits, policy, cost, &Pipeline::none())
+}
+
+/// Runs `policy` on `workload` under `limits` on a replica of `pipeline.stages` pipeline
+/// stages (the module's notes; [`infersched_core::replay_pipelined`] checks the schedule).
+/// One stage is [`simulate`]; several are refused for a policy that does not
+/// [`Policy::pipelines`].
+pub fn simulate_pipelined(
+    workload: &Workload,
+    limits: &Limits,
+    policy: &mut dyn Policy,
+    cost: &dyn CostModel,
+    pipeline: &Pipeline,
+) -> Result<Simulation, SimError> {
     limits.validate()?;
+    pipeline.validate()?;
+    if pipeline.is_pipelined() && !policy.pipelines() {
+        return Err(SimError::NotPipelined {
+            policy: policy.name(),
+        });
+    }
     let mut sim = Simulator::new(workload, *limits);
     if policy.prefix_caching() && !workload.has_transferred() {
         sim.enable_prefix_cache(BlockKeys::new(workload, limits.block_size));
@@ -605,6 +654,7 @@ pub fn simulate(
     check_servable(workload, limits, policy, &sim)?;
     let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
     let mut run = Run::new(sim, base_tokens);
+    run.set_pipeline(*pipeline);
     while run.step(policy, cost)? != Step::Idle {}
     Ok(run.finish(policy))
 }
@@ -657,6 +707,11 @@ pub(crate) struct Run<'w> {
     /// Requests that finished in the last batch, and the KV blocks they freed.
     pub(crate) last_finished: usize,
     pub(crate) last_freed_blocks: u64,
+    /// Times batches through the replica's pipeline stages.
+    clock: PipelineClock,
+    /// On a pipeline: finished requests still holding KV, with their last batch's
+    /// completion, in the order they finished.
+    unreleased: Vec<(f64, u32)>,
 }
 
 impl<'w> Run<'w> {
@@ -671,7 +726,21 @@ impl<'w> Run<'w> {
             idle_rounds: 0,
             last_finished: 0,
             last_freed_blocks: 0,
+            clock: PipelineClock::new(Pipeline::none()),
+            unreleased: Vec::new(),
         }
+    }
+
+    /// Runs the replica on `pipeline` (before any request is given).
+    pub(crate) fn set_pipeline(&mut self, pipeline: Pipeline) {
+        if pipeline.is_pipelined() {
+            self.sim.ready_s = vec![0.0; self.sim.reqs.len()];
+        }
+        self.clock = PipelineClock::new(pipeline);
+    }
+
+    fn pipelined(&self) -> bool {
+        self.clock.pipeline().is_pipelined()
     }
 
     /// Adds request `r` (a cluster's replica): it arrives at `r.arrival_s`, which is no
@@ -687,6 +756,9 @@ impl<'w> Run<'w> {
         }
         self.sim.reqs.to_mut().push(r);
         self.sim.st.push(ReqState::PENDING);
+        if self.pipelined() {
+            self.sim.ready_s.push(0.0);
+        }
         self.sim.pending.push(id);
         self.base_tokens += r.max_kv_tokens();
         id
@@ -716,6 +788,14 @@ impl<'w> Run<'w> {
         sim.generated_now.clear();
         policy.next_batch(sim);
         if sim.batch_tokens == 0 {
+            if sim.entries.is_empty()
+                && let Some(t) = self.next_in_flight_event()
+            {
+                self.sim.now = t;
+                self.release_due();
+                return Ok(Step::Waited);
+            }
+            let sim = &mut self.sim;
             if sim.entries.is_empty() {
                 // Idle only while nothing is waiting or running: wait for the next arrival.
                 let next = sim.pending.get(sim.next_pending).copied();
@@ -767,45 +847,92 @@ impl<'w> Run<'w> {
         Err(self.stalled(policy, &note))
     }
 
-    /// Times the batch built, emits its tokens and frees the requests it finished.
+    /// Times the batch built, emits its tokens and frees the requests it finished (on a
+    /// pipeline, when its last stage completes).
     fn run_batch(&mut self, cost: &dyn CostModel) {
-        let sim = &mut self.sim;
-        let start = sim.now;
-        let end = start + cost.batch_time_s(&sim.features);
+        let start = self.sim.now;
+        let time_s = cost.batch_time_s(&self.sim.features);
+        let end = self.clock.run(start, time_s, self.sim.features.tokens);
         self.accounts.push(BatchAccount {
-            kv_tokens: sim.actual_kv,
-            running: sim.running.len() as u64,
+            kv_tokens: self.sim.actual_kv,
+            running: self.sim.running.len() as u64,
         });
         self.last_finished = 0;
         self.last_freed_blocks = 0;
-        for k in 0..sim.generated_now.len() {
-            let i = sim.generated_now[k];
+        let pipelined = self.pipelined();
+        for k in 0..self.sim.generated_now.len() {
+            let i = self.sim.generated_now[k];
             let idx = i as usize;
-            if sim.st[idx].generated == sim.reqs[idx].output_tokens {
-                sim.st[idx].status = Status::Finished;
-                sim.used_blocks -= sim.st[idx].alloc_blocks;
-                self.last_freed_blocks += sim.st[idx].alloc_blocks;
-                sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
-                if let Some(cache) = &mut sim.cache {
-                    sim.reserved_unfilled -=
-                        sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
-                    cache.free(i, false);
-                    sim.actual_kv = cache.used_tokens();
+            if pipelined {
+                self.sim.ready_s[idx] = end;
+            }
+            if self.sim.st[idx].generated == self.sim.reqs[idx].output_tokens {
+                if pipelined {
+                    self.unreleased.push((end, i));
+                } else {
+                    self.free_finished(i);
                 }
-                sim.st[idx].alloc_blocks = 0;
-                sim.st[idx].held = 0;
-                sim.running.retain(|&r| r != i);
-                self.last_finished += 1;
             }
         }
-        self.finished += self.last_finished;
         self.batches.push(Batch {
-            entries: std::mem::take(&mut sim.entries),
+            entries: std::mem::take(&mut self.sim.entries),
             start_s: Some(start),
             end_s: Some(end),
         });
-        sim.now = end;
-        sim.batch_index += 1;
+        self.sim.batch_index += 1;
+        if pipelined {
+            self.sim.now = self.clock.earliest_start();
+            self.release_due();
+        } else {
+            self.sim.now = end;
+        }
+    }
+
+    /// Frees finished request `i`: its KV and allocation, and its place in the running set.
+    fn free_finished(&mut self, i: u32) {
+        let sim = &mut self.sim;
+        let idx = i as usize;
+        sim.st[idx].status = Status::Finished;
+        sim.used_blocks -= sim.st[idx].alloc_blocks;
+        self.last_freed_blocks += sim.st[idx].alloc_blocks;
+        sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
+        if let Some(cache) = &mut sim.cache {
+            sim.reserved_unfilled -= sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
+            cache.free(i, false);
+            sim.actual_kv = cache.used_tokens();
+        }
+        sim.st[idx].alloc_blocks = 0;
+        sim.st[idx].held = 0;
+        sim.running.retain(|&r| r != i);
+        self.last_finished += 1;
+        self.finished += 1;
+    }
+
+    /// On a pipeline: frees the finished requests whose last batch has completed by now,
+    /// in the order they finished (as the replay releases them).
+    fn release_due(&mut self) {
+        let now = self.sim.now;
+        let mut unreleased = std::mem::take(&mut self.unreleased);
+        unreleased.retain(|&(end_s, i)| {
+            if end_s > now {
+                return true;
+            }
+            self.free_finished(i);
+            false
+        });
+        self.unreleased = unreleased;
+    }
+
+    /// On a pipeline with a batch in flight: the next time something can change (a batch
+    /// completes or a request arrives); `None` otherwise.
+    fn next_in_flight_event(&self) -> Option<f64> {
+        let sim = &self.sim;
+        let completion = self.clock.next_completion_after(sim.now)?;
+        let arrival = sim
+            .pending
+            .get(sim.next_pending)
+            .map_or(f64::INFINITY, |&i| sim.reqs[i as usize].arrival_s);
+        Some(completion.min(arrival))
     }
 
     /// The finished simulation.
