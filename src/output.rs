@@ -234,6 +234,18 @@ pub fn summary_text(s: &Summary) -> String {
         "requests / batches",
         format!("{} / {} ({} busy)", s.requests, s.batches, s.busy_batches),
     );
+    if let Some(p) = &s.pipeline {
+        line(
+            &mut t,
+            "pipeline",
+            format!(
+                "{} stages, each send {:.1} us + {:.2} ns per token",
+                p.stages,
+                p.send_latency_s * 1e6,
+                p.send_s_per_token * 1e9
+            ),
+        );
+    }
     line(&mut t, "makespan", ms(s.makespan_s));
     line(
         &mut t,

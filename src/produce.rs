@@ -5,7 +5,7 @@
 
 use crate::core::{
     ClusterError, ClusterReplay, Limits, Replay, ReplayError, Routing, Schedule, Summary, Workload,
-    replay, replay_cluster,
+    replay_cluster,
 };
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
 use crate::schedulers::{Knobs, Router, SchedulerKind, SimError, simulate_cluster};
@@ -462,6 +462,25 @@ pub fn produce_heuristic(
     outcome(w, cost, kind.name(), sim.schedule, sim.limits, None)
 }
 
+/// Simulates heuristic `kind` with `knobs` on a replica of `pipeline.stages` pipeline
+/// stages (`simulate --pp`) and replays its schedule on that pipeline; one stage is
+/// [`produce_heuristic`]. The summary names the pipeline.
+pub fn produce_heuristic_pipelined(
+    w: &Workload,
+    cost: &LinearCostModel,
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    pipeline: &crate::core::Pipeline,
+) -> Result<Outcome, ProduceError> {
+    if !pipeline.is_pipelined() {
+        return produce_heuristic(w, cost, kind, knobs);
+    }
+    check_schedule_memory(w, &kind.limits(knobs, w), 1, kind.name())?;
+    let sim = kind.simulate_on(w, knobs, cost, pipeline)?;
+    let parts = (sim.schedule, sim.limits);
+    outcome_on(w, cost, kind.name(), parts, pipeline)
+}
+
 /// A heuristic run on every replica of a cluster: where each request went, each
 /// replica's schedule (in the workload's request ids), and the replays.
 #[derive(Debug, Clone)]
@@ -704,6 +723,56 @@ pub fn produce_optimal(
 }
 
 /// The independent replay of `schedule` and what is computed from it.
+/// The summary and time split of `schedule`'s replay `r` on `pipeline`. With several
+/// stages the summary names the pipeline and the split is in GPU-seconds of the stage
+/// GPUs, as a cluster's is of its replicas: each batch's time spread over the stages,
+/// sends and bubbles idle.
+pub fn summarize_on(
+    w: &Workload,
+    cost: &LinearCostModel,
+    schedule: &Schedule,
+    r: &Replay,
+    pipeline: &crate::core::Pipeline,
+) -> (Summary, TimeBreakdown) {
+    let mut summary = Summary::from_replay(r);
+    let mut split = TimeBreakdown::of(cost, w, schedule, r);
+    if pipeline.is_pipelined() {
+        summary.pipeline = Some(*pipeline);
+        let work = split.total_s() - split.idle_s;
+        let gpus = f64::from(pipeline.stages);
+        split.idle_s = (gpus * summary.makespan_s - work).max(0.0);
+    }
+    (summary, split)
+}
+
+/// A pipelined schedule's outcome: replayed on `pipeline` (`replay_pipelined`), its
+/// summary naming the pipeline.
+pub fn outcome_on(
+    w: &Workload,
+    cost: &LinearCostModel,
+    producer: &str,
+    (schedule, limits): (Schedule, Limits),
+    pipeline: &crate::core::Pipeline,
+) -> Result<Outcome, ProduceError> {
+    let r =
+        crate::core::replay_pipelined(w, &limits, cost, pipeline, &schedule).map_err(|source| {
+            ProduceError::Rejected {
+                producer: producer.to_string(),
+                source,
+            }
+        })?;
+    let (summary, time_split) = summarize_on(w, cost, &schedule, &r, pipeline);
+    Ok(Outcome {
+        schedule,
+        replay: r,
+        summary,
+        limits,
+        solve: None,
+        time_split,
+        cluster: None,
+    })
+}
+
 fn outcome(
     w: &Workload,
     cost: &LinearCostModel,
@@ -712,21 +781,10 @@ fn outcome(
     limits: Limits,
     solve: Option<SolveReport>,
 ) -> Result<Outcome, ProduceError> {
-    let r = replay(w, &limits, cost, &schedule).map_err(|source| ProduceError::Rejected {
-        producer: producer.to_string(),
-        source,
-    })?;
-    let summary = Summary::from_replay(&r);
-    let time_split = TimeBreakdown::of(cost, w, &schedule, &r);
-    Ok(Outcome {
-        schedule,
-        replay: r,
-        summary,
-        limits,
-        solve,
-        time_split,
-        cluster: None,
-    })
+    let none = crate::core::Pipeline::none();
+    let mut o = outcome_on(w, cost, producer, (schedule, limits), &none)?;
+    o.solve = solve;
+    Ok(o)
 }
 
 #[cfg(test)]

@@ -55,6 +55,20 @@ pub enum SettingsError {
         "--disaggregate: the cost model {0} names no GPU with a datasheet; give the link's bandwidth with --kv-bandwidth GB/S"
     )]
     NoKvBandwidth(String),
+    /// `--pp` above 1 with a cost model that names no model (its layers, what a stage
+    /// sends).
+    #[error(
+        "--pp: the cost model {0} names no model, so its layers and the activations a stage sends are unknown (use a preset or roofline model that names one)"
+    )]
+    NoPipelineModel(String),
+    /// `--pp` without `--pp-bandwidth`, and no GPU datasheet to take NVLink's from.
+    #[error(
+        "--pp: the cost model {0} names no GPU with a datasheet; give the link's bandwidth with --pp-bandwidth GB/S"
+    )]
+    NoPipelineBandwidth(String),
+    /// A pipeline figure out of range.
+    #[error(transparent)]
+    Pipeline(#[from] crate::core::PipelineError),
     /// A KV link figure out of range.
     #[error("--kv-bandwidth / --kv-latency-us: {0}")]
     KvLink(#[from] crate::core::disaggregated::DisaggregationError),
@@ -106,11 +120,13 @@ pub fn kv_capacity_from_num_gpu_blocks(blocks: u64, block: u32) -> Result<u64, S
 
 /// M: `explicit` if given, else what `cost`'s model and GPU leave for KV with
 /// `memory_fraction` of the GPU's memory for weights, activations and KV (vLLM's
-/// `--gpu-memory-utilization`).
+/// `--gpu-memory-utilization`), on each GPU of `stages` pipeline stages (the largest
+/// stage's layers; 1: the whole model).
 pub fn kv_capacity_for(
     explicit: Option<u64>,
     cost: &LinearCostModel,
     memory_fraction: f64,
+    stages: u32,
 ) -> Result<u64, SettingsError> {
     if let Some(m) = explicit {
         return Ok(m);
@@ -118,7 +134,7 @@ pub fn kv_capacity_for(
     let f = &cost.file;
     match (&f.model, &f.gpu) {
         (Some(model), Some(gpu)) => Ok(crate::cost_model::kv_capacity_tokens(
-            model,
+            &model.pipeline_stage(stages)?,
             gpu,
             f.tensor_parallel,
             memory_fraction,
@@ -128,19 +144,72 @@ pub fn kv_capacity_for(
 }
 
 /// M from `--kv-capacity`, else `--num-gpu-blocks` (blocks of `block` tokens), else the
-/// cost model's model and GPU at `--gpu-memory-utilization`.
+/// cost model's model and GPU at `--gpu-memory-utilization` on each of `stages` pipeline
+/// stages.
 pub fn kv_capacity(
     kv_capacity: Option<u64>,
     num_gpu_blocks: Option<u64>,
     gpu_memory_utilization: f64,
     cost: &LinearCostModel,
     block: u32,
+    stages: u32,
 ) -> Result<u64, SettingsError> {
     let explicit = match num_gpu_blocks {
         Some(n) => Some(kv_capacity_from_num_gpu_blocks(n, block)?),
         None => kv_capacity,
     };
-    kv_capacity_for(explicit, cost, gpu_memory_utilization)
+    kv_capacity_for(explicit, cost, gpu_memory_utilization, stages)
+}
+
+/// The pipeline of `--pp stages` (semantics.md, "Pipeline parallelism"): what a stage
+/// sends per token from `cost`'s model ([`crate::cost_model::ModelSpec::
+/// pipeline_bytes_per_token`]) over `bandwidth_gbps` GB/s (default: the NVLink of `cost`'s
+/// GPU per its datasheet), `latency_us` per send (default: NCCL's tuning model's,
+/// [`crate::cost_model::roofline::send_recv_latency_s`]). One stage needs nothing of the
+/// cost model.
+pub fn pipeline(
+    cost: &LinearCostModel,
+    stages: u32,
+    bandwidth_gbps: Option<f64>,
+    latency_us: Option<f64>,
+) -> Result<crate::core::Pipeline, SettingsError> {
+    use crate::cost_model::roofline;
+    let none = crate::core::Pipeline::none();
+    if stages == 1 {
+        return Ok(none);
+    }
+    let f = &cost.file;
+    let model = f
+        .model
+        .as_ref()
+        .ok_or_else(|| SettingsError::NoPipelineModel(cost.name.clone()))?;
+    model.pipeline_stage(stages)?;
+    let gbps = match bandwidth_gbps {
+        Some(g) => g,
+        None => f
+            .gpu
+            .as_ref()
+            .and_then(roofline::datasheet_of)
+            .map(|s| s.nvlink / 1e9)
+            .ok_or_else(|| SettingsError::NoPipelineBandwidth(cost.name.clone()))?,
+    };
+    let p = crate::core::Pipeline {
+        stages,
+        send_latency_s: latency_us
+            .map_or(roofline::send_recv_latency_s(roofline::Link::NvLink), |u| {
+                u * 1e-6
+            }),
+        send_s_per_token: model.pipeline_bytes_per_token() as f64 / (gbps * 1e9),
+    };
+    p.validate()?;
+    if !(gbps.is_finite() && gbps > 0.0) {
+        return Err(crate::core::PipelineError::Send {
+            field: "bandwidth (GB/s)",
+            value: gbps,
+        }
+        .into());
+    }
+    Ok(p)
 }
 
 /// Refuses a `--max-model-len` shorter than one of `w`'s requests (vLLM rejects such a
@@ -182,12 +251,56 @@ mod tests {
     #[test]
     fn explicit_m_wins_and_a_bare_preset_without_hardware_is_refused() {
         let cost = crate::cost_model::preset("llama2-7b-a100").unwrap();
-        assert_eq!(kv_capacity(Some(100), None, 0.9, &cost, 16).unwrap(), 100);
-        assert_eq!(kv_capacity(Some(100), Some(5), 0.9, &cost, 16).unwrap(), 64);
+        assert_eq!(
+            kv_capacity(Some(100), None, 0.9, &cost, 16, 1).unwrap(),
+            100
+        );
+        assert_eq!(
+            kv_capacity(Some(100), Some(5), 0.9, &cost, 16, 1).unwrap(),
+            64
+        );
         let mut bare = cost.clone();
         bare.file.model = None;
-        let e = kv_capacity(None, None, 0.9, &bare, 16).unwrap_err();
+        let e = kv_capacity(None, None, 0.9, &bare, 16, 1).unwrap_err();
         assert!(e.to_string().contains("--kv-capacity is required"), "{e}");
+    }
+
+    #[test]
+    fn a_pipeline_sends_the_models_activations_over_nvlink_and_holds_more_kv() {
+        let cost = crate::cost_model::preset("llama3-8b-h100").unwrap();
+        assert_eq!(
+            pipeline(&cost, 1, None, None).unwrap(),
+            crate::core::Pipeline::none()
+        );
+        let p = pipeline(&cost, 4, None, None).unwrap();
+        // 2 x 4096 x 2 bytes per token over the H100's 450 GB/s; 7.2 us per send.
+        assert!(
+            (p.send_s_per_token - 16384.0 / 450e9).abs() < 1e-18,
+            "{p:?}"
+        );
+        assert!((p.send_latency_s - 7.2e-6).abs() < 1e-15);
+        let slow = pipeline(&cost, 2, Some(64.0), Some(20.0)).unwrap();
+        assert!((slow.send_s_per_token - 16384.0 / 64e9).abs() < 1e-18);
+        assert!((slow.send_latency_s - 2e-5).abs() < 1e-15);
+        for (stages, bw, needle) in [
+            (33, None, "32 layers"),
+            (2, Some(0.0), "bandwidth"),
+            (2, Some(f64::NAN), "bandwidth"),
+        ] {
+            let e = pipeline(&cost, stages, bw, None).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        let mut bare = cost.clone();
+        bare.file.model = None;
+        assert!(
+            pipeline(&bare, 2, None, None)
+                .unwrap_err()
+                .to_string()
+                .contains("--pp")
+        );
+        let one = kv_capacity(None, None, 0.9, &cost, 16, 1).unwrap();
+        let two = kv_capacity(None, None, 0.9, &cost, 16, 2).unwrap();
+        assert!(two > 2 * one, "{one} -> {two}");
     }
 
     #[test]

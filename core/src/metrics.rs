@@ -153,6 +153,28 @@ pub struct Summary {
     /// replicas, the KV figures those of the fullest replica's batches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::cluster::ClusterLoad>,
+    /// The pipeline of each replica (`--pp`), when it has more than one stage. Batches
+    /// then overlap: `busy_s` is the time some batch is in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<crate::pipeline::Pipeline>,
+}
+
+/// The time `batches` (in order) run: the sum of their durations, or where they overlap
+/// (a pipeline's), the length of their union.
+fn busy_time_s(batches: &[&crate::replay::BatchRecord]) -> f64 {
+    let overlap = batches.windows(2).any(|w| w[1].start_s < w[0].end_s);
+    if !overlap {
+        return batches.iter().map(|b| b.duration_s()).sum();
+    }
+    let (mut total, mut from, mut to) = (0.0, f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for b in batches {
+        if b.start_s > to {
+            total += (to - from).max(0.0);
+            from = b.start_s;
+        }
+        to = to.max(b.end_s);
+    }
+    total + (to - from).max(0.0)
 }
 
 impl Summary {
@@ -176,7 +198,7 @@ impl Summary {
             .iter()
             .filter(|b| b.features.tokens > 0)
             .collect();
-        let busy_s: f64 = busy.iter().map(|b| b.duration_s()).sum();
+        let busy_s = busy_time_s(&busy);
         let per_busy = |x: u64| {
             if busy.is_empty() {
                 0.0
@@ -236,6 +258,7 @@ impl Summary {
             },
             slo: None,
             cluster: None,
+            pipeline: None,
         }
     }
 

@@ -143,6 +143,32 @@ impl ModelSpec {
             * u64::from(self.dtype_bytes)
     }
 
+    /// One of `stages` pipeline stages of this model: `ceil(layers / stages)` layers (the
+    /// largest stage, which binds memory), the embedding and LM head counted in full
+    /// (conservatively: vLLM puts them on the first and last stage). Refuses 0 stages and
+    /// more stages than layers.
+    pub fn pipeline_stage(&self, stages: u32) -> Result<ModelSpec, HardwareError> {
+        if stages == 0 || stages > self.layers {
+            return Err(HardwareError::Invalid {
+                field: "pipeline_parallel",
+                reason: format!(
+                    "--pp {stages}: {} has {} layers (each of 1 to {} stages needs at least one)",
+                    self.name, self.layers, self.layers
+                ),
+            });
+        }
+        Ok(ModelSpec {
+            layers: self.layers.div_ceil(stages),
+            ..self.clone()
+        })
+    }
+
+    /// Bytes per token a pipeline stage sends the next: the hidden states and the
+    /// residual (vLLM's `IntermediateTensors` for Llama), `2 x hidden x dtype`.
+    pub fn pipeline_bytes_per_token(&self) -> u64 {
+        2 * u64::from(self.hidden) * u64::from(self.dtype_bytes)
+    }
+
     /// Checks a tensor-parallel degree as vLLM does: at least 1, dividing the attention
     /// heads, and dividing the KV heads (or, when larger, divided by them: replication).
     pub fn check_tensor_parallel(&self, tp: u32) -> Result<(), HardwareError> {
@@ -251,6 +277,28 @@ pub fn kv_capacity_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipeline_stage_holds_its_share_of_layers_and_more_kv() {
+        let m = ModelSpec::llama3_8b();
+        let gpu = GpuSpec::h100_80gb();
+        let one = kv_capacity_tokens(&m, &gpu, 1, 0.9).unwrap();
+        let stage = m.pipeline_stage(2).unwrap();
+        assert_eq!(stage.layers, 16);
+        assert_eq!(stage.kv_bytes_per_token(1) * 2, m.kv_bytes_per_token(1));
+        let two = kv_capacity_tokens(&stage, &gpu, 1, 0.9).unwrap();
+        assert!(two > 2 * one, "{one} -> {two}");
+        assert_eq!(m.pipeline_stage(1).unwrap(), m);
+        assert_eq!(m.pipeline_stage(3).unwrap().layers, 11);
+        for bad in [0, 33] {
+            let e = m.pipeline_stage(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--pp {bad}")) && e.contains("32 layers"),
+                "{e}"
+            );
+        }
+        assert_eq!(m.pipeline_bytes_per_token(), 2 * 4096 * 2);
+    }
 
     #[test]
     fn tensor_parallel_degrees_follow_vllm() {

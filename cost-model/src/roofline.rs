@@ -188,6 +188,17 @@ pub fn all_reduce_latency_s(tp: u32, link: Link) -> f64 {
     (6.6 + 2.0 * f64::from(tp - 1) * per_step_us) * 1e-6
 }
 
+/// The latency of one send/recv between two GPUs over `link` (seconds), by the same
+/// tuning model as [`all_reduce_latency_s`]: the LL base latency and one step's hardware
+/// latency (7.2 us over NVLink, 7.6 us over PCIe). An estimate, not a measurement.
+pub fn send_recv_latency_s(link: Link) -> f64 {
+    let per_step_us = match link {
+        Link::NvLink => 0.6,
+        Link::Pcie => 1.0,
+    };
+    (6.6 + per_step_us) * 1e-6
+}
+
 /// The roofline coefficients of `model` on `sheet` with tensor parallelism `tp`, its
 /// all-reduces over `link`.
 pub fn roofline_over(model: &ModelSpec, sheet: &Datasheet, tp: u32, link: Link) -> LinearCostModel {

@@ -34,6 +34,7 @@ impl LimitKwargs {
             self.gpu_memory_utilization,
             cost,
             block,
+            1,
         )
         .map_err(err)
     }

@@ -106,7 +106,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
     // with Llama-3-8B at vLLM V1's defaults (C = 8192, block 16, M from the model and GPU).
     let mooncake_cost = cost_model::resolve("llama3-8b-h100")?;
     let mooncake = load_workload(&a.traces.join("mooncake/conversation_trace.jsonl"))?;
-    let m = infersched::settings::kv_capacity_for(None, &mooncake_cost, 0.9)?;
+    let m = infersched::settings::kv_capacity_for(None, &mooncake_cost, 0.9, 1)?;
     if kinds.contains(&SchedulerKind::VllmV1) {
         for (name, on) in [
             ("mooncake_conv_cache", true),

@@ -163,12 +163,23 @@ impl KvCapacityArgs {
     /// M from --kv-capacity, --num-gpu-blocks (blocks of `block` tokens), or `cost`'s model
     /// and GPU at --gpu-memory-utilization.
     pub(crate) fn kv_capacity(&self, cost: &LinearCostModel, block: u32) -> Result<u64> {
+        self.kv_capacity_on(cost, block, 1)
+    }
+
+    /// M as [`Self::kv_capacity`], on each GPU of `stages` pipeline stages.
+    pub(crate) fn kv_capacity_on(
+        &self,
+        cost: &LinearCostModel,
+        block: u32,
+        stages: u32,
+    ) -> Result<u64> {
         Ok(infersched::settings::kv_capacity(
             self.kv_capacity,
             self.num_gpu_blocks,
             self.gpu_memory_utilization,
             cost,
             block,
+            stages,
         )?)
     }
 }
@@ -258,8 +269,13 @@ impl LimitArgs {
     /// The limits; M from --kv-capacity, --num-gpu-blocks, or `cost`'s model and GPU (the
     /// default every command shares).
     pub(crate) fn limits(&self, cost: &LinearCostModel) -> Result<Limits> {
+        self.limits_on(cost, 1)
+    }
+
+    /// The limits as [`Self::limits`], M on each GPU of `stages` pipeline stages.
+    pub(crate) fn limits_on(&self, cost: &LinearCostModel, stages: u32) -> Result<Limits> {
         let block = self.block_size.unwrap_or(1);
-        self.given_limits(self.memory.kv_capacity(cost, block)?)
+        self.given_limits(self.memory.kv_capacity_on(cost, block, stages)?)
     }
 }
 
@@ -335,12 +351,23 @@ impl KnobArgs {
         w: &infersched::core::Workload,
         cost: &LinearCostModel,
     ) -> Result<Knobs> {
+        self.knobs_on(w, cost, 1)
+    }
+
+    /// The knobs as [`Self::knobs`], M on each GPU of `stages` pipeline stages.
+    pub(crate) fn knobs_on(
+        &self,
+        w: &infersched::core::Workload,
+        cost: &LinearCostModel,
+        stages: u32,
+    ) -> Result<Knobs> {
         infersched::settings::check_max_model_len(w, self.max_model_len)?;
         let l = &self.limits;
+        let block = l.block_size.unwrap_or(16);
         Ok(Knobs {
             token_budget: l.token_budget,
             prefill_budget: l.prefill_budget,
-            kv_capacity: Some(self.kv_capacity(cost)?),
+            kv_capacity: Some(l.memory.kv_capacity_on(cost, block, stages)?),
             max_running: l.max_running,
             block_size: l.block_size,
             watermark: l.watermark,
@@ -430,6 +457,45 @@ pub(crate) fn path_list(paths: &[PathBuf]) -> String {
 
 pub(crate) fn load_workload(path: &Path) -> Result<infersched::core::Workload> {
     Ok(infersched::workload::read_trace(path)?)
+}
+
+/// Pipeline parallelism (`simulate`, `replay`).
+#[derive(clap::Args)]
+pub(crate) struct PipelineArgs {
+    /// Pipeline-parallel stages per replica (vLLM's --pipeline-parallel-size): the layers
+    /// split over P GPUs, each batch flowing through them, up to P batches in flight
+    /// (vLLM V1's batch queue); M is then each stage GPU's (from the model and GPU, when
+    /// not given). vllm-v1 only; one replica.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
+    pub(crate) pp: u32,
+    /// With --pp: the bandwidth between consecutive stages, GB/s per GPU, one direction
+    /// [default: the NVLink of the cost model's GPU, from its datasheet].
+    #[arg(long, value_name = "GB/S")]
+    pub(crate) pp_bandwidth: Option<f64>,
+    /// With --pp: a fixed time per send between stages, in microseconds [default: 7.2,
+    /// NCCL's tuning model over NVLink].
+    #[arg(long, value_name = "US")]
+    pub(crate) pp_latency_us: Option<f64>,
+}
+
+impl PipelineArgs {
+    /// The pipeline for `cost`'s model and GPU ([`infersched::settings::pipeline`]).
+    pub(crate) fn pipeline(
+        &self,
+        cost: &LinearCostModel,
+    ) -> anyhow::Result<infersched::core::Pipeline> {
+        if self.pp == 1 && (self.pp_bandwidth.is_some() || self.pp_latency_us.is_some()) {
+            bail!(
+                "--pp-bandwidth and --pp-latency-us describe the link between pipeline stages: give --pp 2 or more"
+            );
+        }
+        Ok(infersched::settings::pipeline(
+            cost,
+            self.pp,
+            self.pp_bandwidth,
+            self.pp_latency_us,
+        )?)
+    }
 }
 
 /// The KV link of `--disaggregate` (`simulate`, `capacity`).

@@ -4,7 +4,7 @@ use super::{LimitArgs, load_workload, path_list};
 use anyhow::{Context, Result};
 use clap::Args;
 use infersched::core::{Instance, Schedule, Summary};
-use infersched::cost_model::{self, TimeBreakdown};
+use infersched::cost_model;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -37,6 +37,8 @@ pub(crate) struct ReplayArgs {
     pub(crate) cost_model: String,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) pipeline: super::PipelineArgs,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms,
     /// tpot-mean=50ms; METRIC ttft, tbt, tpot or e2e; STATISTIC mean, max or pN); repeat
     /// for several. The summary then gives the share of requests meeting every one on their
@@ -87,7 +89,14 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     };
     let w = load_workload(&a.workload)?;
     let cost = infersched::cost_models::resolve(&a.cost_model)?;
-    let limits = a.limits.limits(&cost)?;
+    let pipeline = a.pipeline.pipeline(&cost)?;
+    if pipeline.is_pipelined() && (a.cluster.is_some() || a.on_gpu.is_some()) {
+        anyhow::bail!(
+            "--pp {} replays one schedule on one pipelined replica: not with --cluster or --on-gpu",
+            pipeline.stages
+        );
+    }
+    let limits = a.limits.limits_on(&cost, pipeline.stages)?;
     let instance = Instance::new(w, limits, cost)
         .with_context(|| format!("{} under these limits", a.workload.display()))?;
     let (w, cost) = (instance.workload(), instance.cost());
@@ -99,18 +108,18 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
         return replay_cluster(a, &instance, dir);
     };
     let schedule = Schedule::read(schedule_path)?;
-    let r = instance.replay(&schedule).with_context(|| {
-        format!(
-            "{} is not a valid schedule for {}",
-            schedule_path.display(),
-            a.workload.display()
-        )
-    })?;
-    let mut summary = Summary::from_replay(&r);
+    let r = infersched::core::replay_pipelined(w, instance.limits(), cost, &pipeline, &schedule)
+        .with_context(|| {
+            format!(
+                "{} is not a valid schedule for {}",
+                schedule_path.display(),
+                a.workload.display()
+            )
+        })?;
+    let (mut summary, split) = infersched::produce::summarize_on(w, cost, &schedule, &r, &pipeline);
     if !a.slo.is_empty() {
         summary.slo = Some(infersched::core::SloReport::of(&r, &a.slo));
     }
-    let split = TimeBreakdown::of(cost, w, &schedule, &r);
     let paths = infersched::output::write_replay_outputs(&a.out, &r, &summary)
         .with_context(|| format!("writing results to {}", a.out.display()))?;
     outln!(

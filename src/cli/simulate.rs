@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::core::{Limits, Summary, Workload};
 use infersched::cost_model::{self, TimeBreakdown};
-use infersched::produce::produce_heuristic;
+use infersched::produce::produce_heuristic_pipelined;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -51,6 +51,8 @@ pub(crate) struct SimulateArgs {
     pub(crate) disaggregate: Option<infersched::core::disaggregated::Disaggregation>,
     #[command(flatten)]
     pub(crate) kv: super::KvLinkArgs,
+    #[command(flatten)]
+    pub(crate) pipeline: super::PipelineArgs,
     /// Memory (GiB) the simulations may hold at once, estimated before any runs; several
     /// schedulers run one at a time when together they would not fit [default: the memory
     /// available].
@@ -82,7 +84,9 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     let kinds = &a.scheduler;
     super::refuse_repeated_schedulers(kinds)?;
     super::check_prefix_caching(&a.knobs, kinds)?;
-    let knobs = a.knobs.knobs(&w, &cost)?;
+    let pipeline = a.pipeline.pipeline(&cost)?;
+    check_pipelined(a, kinds, &pipeline)?;
+    let knobs = a.knobs.knobs_on(&w, &cost, pipeline.stages)?;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
     if a.router.is_some() && a.replicas == 1 && a.disaggregate.is_none() {
         bail!("--router spreads requests over replicas: give --replicas N or --disaggregate P:D");
@@ -100,7 +104,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         kinds
             .par_iter()
             .map(|kind| -> Result<_> {
-                let mut o = produce_heuristic(&w, &cost, *kind, &knobs)?;
+                let mut o = produce_heuristic_pipelined(&w, &cost, *kind, &knobs, &pipeline)?;
                 if !a.slo.is_empty() {
                     o.summary.slo = Some(infersched::core::SloReport::of(&o.replay, &a.slo));
                 }
@@ -154,6 +158,32 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     }
     if failed > 0 {
         bail!("{failed} of {} schedulers failed", kinds.len());
+    }
+    Ok(())
+}
+
+/// Refuses `--pp` above 1 where it is not modelled: schedulers other than vllm-v1, and
+/// clusters.
+fn check_pipelined(
+    a: &SimulateArgs,
+    kinds: &[SchedulerKind],
+    pipeline: &infersched::core::Pipeline,
+) -> Result<()> {
+    if !pipeline.is_pipelined() {
+        return Ok(());
+    }
+    if let Some(k) = kinds.iter().find(|k| **k != SchedulerKind::VllmV1) {
+        bail!(
+            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), not {}",
+            pipeline.stages,
+            k.name()
+        );
+    }
+    if a.replicas > 1 || a.disaggregate.is_some() {
+        bail!(
+            "--pp {} with --replicas or --disaggregate: clusters of pipelined replicas are not modelled yet; simulate one replica",
+            pipeline.stages
+        );
     }
     Ok(())
 }
