@@ -66,6 +66,9 @@ pub enum SettingsError {
         "--pp: the cost model {0} names no GPU with a datasheet; give the link's bandwidth with --pp-bandwidth GB/S"
     )]
     NoPipelineBandwidth(String),
+    /// `--pp-bandwidth` not a positive number.
+    #[error("--pp-bandwidth: expected GB/s > 0, got {0}")]
+    PipelineBandwidth(f64),
     /// A pipeline figure out of range.
     #[error(transparent)]
     Pipeline(#[from] crate::core::PipelineError),
@@ -193,6 +196,9 @@ pub fn pipeline(
             .map(|s| s.nvlink / 1e9)
             .ok_or_else(|| SettingsError::NoPipelineBandwidth(cost.name.clone()))?,
     };
+    if !(gbps.is_finite() && gbps > 0.0) {
+        return Err(SettingsError::PipelineBandwidth(gbps));
+    }
     let p = crate::core::Pipeline {
         stages,
         send_latency_s: latency_us
@@ -202,13 +208,6 @@ pub fn pipeline(
         send_s_per_token: model.pipeline_bytes_per_token() as f64 / (gbps * 1e9),
     };
     p.validate()?;
-    if !(gbps.is_finite() && gbps > 0.0) {
-        return Err(crate::core::PipelineError::Send {
-            field: "bandwidth (GB/s)",
-            value: gbps,
-        }
-        .into());
-    }
     Ok(p)
 }
 
@@ -284,8 +283,8 @@ mod tests {
         assert!((slow.send_latency_s - 2e-5).abs() < 1e-15);
         for (stages, bw, needle) in [
             (33, None, "32 layers"),
-            (2, Some(0.0), "bandwidth"),
-            (2, Some(f64::NAN), "bandwidth"),
+            (2, Some(0.0), "--pp-bandwidth"),
+            (2, Some(f64::NAN), "--pp-bandwidth"),
         ] {
             let e = pipeline(&cost, stages, bw, None).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");

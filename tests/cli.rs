@@ -4092,3 +4092,148 @@ fn disaggregation_refuses_what_it_cannot_serve() {
         assert_fails(&args, &out, &[expect]);
     }
 }
+
+#[test]
+fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(60, dir.path());
+    let sim = |pp: &str, out: &Path| {
+        let o = run(&[
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            "vllm-v1",
+            "--cost-model",
+            "roofline:h100:llama3-8b",
+            "--pp",
+            pp,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let summary = std::fs::read_to_string(out.join("vllm-v1/summary.json")).unwrap();
+        (
+            stdout(&o),
+            serde_json::from_str::<serde_json::Value>(&summary).unwrap(),
+        )
+    };
+    let (one_text, one) = sim("1", &dir.path().join("pp1"));
+    let (two_text, two) = sim("2", &dir.path().join("pp2"));
+    assert!(!one_text.contains("pipeline") && one.get("pipeline").is_none());
+    assert!(
+        two_text.contains("pipeline              2 stages, each send 7.2 us + 36.41 ns per token"),
+        "{two_text}"
+    );
+    assert_eq!(two["pipeline"]["stages"], 2);
+    // Each stage GPU holds half the layers: more than twice the KV of one GPU.
+    let m = |s: &serde_json::Value| s["kv_capacity"].as_u64().unwrap();
+    assert!(m(&two) > 2 * m(&one), "{} -> {}", m(&one), m(&two));
+    // Batches overlap: arrivals start in stage 0 while a batch is in stage 1.
+    let f = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap();
+    assert!(f(&two, "mean_ttft_s") < f(&one, "mean_ttft_s"));
+    let batches = std::fs::read_to_string(dir.path().join("pp2/vllm-v1/batches.csv")).unwrap();
+    let spans: Vec<(f64, f64)> = batches
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<f64> = l
+                .split(',')
+                .skip(1)
+                .take(2)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            (c[0], c[1])
+        })
+        .collect();
+    assert!(
+        spans.windows(2).any(|p| p[1].0 < p[0].1),
+        "no batch overlaps the one before"
+    );
+    // The replay on the same pipeline writes the same summary; on one GPU it refuses the
+    // claimed times.
+    let schedule = dir.path().join("pp2/vllm-v1/schedule.json");
+    let replay = |extra: &[&str], out: &Path| {
+        let mut args = vec![
+            "replay",
+            "--workload",
+            w.to_str().unwrap(),
+            "--schedule",
+            schedule.to_str().unwrap(),
+            "--cost-model",
+            "roofline:h100:llama3-8b",
+            "--token-budget",
+            "8192",
+            "--max-running",
+            "256",
+            "--block-size",
+            "16",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let r = replay(&["--pp", "2"], &dir.path().join("r2"));
+    assert!(r.status.success(), "{}", stderr(&r));
+    assert_eq!(
+        std::fs::read(dir.path().join("r2/summary.json")).unwrap(),
+        std::fs::read(dir.path().join("pp2/vllm-v1/summary.json")).unwrap()
+    );
+    let m2 = m(&two).to_string();
+    let r = replay(&["--kv-capacity", &m2], &dir.path().join("r1"));
+    assert!(
+        !r.status.success() && stderr(&r).contains("claimed end_s"),
+        "{}",
+        stderr(&r)
+    );
+    // Refused, naming the flag, with nothing written.
+    let out = dir.path().join("refused");
+    let base = [
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    for (extra, expect) in [
+        (
+            &["--scheduler", "sarathi", "--pp", "2"][..],
+            "modelled for vllm-v1",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--pp", "33"][..],
+            "--pp 33: llama3-8b has 32 layers",
+        ),
+        (&["--scheduler", "vllm-v1", "--pp", "0"][..], "--pp"),
+        (
+            &["--scheduler", "vllm-v1", "--pp", "2", "--replicas", "2"][..],
+            "not modelled yet",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--pp-latency-us", "5"][..],
+            "give --pp 2 or more",
+        ),
+        (
+            &["--scheduler", "vllm-v1", "--pp", "2", "--pp-bandwidth", "0"][..],
+            "--pp-bandwidth: expected GB/s > 0",
+        ),
+        (
+            &[
+                "--scheduler",
+                "vllm-v1",
+                "--pp",
+                "2",
+                "--pp-latency-us",
+                "NaN",
+            ][..],
+            "finite number",
+        ),
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_fails(&args, &out, &[expect]);
+    }
+}
