@@ -738,6 +738,8 @@ pub fn summarize_on(
     let mut split = TimeBreakdown::of(cost, w, schedule, r);
     if pipeline.is_pipelined() {
         summary.pipeline = Some(*pipeline);
+        summary.busy_s = crate::core::metrics::in_flight_s(&r.batches);
+        summary.idle_s = (summary.makespan_s - summary.busy_s).max(0.0);
         let work = split.total_s() - split.idle_s;
         let gpus = f64::from(pipeline.stages);
         split.idle_s = (gpus * summary.makespan_s - work).max(0.0);

@@ -154,27 +154,27 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<crate::cluster::ClusterLoad>,
     /// The pipeline of each replica (`--pp`), when it has more than one stage. Batches
-    /// then overlap: `busy_s` is the time some batch is in flight.
+    /// then overlap: `busy_s` is the time some batch is in flight ([`in_flight_s`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<crate::pipeline::Pipeline>,
 }
 
-/// The time `batches` (in order) run: the sum of their durations, or where they overlap
-/// (a pipeline's), the length of their union.
-fn busy_time_s(batches: &[&crate::replay::BatchRecord]) -> f64 {
-    let overlap = batches.windows(2).any(|w| w[1].start_s < w[0].end_s);
-    if !overlap {
-        return batches.iter().map(|b| b.duration_s()).sum();
-    }
-    let (mut total, mut from, mut to) = (0.0, f64::NEG_INFINITY, f64::NEG_INFINITY);
-    for b in batches {
+/// The time some batch of one replica's `batches` (in order, as a pipeline runs them,
+/// overlapping) is in flight: the length of the union of their spans.
+pub fn in_flight_s(batches: &[crate::replay::BatchRecord]) -> f64 {
+    let mut spans = batches.iter().filter(|b| b.features.tokens > 0);
+    let Some(first) = spans.next() else {
+        return 0.0;
+    };
+    let (mut total, mut from, mut to) = (0.0, first.start_s, first.end_s);
+    for b in spans {
         if b.start_s > to {
-            total += (to - from).max(0.0);
+            total += to - from;
             from = b.start_s;
         }
         to = to.max(b.end_s);
     }
-    total + (to - from).max(0.0)
+    total + (to - from)
 }
 
 impl Summary {
@@ -198,7 +198,7 @@ impl Summary {
             .iter()
             .filter(|b| b.features.tokens > 0)
             .collect();
-        let busy_s = busy_time_s(&busy);
+        let busy_s: f64 = busy.iter().map(|b| b.duration_s()).sum();
         let per_busy = |x: u64| {
             if busy.is_empty() {
                 0.0
