@@ -69,7 +69,10 @@ pub fn write_cluster_outputs(
         schedule.write(&path).map_err(io::Error::other)?;
         paths.push(path);
         if let Some(one) = one {
-            let s = Summary::from_replay(one);
+            let s = match &summary.pipeline {
+                Some(p) => Summary::from_replay(one).on_pipeline(p, &one.batches),
+                None => Summary::from_replay(one),
+            };
             paths.extend(crate::output::write_replay_outputs(&sub, one, &s)?);
             if let Some(name) = trace {
                 let path = sub.join("trace.json");

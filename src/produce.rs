@@ -8,7 +8,7 @@ use crate::core::{
     replay_cluster,
 };
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
-use crate::schedulers::{Knobs, Router, SchedulerKind, SimError, simulate_cluster};
+use crate::schedulers::{Knobs, Router, SchedulerKind, SimError};
 use crate::solver::{
     Objective, PolicyConstraints, SolveError, SolveOptions, SolveReport, SolveStatus,
 };
@@ -507,18 +507,43 @@ pub fn produce_cluster(
     replicas: u32,
     router: Router,
 ) -> Result<ClusterOutcome, ProduceError> {
+    let none = crate::core::Pipeline::none();
+    produce_cluster_on(w, (cost, &none), kind, knobs, (replicas, router))
+}
+
+/// [`produce_cluster`] with every replica a pipeline of `pipeline.stages` stages
+/// (`simulate --replicas N --pp P`); the summary's busy time is each replica's time with
+/// a batch in flight, summed, and names the pipeline.
+pub fn produce_cluster_on(
+    w: &Workload,
+    (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    (replicas, router): (u32, Router),
+) -> Result<ClusterOutcome, ProduceError> {
     let limits = kind.limits(knobs, w);
     check_schedule_memory(w, &limits, 1, kind.name())?;
     let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(knobs, w)).collect();
-    let sim = simulate_cluster(w, &limits, &mut policies, cost, router)?;
+    let sim = crate::schedulers::simulate_cluster_on(
+        w,
+        &limits,
+        &mut policies,
+        (cost, pipeline),
+        router,
+    )?;
     let schedules: Vec<Schedule> = sim.replicas.into_iter().map(|s| s.schedule).collect();
-    let replay = replay_cluster(w, &limits, cost, &sim.routing, &schedules).map_err(|e| {
-        ProduceError::ClusterRejected {
-            producer: format!("{} behind {router}", kind.name()),
-            source: e,
-        }
+    let replay = crate::core::cluster::replay_cluster_on(
+        w,
+        &limits,
+        (cost, pipeline),
+        &sim.routing,
+        &schedules,
+    )
+    .map_err(|e| ProduceError::ClusterRejected {
+        producer: format!("{} behind {router}", kind.name()),
+        source: e,
     })?;
-    let summary = Summary::of_cluster(&replay, &router.name());
+    let summary = Summary::of_cluster_on(&replay, &router.name(), pipeline);
     Ok(ClusterOutcome {
         routing: sim.routing,
         schedules,
@@ -734,12 +759,9 @@ pub fn summarize_on(
     r: &Replay,
     pipeline: &crate::core::Pipeline,
 ) -> (Summary, TimeBreakdown) {
-    let mut summary = Summary::from_replay(r);
+    let summary = Summary::from_replay(r).on_pipeline(pipeline, &r.batches);
     let mut split = TimeBreakdown::of(cost, w, schedule, r);
     if pipeline.is_pipelined() {
-        summary.pipeline = Some(*pipeline);
-        summary.busy_s = crate::core::metrics::in_flight_s(&r.batches);
-        summary.idle_s = (summary.makespan_s - summary.busy_s).max(0.0);
         let work = split.total_s() - split.idle_s;
         let gpus = f64::from(pipeline.stages);
         split.idle_s = (gpus * summary.makespan_s - work).max(0.0);

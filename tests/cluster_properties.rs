@@ -3,9 +3,12 @@
 //! (`replay_cluster`), and a cluster of one replica is the single-replica simulation; a
 //! disaggregated cluster serves each request once on each side and replays.
 
-use infersched::core::{Summary, Workload, replay_cluster};
+use infersched::core::cluster::replay_cluster_on;
+use infersched::core::{Pipeline, Summary, Workload, replay_cluster};
 use infersched::cost_model::preset;
-use infersched::schedulers::{Knobs, Router, SCHEDULER_NAMES, SchedulerKind, simulate_cluster};
+use infersched::schedulers::{
+    Knobs, Router, SCHEDULER_NAMES, SchedulerKind, simulate_cluster, simulate_cluster_on,
+};
 use proptest::prelude::*;
 
 fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
@@ -140,6 +143,54 @@ proptest! {
             let load = s.cluster.unwrap();
             prop_assert_eq!(load.per_replica[..prefill].iter().map(|l| l.requests).sum::<usize>(), w.len());
             prop_assert_eq!(load.per_replica[prefill..].iter().map(|l| l.requests).sum::<usize>(), w.len());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Clusters of pipelined replicas (vllm-v1, 2 or 3 stages): every request served once,
+    /// every replica's schedule replays on its pipeline, each replica's busy time (some
+    /// batch in flight) is at most its makespan, and one stage is the plain cluster.
+    #[test]
+    fn pipelined_replicas_serve_every_request_once_and_replay(
+        (w, knobs) in arb_case(),
+        replicas in 1usize..4,
+        stages in 2u32..4,
+    ) {
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        let kind = SchedulerKind::VllmV1;
+        let limits = kind.limits(&knobs, &w);
+        let pipeline = Pipeline { stages, send_latency_s: 1e-5, send_s_per_token: 1e-7 };
+        for router in ROUTERS {
+            let policies = || -> Vec<_> { (0..replicas).map(|_| kind.policy(&knobs, &w)).collect() };
+            let sim = match simulate_cluster_on(&w, &limits, &mut policies(), (&cost, &pipeline), router) {
+                Ok(s) => s,
+                Err(e) => {
+                    prop_assert!(kind.simulate(&w, &knobs, &cost).is_err(), "{router}: {e}");
+                    continue;
+                }
+            };
+            let schedules: Vec<_> = sim.replicas.iter().map(|s| s.schedule.clone()).collect();
+            let r = replay_cluster_on(&w, &limits, (&cost, &pipeline), &sim.routing, &schedules)
+                .map_err(|e| TestCaseError::fail(format!("{router} x{replicas}: {e}")))?;
+            let members = sim.routing.members();
+            prop_assert_eq!(members.iter().map(Vec::len).sum::<usize>(), w.len());
+            let s = Summary::of_cluster_on(&r, &router.name(), &pipeline);
+            prop_assert_eq!(s.pipeline, Some(pipeline));
+            for l in &s.cluster.unwrap().per_replica {
+                prop_assert!(l.busy_s <= l.makespan_s + 1e-12, "{l:?}");
+            }
+            // On one stage the pipelined entry points are the plain cluster.
+            let none = Pipeline::none();
+            let plain = simulate_cluster(&w, &limits, &mut policies(), &cost, router).unwrap();
+            let one = simulate_cluster_on(&w, &limits, &mut policies(), (&cost, &none), router).unwrap();
+            let sched = |c: &infersched::schedulers::ClusterSimulation| -> Vec<_> {
+                c.replicas.iter().map(|s| s.schedule.clone()).collect()
+            };
+            prop_assert_eq!(sched(&plain), sched(&one));
+            prop_assert_eq!(plain.routing, one.routing);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! schedule serves exactly the requests routed to it and replays under the limits, and the
 //! cluster's metrics come from those replays.
 
-use crate::replay::{Replay, ReplayError, replay};
+use crate::replay::{Replay, ReplayError};
 use crate::request::Workload;
 use crate::schedule::Schedule;
 use crate::{CostModel, Limits};
@@ -223,6 +223,19 @@ pub fn replay_cluster(
     routing: &Routing,
     schedules: &[Schedule],
 ) -> Result<ClusterReplay, ClusterError> {
+    let none = crate::pipeline::Pipeline::none();
+    replay_cluster_on(workload, limits, (cost, &none), routing, schedules)
+}
+
+/// [`replay_cluster`] with every replica a pipeline of `pipeline.stages` stages
+/// ([`crate::replay::replay_pipelined`]).
+pub fn replay_cluster_on(
+    workload: &Workload,
+    limits: &Limits,
+    (cost, pipeline): (&dyn CostModel, &crate::pipeline::Pipeline),
+    routing: &Routing,
+    schedules: &[Schedule],
+) -> Result<ClusterReplay, ClusterError> {
     if routing.replica_of.len() != workload.len() {
         return Err(ClusterError::RoutingLength {
             routed: routing.replica_of.len(),
@@ -249,7 +262,14 @@ pub fn replay_cluster(
             local[g as usize] = k as u32;
         }
         let one = replay_replica(
-            workload, limits, cost, routing, r as u32, members, &local, schedule,
+            workload,
+            limits,
+            (cost, pipeline),
+            routing,
+            r as u32,
+            members,
+            &local,
+            schedule,
         )?;
         replicas.push(one);
     }
@@ -262,7 +282,7 @@ pub fn replay_cluster(
 fn replay_replica(
     workload: &Workload,
     limits: &Limits,
-    cost: &dyn CostModel,
+    (cost, pipeline): (&dyn CostModel, &crate::pipeline::Pipeline),
     routing: &Routing,
     replica: u32,
     members: &[u32],
@@ -290,7 +310,8 @@ fn replay_replica(
     let sub = workload
         .members(members)
         .expect("members of a valid workload, at least one");
-    let mut one = replay(&sub, limits, cost, &renumbered).map_err(|e| ClusterError::Replica {
+    let replayed = crate::replay::replay_pipelined(&sub, limits, cost, pipeline, &renumbered);
+    let mut one = replayed.map_err(|e| ClusterError::Replica {
         replica,
         source: e.with_request_ids(members),
     })?;

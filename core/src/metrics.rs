@@ -262,6 +262,50 @@ impl Summary {
         }
     }
 
+    /// This summary of one replica's replay (`batches` its batches) on `pipeline`: with
+    /// several stages it names the pipeline, and its busy time is the time some batch is
+    /// in flight ([`in_flight_s`]).
+    pub fn on_pipeline(
+        mut self,
+        pipeline: &crate::pipeline::Pipeline,
+        batches: &[crate::replay::BatchRecord],
+    ) -> Self {
+        if pipeline.is_pipelined() {
+            self.pipeline = Some(*pipeline);
+            self.busy_s = in_flight_s(batches);
+            self.idle_s = (self.makespan_s - self.busy_s).max(0.0);
+        }
+        self
+    }
+
+    /// [`Self::of_cluster`] for replicas of `pipeline.stages` stages: busy times (the
+    /// cluster's and each replica's) are the time some batch is in flight.
+    pub fn of_cluster_on(
+        cluster: &crate::cluster::ClusterReplay,
+        router: &str,
+        pipeline: &crate::pipeline::Pipeline,
+    ) -> Self {
+        let mut s = Self::of_cluster(cluster, router);
+        if !pipeline.is_pipelined() {
+            return s;
+        }
+        s.pipeline = Some(*pipeline);
+        let busy: Vec<f64> = cluster
+            .replicas
+            .iter()
+            .map(|r| r.as_ref().map_or(0.0, |r| in_flight_s(&r.batches)))
+            .collect();
+        if let Some(load) = &mut s.cluster {
+            for (l, b) in load.per_replica.iter_mut().zip(&busy) {
+                l.busy_s = *b;
+            }
+        }
+        s.busy_s = busy.iter().sum();
+        let replicas = cluster.replicas.len() as f64;
+        s.idle_s = (replicas * s.makespan_s - s.busy_s).max(0.0);
+        s
+    }
+
     /// The summary of a cluster's replay: the merged replay's, with the idle time summed
     /// over the replicas and the load on each.
     pub fn of_cluster(cluster: &crate::cluster::ClusterReplay, router: &str) -> Self {

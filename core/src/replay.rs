@@ -1352,6 +1352,16 @@ mod tests {
         let r = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &p, &s).unwrap();
         assert!(close(r.batches[1].start_s, 1.204));
         assert!(close(r.requests[0].completion_s, 2.334));
+        // A claimed start before the token is back is refused; a later one is taken.
+        let mut claimed = s.clone();
+        claimed.batches[1].start_s = Some(0.7);
+        assert!(matches!(
+            replay_pipelined(&w, &Limits::unlimited(), &TestCost, &p, &claimed),
+            Err(ReplayError::ClaimedTimeMismatch { batch: 1, .. })
+        ));
+        claimed.batches[1].start_s = Some(1.5);
+        let late = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &p, &claimed).unwrap();
+        assert!(close(late.requests[0].completion_s, 1.5 + 1.13));
         // One stage: the sequential replay, bit for bit.
         let one = replay_pipelined(&w, &Limits::unlimited(), &TestCost, &Pipeline::none(), &s);
         assert_eq!(

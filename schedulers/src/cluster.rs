@@ -11,7 +11,7 @@
 use crate::sim::{Run, Simulation, Simulator, Step, check_servable};
 use crate::{Policy, SimError};
 use infersched_core::cluster::MAX_REPLICAS;
-use infersched_core::{BlockKeys, CostModel, Limits, Routing, Workload};
+use infersched_core::{BlockKeys, CostModel, Limits, Pipeline, Routing, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::fmt;
@@ -129,15 +129,19 @@ struct Load {
 }
 
 fn load_at(run: &Run<'_>, t: f64) -> Load {
-    // A batch still running at `t` has not yet finished its requests nor freed their KV.
-    let late = run.last_end_s() > t;
+    // A request freed at a batch's completion after `t` was not yet finished then, and
+    // held its KV.
+    let (late, late_blocks) = run
+        .recent_frees
+        .iter()
+        .filter(|&&(end_s, _)| end_s > t)
+        .fold((0, 0), |(n, b), &(_, blocks)| (n + 1, b + blocks));
     let sim = &run.sim;
     Load {
-        unfinished: sim.requests().len() - run.finished + if late { run.last_finished } else { 0 },
+        unfinished: sim.requests().len() - run.finished + late,
         waiting: sim.waiting().len() + sim.pending_count(),
-        running: sim.running().len() + if late { run.last_finished } else { 0 },
-        kv_blocks: sim.total_blocks() - sim.free_blocks()
-            + if late { run.last_freed_blocks } else { 0 },
+        running: sim.running().len() + late,
+        kv_blocks: sim.total_blocks() - sim.free_blocks() + late_blocks,
     }
 }
 
@@ -236,7 +240,22 @@ pub fn simulate_cluster(
     cost: &dyn CostModel,
     router: Router,
 ) -> Result<ClusterSimulation, SimError> {
+    let none = Pipeline::none();
+    simulate_cluster_on(workload, limits, policies, (cost, &none), router)
+}
+
+/// [`simulate_cluster`] with every replica a pipeline of `pipeline.stages` stages
+/// ([`crate::simulate_pipelined`]; a load-based router reads a replica's load at a
+/// request's arrival, a request finished in a batch completing later counted as not).
+pub fn simulate_cluster_on(
+    workload: &Workload,
+    limits: &Limits,
+    policies: &mut [Box<dyn Policy>],
+    (cost, pipeline): (&dyn CostModel, &Pipeline),
+    router: Router,
+) -> Result<ClusterSimulation, SimError> {
     limits.validate()?;
+    pipeline.validate()?;
     let replicas = policies.len();
     let Some(first) = policies
         .first()
@@ -250,6 +269,11 @@ pub fn simulate_cluster(
         first.as_ref(),
         &Simulator::new(workload, *limits),
     )?;
+    if pipeline.is_pipelined() && !first.pipelines() {
+        return Err(SimError::NotPipelined {
+            policy: first.name(),
+        });
+    }
     let keys = (first.prefix_caching() && !workload.has_transferred())
         .then(|| BlockKeys::new(workload, limits.block_size));
     let mut runs: Vec<Run<'_>> = policies
@@ -259,7 +283,9 @@ pub fn simulate_cluster(
             if let Some(k) = &keys {
                 sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
             }
-            Run::new(sim, 0)
+            let mut run = Run::new(sim, 0);
+            run.set_pipeline(*pipeline);
+            run
         })
         .collect();
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); policies.len()];

@@ -11,7 +11,7 @@ pub mod disaggregated;
 pub mod policies;
 pub mod sim;
 
-pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster};
+pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster, simulate_cluster_on};
 pub use disaggregated::{DisaggregatedSimulation, simulate_disaggregated};
 pub use policies::{McsfOrder, PolicyOptions, Victim};
 pub use sim::{

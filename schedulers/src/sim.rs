@@ -704,9 +704,9 @@ pub(crate) struct Run<'w> {
     processed_total: u64,
     pub(crate) finished: usize,
     idle_rounds: u32,
-    /// Requests that finished in the last batch, and the KV blocks they freed.
-    pub(crate) last_finished: usize,
-    pub(crate) last_freed_blocks: u64,
+    /// The requests freed since the last batch was built: the completion of the batch
+    /// that finished each, and the KV blocks it freed.
+    pub(crate) recent_frees: Vec<(f64, u64)>,
     /// Times batches through the replica's pipeline stages.
     clock: PipelineClock,
     /// On a pipeline: finished requests still holding KV, with their last batch's
@@ -724,8 +724,7 @@ impl<'w> Run<'w> {
             processed_total: 0,
             finished: 0,
             idle_rounds: 0,
-            last_finished: 0,
-            last_freed_blocks: 0,
+            recent_frees: Vec::new(),
             clock: PipelineClock::new(Pipeline::none()),
             unreleased: Vec::new(),
         }
@@ -762,11 +761,6 @@ impl<'w> Run<'w> {
         self.sim.pending.push(id);
         self.base_tokens += r.max_kv_tokens();
         id
-    }
-
-    /// The end of the last batch run (0 before any).
-    pub(crate) fn last_end_s(&self) -> f64 {
-        self.batches.last().and_then(|b| b.end_s).unwrap_or(0.0)
     }
 
     /// One turn of the loop: admit arrivals, let the policy build a batch, run it.
@@ -857,8 +851,7 @@ impl<'w> Run<'w> {
             kv_tokens: self.sim.actual_kv,
             running: self.sim.running.len() as u64,
         });
-        self.last_finished = 0;
-        self.last_freed_blocks = 0;
+        self.recent_frees.clear();
         let pipelined = self.pipelined();
         for k in 0..self.sim.generated_now.len() {
             let i = self.sim.generated_now[k];
@@ -870,7 +863,7 @@ impl<'w> Run<'w> {
                 if pipelined {
                     self.unreleased.push((end, i));
                 } else {
-                    self.free_finished(i);
+                    self.free_finished(i, end);
                 }
             }
         }
@@ -888,13 +881,14 @@ impl<'w> Run<'w> {
         }
     }
 
-    /// Frees finished request `i`: its KV and allocation, and its place in the running set.
-    fn free_finished(&mut self, i: u32) {
+    /// Frees request `i`, finished in the batch completing at `end_s`: its KV and
+    /// allocation, and its place in the running set.
+    fn free_finished(&mut self, i: u32, end_s: f64) {
         let sim = &mut self.sim;
         let idx = i as usize;
         sim.st[idx].status = Status::Finished;
         sim.used_blocks -= sim.st[idx].alloc_blocks;
-        self.last_freed_blocks += sim.st[idx].alloc_blocks;
+        self.recent_frees.push((end_s, sim.st[idx].alloc_blocks));
         sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
         if let Some(cache) = &mut sim.cache {
             sim.reserved_unfilled -= sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
@@ -904,7 +898,6 @@ impl<'w> Run<'w> {
         sim.st[idx].alloc_blocks = 0;
         sim.st[idx].held = 0;
         sim.running.retain(|&r| r != i);
-        self.last_finished += 1;
         self.finished += 1;
     }
 
@@ -917,7 +910,7 @@ impl<'w> Run<'w> {
             if end_s > now {
                 return true;
             }
-            self.free_finished(i);
+            self.free_finished(i, end_s);
             false
         });
         self.unreleased = unreleased;

@@ -90,9 +90,9 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
     let cost = infersched::cost_models::resolve(&a.cost_model)?;
     let pipeline = a.pipeline.pipeline(&cost)?;
-    if pipeline.is_pipelined() && (a.cluster.is_some() || a.on_gpu.is_some()) {
+    if pipeline.is_pipelined() && a.on_gpu.is_some() {
         anyhow::bail!(
-            "--pp {} replays one schedule on one pipelined replica: not with --cluster or --on-gpu",
+            "--pp {} with --on-gpu: the GPU runs one batch at a time through all the layers",
             pipeline.stages
         );
     }
@@ -105,7 +105,7 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
             .cluster
             .as_deref()
             .expect("clap requires --schedule or --cluster");
-        return replay_cluster(a, &instance, dir);
+        return replay_cluster(a, &instance, &pipeline, dir);
     };
     let schedule = Schedule::read(schedule_path)?;
     let r = infersched::core::replay_pipelined(w, instance.limits(), cost, &pipeline, &schedule)
@@ -141,17 +141,21 @@ pub(crate) fn cmd_replay(a: &ReplayArgs) -> Result<()> {
 fn replay_cluster(
     a: &ReplayArgs,
     instance: &Instance<cost_model::LinearCostModel>,
+    pipeline: &infersched::core::Pipeline,
     dir: &std::path::Path,
 ) -> Result<()> {
     let w = instance.workload();
     if dir.join("prefill").is_dir() && dir.join("decode").is_dir() {
+        if pipeline.is_pipelined() {
+            anyhow::bail!("--pp with a disaggregated cluster: not modelled yet");
+        }
         return replay_disaggregated(a, instance, dir);
     }
     let (routing, schedules) = infersched::cluster::read_cluster(dir, w)?;
-    let r = infersched::core::replay_cluster(
+    let r = infersched::core::cluster::replay_cluster_on(
         w,
         instance.limits(),
-        instance.cost(),
+        (instance.cost(), pipeline),
         &routing,
         &schedules,
     )
@@ -163,7 +167,7 @@ fn replay_cluster(
         )
     })?;
     let router = routing_rule(&schedules);
-    let mut summary = Summary::of_cluster(&r, &router);
+    let mut summary = Summary::of_cluster_on(&r, &router, pipeline);
     if !a.slo.is_empty() {
         summary.slo = Some(infersched::core::SloReport::of(&r.merged, &a.slo));
     }

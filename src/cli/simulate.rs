@@ -96,7 +96,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
         return simulate_disaggregated(a, &w, &cost, &knobs, (split, link));
     }
     if a.replicas > 1 {
-        return simulate_cluster(a, &w, &cost, &knobs, jobs);
+        return simulate_cluster(a, &w, (&cost, &pipeline), &knobs, jobs);
     }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build()?;
     type Simulated = (Summary, TimeBreakdown, Vec<PathBuf>, Limits);
@@ -163,7 +163,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
 }
 
 /// Refuses `--pp` above 1 where it is not modelled: schedulers other than vllm-v1, and
-/// clusters.
+/// disaggregated clusters.
 fn check_pipelined(
     a: &SimulateArgs,
     kinds: &[SchedulerKind],
@@ -179,9 +179,9 @@ fn check_pipelined(
             k.name()
         );
     }
-    if a.replicas > 1 || a.disaggregate.is_some() {
+    if a.disaggregate.is_some() {
         bail!(
-            "--pp {} with --replicas or --disaggregate: clusters of pipelined replicas are not modelled yet; simulate one replica",
+            "--pp {} with --disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
             pipeline.stages
         );
     }
@@ -272,7 +272,7 @@ fn write_outputs(
 fn simulate_cluster(
     a: &SimulateArgs,
     w: &Workload,
-    cost: &cost_model::LinearCostModel,
+    (cost, pipeline): (&cost_model::LinearCostModel, &infersched::core::Pipeline),
     knobs: &Knobs,
     jobs: usize,
 ) -> Result<()> {
@@ -282,13 +282,12 @@ fn simulate_cluster(
         kinds
             .par_iter()
             .map(|kind| -> Result<_> {
-                let o = infersched::produce::produce_cluster(
+                let o = infersched::produce::produce_cluster_on(
                     w,
-                    cost,
+                    (cost, pipeline),
                     *kind,
                     knobs,
-                    a.replicas,
-                    a.router(),
+                    (a.replicas, a.router()),
                 )?;
                 let mut summary = o.summary;
                 if !a.slo.is_empty() {
