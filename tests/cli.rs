@@ -4187,6 +4187,53 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         "{}",
         stderr(&r)
     );
+    // Two pipelined replicas: the cluster's folder replays on the same pipeline.
+    let cluster = dir.path().join("cluster");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm-v1",
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--replicas",
+        "2",
+        "--pp",
+        "2",
+        "--out",
+        cluster.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("2 replicas") && text.contains("2 stages"), "{text}");
+    let r = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cluster",
+        cluster.join("vllm-v1").to_str().unwrap(),
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--token-budget",
+        "8192",
+        "--max-running",
+        "256",
+        "--block-size",
+        "16",
+        "--pp",
+        "2",
+        "--out",
+        dir.path().join("rc").to_str().unwrap(),
+    ]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    for f in ["summary.json", "replica-1/summary.json", "requests.csv"] {
+        assert_eq!(
+            std::fs::read(dir.path().join("rc").join(f)).unwrap(),
+            std::fs::read(cluster.join("vllm-v1").join(f)).unwrap(),
+            "{f}"
+        );
+    }
     // Refused, naming the flag, with nothing written.
     let out = dir.path().join("refused");
     let base = [
@@ -4209,7 +4256,7 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         ),
         (&["--scheduler", "vllm-v1", "--pp", "0"][..], "--pp"),
         (
-            &["--scheduler", "vllm-v1", "--pp", "2", "--replicas", "2"][..],
+            &["--scheduler", "vllm-v1", "--pp", "2", "--disaggregate", "1:1"][..],
             "not modelled yet",
         ),
         (
