@@ -4206,7 +4206,10 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("2 replicas") && text.contains("2 stages"), "{text}");
+    assert!(
+        text.contains("2 replicas") && text.contains("2 stages"),
+        "{text}"
+    );
     let r = run(&[
         "replay",
         "--workload",
@@ -4256,7 +4259,14 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         ),
         (&["--scheduler", "vllm-v1", "--pp", "0"][..], "--pp"),
         (
-            &["--scheduler", "vllm-v1", "--pp", "2", "--disaggregate", "1:1"][..],
+            &[
+                "--scheduler",
+                "vllm-v1",
+                "--pp",
+                "2",
+                "--disaggregate",
+                "1:1",
+            ][..],
             "not modelled yet",
         ),
         (

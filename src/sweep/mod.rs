@@ -425,6 +425,68 @@ schedulers = ["vllm", "sarathi"]
     }
 
     #[test]
+    fn pipelined_replicas_are_a_grid_value() {
+        let spec = r#"
+cost_model = "roofline:h100:llama3-8b"
+[workload]
+n = 12
+I = 40
+O = 6
+arrival = "poisson:50"
+[grid]
+clusters = [{ replicas = 2 }, { replicas = 1, pp = 2 }]
+schedulers = ["vllm-v1"]
+"#;
+        let s = Sweep::parse(spec, Path::new(".")).unwrap();
+        assert!(s.swept.contains(&"pp"), "{:?}", s.swept);
+        let p = &s.points[1];
+        assert!(p.key().contains(";replicas=1;pp=2;router="), "{}", p.key());
+        assert!(!s.points[0].key().contains("pp="));
+        let row = s.run_point(p);
+        assert!(!row.failed(), "{row:?}");
+        assert_eq!((row.replicas, row.pp), (Some(1), Some(2)));
+        assert_eq!(s.run_point(&s.points[0]).pp, None);
+        // The row is the pipelined cluster's, with M per stage GPU.
+        let limits = s.limits(p).unwrap();
+        let one = s.limits(&s.points[0]).unwrap();
+        assert!(limits.kv_capacity > one.kv_capacity.map(|m| 2 * m));
+        let cost = s.cost_of(p);
+        let pipeline = crate::settings::pipeline(cost, 2, None, None).unwrap();
+        let knobs = crate::schedulers::Knobs::matching(&limits);
+        let kind = crate::schedulers::SchedulerKind::VllmV1;
+        let c = p.cluster.as_ref().unwrap();
+        let w = s.workload(p).unwrap();
+        let o =
+            crate::produce::produce_cluster_on(&w, (cost, &pipeline), kind, &knobs, (1, c.router))
+                .unwrap();
+        assert_eq!(row.mean_e2e_s, Some(o.summary.mean_e2e_s));
+        // Refused: other schedulers on a pipeline, a stage count out of range.
+        let with = |grid: &str| {
+            Sweep::parse(
+                &spec.replace(
+                    r#"clusters = [{ replicas = 2 }, { replicas = 1, pp = 2 }]
+schedulers = ["vllm-v1"]"#,
+                    grid,
+                ),
+                Path::new("."),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let e =
+            with("clusters = [{ replicas = 1, pp = 2 }]\nschedulers = [\"vllm-v1\", \"sarathi\"]");
+        assert!(
+            e.contains("sarathi on grid.clusters[0], whose replicas are pipelines of 2 stages"),
+            "{e}"
+        );
+        let e = with("clusters = [{ replicas = 1, pp = 0 }]\nschedulers = [\"vllm-v1\"]");
+        assert!(
+            e.contains("grid.clusters[0].pp: expected 1 to 64, got 0"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_disaggregated_cluster_is_a_grid_value() {
         let spec = r#"
 [workload]

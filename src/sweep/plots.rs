@@ -159,12 +159,15 @@ fn panelled(
 }
 
 /// The swept parameters plotted against: seeds are replicates (averaged over), cost
-/// models, routers and prefill:decode splits are names (each its own line instead).
+/// models, routers, prefill:decode splits and pipeline stages are names (each its own line
+/// instead).
 fn plotted_params(sweep: &Sweep) -> impl Iterator<Item = &&'static str> {
-    sweep
-        .swept
-        .iter()
-        .filter(|p| !matches!(**p, "seed" | "cost_model" | "router" | "disaggregate"))
+    sweep.swept.iter().filter(|p| {
+        !matches!(
+            **p,
+            "seed" | "cost_model" | "router" | "disaggregate" | "pp"
+        )
+    })
 }
 
 /// Every path the plots of `sweep` may be written to in `dir` (and `dir` itself).
@@ -221,8 +224,9 @@ impl<'a> Rows<'a> {
 
     /// The line a row belongs to in a plot against `param`: its scheduler, with its
     /// objective where the sweep has several, after its cluster (replicas, cost model,
-    /// router; `param` itself left out) where the grid has clusters (`4 x
-    /// roofline:h100:llama3-8b, round-robin: vllm-v1`), so each cluster has a colour.
+    /// pipeline stages, router; `param` itself left out) where the grid has clusters (`4 x
+    /// roofline:h100:llama3-8b, round-robin: vllm-v1`; `2 x ... PP2, ...` for pipelines),
+    /// so each cluster has a colour.
     fn series_name(&self, r: &ResultRow, hide: &[&str]) -> String {
         let shown = |p: &str| !hide.contains(&p);
         let mut cluster = Vec::new();
@@ -233,6 +237,9 @@ impl<'a> Rows<'a> {
         }
         if let Some(c) = r.cost_model.as_ref().filter(|_| shown("cost_model")) {
             cluster.push(c.clone());
+        }
+        if let Some(pp) = r.pp.filter(|_| shown("pp")) {
+            cluster.push(format!("PP{pp}"));
         }
         if let Some(router) = r.router.as_ref().filter(|_| shown("router")) {
             if let Some(last) = cluster.last_mut() {

@@ -25,6 +25,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "cost_model",
     "replicas",
     "disaggregate",
+    "pp",
     "router",
     "objective",
     "scheduler",
@@ -70,6 +71,7 @@ pub const ADDED_COLUMNS: &[&str] = &[
     "cost_model",
     "replicas",
     "disaggregate",
+    "pp",
     "router",
     "p50_ttft_s",
     "p90_ttft_s",
@@ -140,6 +142,9 @@ pub struct ResultRow {
     /// Prefill and decode replicas `P:D`, where the cluster is disaggregated.
     #[serde(default)]
     pub disaggregate: Option<String>,
+    /// Pipeline stages of each replica, where more than one.
+    #[serde(default)]
+    pub pp: Option<u32>,
     /// The router, where the grid has clusters or routers.
     #[serde(default)]
     pub router: Option<String>,
@@ -300,6 +305,7 @@ impl ResultRow {
             "cost_model" => o2s(&self.cost_model),
             "replicas" => o2s(&self.replicas),
             "disaggregate" => o2s(&self.disaggregate),
+            "pp" => o2s(&self.pp),
             "router" => o2s(&self.router),
             _ => String::new(),
         }

@@ -5,7 +5,7 @@ use super::plots::sweep_plots;
 use super::results::{ResultRow, header_line, read_results, row_line, write_results};
 use super::spec::{CONFIRM_GRID_RUNS, Point, Sweep};
 use crate::core::Summary;
-use crate::produce::{Contender, ProduceWith, RunStatus, produce, produce_cluster};
+use crate::produce::{Contender, ProduceWith, RunStatus, produce, produce_cluster_on};
 use crate::schedulers::Knobs;
 use crate::solver::{Objective, SolveOptions};
 use anyhow::{Context, Result, bail};
@@ -35,6 +35,7 @@ impl Sweep {
             cost_model: p.cluster.as_ref().and_then(|c| c.cost_model.clone()),
             replicas: p.cluster.as_ref().map(|c| c.replicas),
             disaggregate: p.split().map(|d| d.to_string()),
+            pp: Some(p.pp()).filter(|&pp| pp > 1),
             router: p.cluster.as_ref().map(|c| c.router.name()),
             objective: p.objective.clone(),
             scheduler: p.scheduler,
@@ -132,7 +133,9 @@ impl Sweep {
             return Ok((RunStatus::Heuristic, value, o.summary, None));
         }
         if let (Some(c), Contender::Heuristic(kind)) = (&p.cluster, contender) {
-            let mut o = produce_cluster(&w, cost, kind, &knobs, c.replicas, c.router)?;
+            let pipeline = crate::settings::pipeline(cost, c.pp, None, None)?;
+            let cluster = (c.replicas, c.router);
+            let mut o = produce_cluster_on(&w, (cost, &pipeline), kind, &knobs, cluster)?;
             measure_slos(&mut o.summary, &o.replay.merged);
             let value = objective.of(&o.summary);
             return Ok((RunStatus::Heuristic, value, o.summary, None));

@@ -174,6 +174,10 @@ pub struct ClusterSection {
     /// The replicas' cost model [default: the spec's]; M comes from it where not given.
     #[serde(default)]
     pub cost_model: Option<String>,
+    /// Pipeline stages of each replica (semantics.md, "Pipeline parallelism"; vllm-v1
+    /// only, the link from the cost model) [default: 1].
+    #[serde(default)]
+    pub pp: Option<u32>,
 }
 
 /// A point's cluster, where the grid has `clusters` or `routers`.
@@ -185,6 +189,8 @@ pub struct ClusterPoint {
     pub disaggregate: Option<crate::core::disaggregated::Disaggregation>,
     /// The cost model's name as the spec gives it (None: the spec's `cost_model`).
     pub cost_model: Option<String>,
+    /// Pipeline stages of each replica (1: none).
+    pub pp: u32,
     /// Index of its cost model in the sweep's resolved cost models.
     pub(super) cost: usize,
     /// The router.
@@ -237,8 +243,14 @@ impl Point {
             let split = c
                 .disaggregate
                 .map_or(String::new(), |d| format!("disaggregate={d};"));
+            // Only where pipelined, likewise.
+            let pp = if c.pp > 1 {
+                format!("pp={};", c.pp)
+            } else {
+                String::new()
+            };
             format!(
-                "cost_model={};replicas={};{split}router={};",
+                "cost_model={};replicas={};{split}{pp}router={};",
                 c.cost_model.as_deref().unwrap_or(""),
                 c.replicas,
                 c.router
@@ -262,6 +274,11 @@ impl Point {
             self.objective,
             self.scheduler
         )
+    }
+
+    /// Its replicas' pipeline stages (1 without a cluster).
+    pub fn pp(&self) -> u32 {
+        self.cluster.as_ref().map_or(1, |c| c.pp)
     }
 
     /// How its cluster splits prefill and decode, where disaggregated.
@@ -406,6 +423,15 @@ impl Grid {
                     .collect::<std::collections::HashSet<_>>()
                     .len(),
             ),
+            (
+                "pp",
+                self.clusters
+                    .iter()
+                    .flatten()
+                    .map(|c| c.0.pp)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len(),
+            ),
             ("router", self.routers.len()),
         ]
         .into_iter()
@@ -437,6 +463,7 @@ impl Grid {
                 replicas: c.replicas,
                 disaggregate: c.disaggregate,
                 cost_model: c.cost_model.clone(),
+                pp: c.pp,
                 cost: *cost,
                 router: self.routers[ro],
             }),
@@ -554,7 +581,7 @@ impl Sweep {
                 let f = &cost.file;
                 match (&f.model, &f.gpu) {
                     (Some(model), Some(gpu)) => cost_model::kv_capacity_tokens(
-                        model,
+                        &model.pipeline_stage(p.pp())?,
                         gpu,
                         f.tensor_parallel,
                         cost_model::DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -813,6 +840,7 @@ pub(super) struct ClusterShape {
     pub(super) replicas: u32,
     pub(super) disaggregate: Option<crate::core::disaggregated::Disaggregation>,
     pub(super) cost_model: Option<String>,
+    pub(super) pp: u32,
 }
 
 /// The grid's clusters (each with the index of its cost model) and routers: `[None]` and
@@ -839,10 +867,20 @@ fn cluster_shape(k: usize, c: &ClusterSection) -> Result<ClusterShape> {
             (d.prefill.saturating_add(d.decode), Some(d))
         }
     };
+    let max_pp = crate::core::pipeline::MAX_STAGES;
+    let pp = match c.pp {
+        None => 1,
+        Some(p) if (1..=max_pp).contains(&p) => p,
+        Some(p) => bail!("grid.clusters[{k}].pp: expected 1 to {max_pp}, got {p}"),
+    };
+    if pp > 1 && disaggregate.is_some() {
+        bail!("grid.clusters[{k}]: pp with disaggregate is not modelled yet");
+    }
     Ok(ClusterShape {
         replicas,
         disaggregate,
         cost_model: c.cost_model.clone(),
+        pp,
     })
 }
 
@@ -902,6 +940,12 @@ fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
     ) {
         bail!(
             "grid.schedulers: {s} on grid.clusters[{k}], a disaggregated cluster: its decode replicas take the prompts' KV as vllm-v1 does, and only vllm-v1 is built to"
+        );
+    }
+    if let (Some(k), Some(s)) = (clusters.iter().position(|c| c.pp > 1), not_v1) {
+        bail!(
+            "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1 only",
+            clusters[k].pp
         );
     }
     if let Some(k) = clusters
