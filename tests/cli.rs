@@ -4250,8 +4250,8 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
     ];
     for (extra, expect) in [
         (
-            &["--scheduler", "sarathi", "--pp", "2"][..],
-            "modelled for vllm-v1",
+            &["--scheduler", "vllm", "--pp", "2"][..],
+            "Vidur's micro-batches), not vllm",
         ),
         (
             &["--scheduler", "vllm-v1", "--pp", "33"][..],

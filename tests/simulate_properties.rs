@@ -3,7 +3,8 @@
 //! schedule's claimed batch times) and memory account equal to the simulator's own.
 
 use infersched::core::{
-    Limits, Pipeline, Schedule, Workload, classify_entries, replay, replay_pipelined,
+    ClassifiedEntry, EntryKind, Limits, Pipeline, Schedule, Workload, classify_entries, replay,
+    replay_pipelined,
 };
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
@@ -146,52 +147,88 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(120))]
 
-    /// vllm-v1 on a pipeline of 2 to 4 stages (semantics.md, "Pipeline parallelism"):
-    /// the pipelined replay accepts its schedule with the simulator's clock and memory
-    /// account, no request is in two batches while its last token is in flight, and one
-    /// stage is the plain simulation bit for bit.
+    /// vllm-v1 and sarathi on a pipeline of 2 to 4 stages (semantics.md, "Pipeline
+    /// parallelism"): the pipelined replay accepts their schedules with the simulator's
+    /// clock and memory account, no request is in two batches while its last token is in
+    /// flight (for sarathi, while any batch of it is: Vidur's rule), sarathi's batches hold
+    /// at most R_max / P requests, and one stage is the plain simulation bit for bit.
     #[test]
-    fn vllm_v1_on_a_pipeline_agrees_with_the_pipelined_replay(
+    fn pipelined_policies_agree_with_the_pipelined_replay(
         (w, knobs) in arb_case(),
         stages in 2u32..5,
         send_latency_s in prop_oneof![Just(0.0), Just(1e-4)],
         send_s_per_token in prop_oneof![Just(0.0), Just(1e-6)],
     ) {
         let cost = preset("llama3-70b-tp4-a100").unwrap();
-        let kind = SchedulerKind::VllmV1;
         let pipeline = Pipeline { stages, send_latency_s, send_s_per_token };
-        let sim = match kind.simulate_on(&w, &knobs, &cost, &pipeline) {
-            Ok(s) => s,
-            Err(SimError::Unservable { .. }) => return Ok(()),
-            Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
-        };
-        let r = replay_pipelined(&w, &sim.limits, &cost, &pipeline, &sim.schedule)
-            .map_err(|e| TestCaseError::fail(format!("{e}")))?;
-        prop_assert_eq!(r.batches.len(), sim.accounts.len());
-        for (b, a) in r.batches.iter().zip(&sim.accounts) {
-            prop_assert_eq!(b.kv_tokens, a.kv_tokens, "batch {}", b.index);
-            prop_assert_eq!(b.running, a.running, "batch {}", b.index);
+        for kind in [SchedulerKind::VllmV1, SchedulerKind::Sarathi] {
+            check_pipelined(kind, &w, &knobs, &cost, &pipeline)?;
         }
-        // Every entry of a request that has a token starts after the batch that
-        // generated its last token completed.
-        let mut last_token_end = vec![f64::NEG_INFINITY; w.len()];
-        for (entries, rec) in classify_entries(&w, &sim.schedule).iter().zip(&r.batches) {
-            for e in entries {
-                let i = e.request as usize;
-                prop_assert!(rec.start_s >= last_token_end[i], "batch {} request {}", rec.index, i);
-            }
-            for e in entries.iter().filter(|e| e.generated_token) {
-                last_token_end[e.request as usize] = rec.end_s;
-            }
-        }
-        // Not pipelined: the plain simulation and replay, bit for bit.
-        let one = kind.simulate_on(&w, &knobs, &cost, &Pipeline::none()).unwrap();
-        prop_assert_eq!(&one.schedule, &kind.simulate(&w, &knobs, &cost).unwrap().schedule);
         // Other policies are refused on a pipeline, naming it.
-        let err = SchedulerKind::Sarathi.simulate_on(&w, &knobs, &cost, &pipeline).unwrap_err();
+        let err = SchedulerKind::Vllm.simulate_on(&w, &knobs, &cost, &pipeline).unwrap_err();
         let refused = matches!(err, SimError::NotPipelined { .. });
         prop_assert!(refused, "{}", err);
     }
+}
+
+/// `kind` on `pipeline`: the pipelined replay accepts its schedule with the simulator's
+/// clock and memory account; the rules for requests in flight and micro-batches hold;
+/// one stage is the plain simulation.
+fn check_pipelined(
+    kind: SchedulerKind,
+    w: &Workload,
+    knobs: &Knobs,
+    cost: &infersched::cost_model::LinearCostModel,
+    pipeline: &Pipeline,
+) -> Result<(), TestCaseError> {
+    let sim = match kind.simulate_on(w, knobs, cost, pipeline) {
+        Ok(s) => s,
+        Err(SimError::Unservable { .. }) => return Ok(()),
+        Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+    };
+    let r = replay_pipelined(w, &sim.limits, cost, pipeline, &sim.schedule)
+        .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+    prop_assert_eq!(r.batches.len(), sim.accounts.len());
+    for (b, a) in r.batches.iter().zip(&sim.accounts) {
+        prop_assert_eq!(b.kv_tokens, a.kv_tokens, "batch {}", b.index);
+        prop_assert_eq!(b.running, a.running, "batch {}", b.index);
+    }
+    // Every entry of a request that has a token starts after the batch that generated
+    // its last token completed (sarathi: after any batch that processed it).
+    let holds_all = kind == SchedulerKind::Sarathi;
+    let cap = sim
+        .limits
+        .max_running
+        .filter(|_| holds_all)
+        .map_or(u64::MAX, |r| (r / u64::from(pipeline.stages)).max(1));
+    let mut last_end = vec![f64::NEG_INFINITY; w.len()];
+    for (entries, rec) in classify_entries(w, &sim.schedule).iter().zip(&r.batches) {
+        for e in entries {
+            let i = e.request as usize;
+            prop_assert!(
+                rec.start_s >= last_end[i],
+                "batch {} request {}",
+                rec.index,
+                i
+            );
+        }
+        let processed = |e: &&ClassifiedEntry| e.kind != EntryKind::Evict;
+        for e in entries
+            .iter()
+            .filter(processed)
+            .filter(|e| e.generated_token || holds_all)
+        {
+            last_end[e.request as usize] = rec.end_s;
+        }
+        prop_assert!(rec.processing_entries() <= cap, "batch {}", rec.index);
+    }
+    // Not pipelined: the plain simulation, bit for bit.
+    let one = kind.simulate_on(w, knobs, cost, &Pipeline::none()).unwrap();
+    prop_assert_eq!(
+        &one.schedule,
+        &kind.simulate(w, knobs, cost).unwrap().schedule
+    );
+    Ok(())
 }
 
 /// Two stages overlap batches: a burst of prompts that each fill a batch (compute-bound)

@@ -284,7 +284,7 @@ pub fn simulate_cluster_on(
                 sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
             }
             let mut run = Run::new(sim, 0);
-            run.set_pipeline(*pipeline);
+            run.set_pipeline(*pipeline, first.as_ref());
             run
         })
         .collect();

@@ -441,6 +441,18 @@ impl Policy for Sarathi {
     fn name(&self) -> String {
         "sarathi".into()
     }
+    /// Sarathi-Serve on a pipeline as Vidur simulates it (`SarathiReplicaScheduler`):
+    /// up to P micro-batches in flight, each request back in the running set only when
+    /// its batch ends, at most `R_max / P` requests per micro-batch.
+    fn pipelines(&self) -> bool {
+        true
+    }
+    fn holds_requests_in_flight(&self) -> bool {
+        true
+    }
+    fn caps_micro_batches(&self) -> bool {
+        true
+    }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {
         // A refill after preemption reserves up to I + O - 1 tokens.
         check_alone(sim, "sarathi", false, |i| max_kv(sim, i))

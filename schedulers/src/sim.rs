@@ -156,9 +156,13 @@ pub struct Simulator<'w> {
     reserved_unfilled: u64,
     /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
     transferred: Vec<u32>,
-    /// On a pipeline of several stages, per request, the completion of the batch that
-    /// generated its last token (empty: one stage).
+    /// On a pipeline of several stages, per request, the completion of the batch it
+    /// waits for (empty: one stage): the one that generated its last token, or with
+    /// [`Policy::holds_requests_in_flight`] the last one it was in.
     ready_s: Vec<f64>,
+    /// On a pipeline, the most processing entries of one batch (a micro-batch's share of
+    /// R_max, [`Policy::caps_micro_batches`]); `u64::MAX` otherwise.
+    micro_batch_cap: u64,
 }
 
 /// What one simulated batch left behind, for checking against the replay.
@@ -198,6 +202,18 @@ pub trait Policy {
     /// Whether the policy runs on a pipeline of several stages, building a batch while
     /// others are in flight and skipping the requests [`Simulator::scheduled`] reports.
     fn pipelines(&self) -> bool {
+        false
+    }
+    /// On a pipeline: whether every request of a batch in flight waits for it (Vidur's
+    /// replica schedulers put a request back only at its batch's end), rather than only
+    /// one whose next token is in flight (vLLM V1, whose prompt chunks may follow one
+    /// another through the stages).
+    fn holds_requests_in_flight(&self) -> bool {
+        false
+    }
+    /// On a pipeline of `P` stages: whether a batch holds at most `R_max / P` requests
+    /// (Vidur's Sarathi: `max_micro_batch_size = batch_size_cap // num_stages`).
+    fn caps_micro_batches(&self) -> bool {
         false
     }
     /// Whether the policy admits requests that bring their prompt's KV (a disaggregated
@@ -249,6 +265,7 @@ impl<'w> Simulator<'w> {
             reserved_unfilled: 0,
             transferred: Vec::new(),
             ready_s: Vec::new(),
+            micro_batch_cap: u64::MAX,
         }
     }
 
@@ -390,8 +407,12 @@ impl<'w> Simulator<'w> {
     pub fn batch_tokens(&self) -> u64 {
         self.batch_tokens
     }
-    /// Token budget left in this batch (C minus tokens so far).
+    /// Token budget left in this batch (C minus tokens so far; none once a pipeline's
+    /// micro-batch holds its most requests).
     pub fn token_room(&self) -> u64 {
+        if self.features.n_prefill + self.features.n_decode >= self.micro_batch_cap {
+            return 0;
+        }
         self.limits
             .token_budget
             .map_or(u64::MAX, |c| c.saturating_sub(self.batch_tokens))
@@ -654,7 +675,7 @@ pub fn simulate_pipelined(
     check_servable(workload, limits, policy, &sim)?;
     let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
     let mut run = Run::new(sim, base_tokens);
-    run.set_pipeline(*pipeline);
+    run.set_pipeline(*pipeline, &*policy);
     while run.step(policy, cost)? != Step::Idle {}
     Ok(run.finish(policy))
 }
@@ -712,6 +733,8 @@ pub(crate) struct Run<'w> {
     /// On a pipeline: finished requests still holding KV, with their last batch's
     /// completion, in the order they finished.
     unreleased: Vec<(f64, u32)>,
+    /// On a pipeline: every request of a batch waits for its completion.
+    holds_in_flight: bool,
 }
 
 impl<'w> Run<'w> {
@@ -727,13 +750,20 @@ impl<'w> Run<'w> {
             recent_frees: Vec::new(),
             clock: PipelineClock::new(Pipeline::none()),
             unreleased: Vec::new(),
+            holds_in_flight: false,
         }
     }
 
-    /// Runs the replica on `pipeline` (before any request is given).
-    pub(crate) fn set_pipeline(&mut self, pipeline: Pipeline) {
+    /// Runs the replica on `pipeline` with `policy`'s rules for requests in flight and
+    /// micro-batches (before any request is given).
+    pub(crate) fn set_pipeline(&mut self, pipeline: Pipeline, policy: &dyn Policy) {
         if pipeline.is_pipelined() {
             self.sim.ready_s = vec![0.0; self.sim.reqs.len()];
+            self.holds_in_flight = policy.holds_requests_in_flight();
+            if policy.caps_micro_batches() {
+                let r_max = self.sim.limits.max_running.unwrap_or(u64::MAX);
+                self.sim.micro_batch_cap = (r_max / u64::from(pipeline.stages)).max(1);
+            }
         }
         self.clock = PipelineClock::new(pipeline);
     }
@@ -853,6 +883,13 @@ impl<'w> Run<'w> {
         });
         self.recent_frees.clear();
         let pipelined = self.pipelined();
+        if self.holds_in_flight {
+            for e in &self.sim.entries {
+                if matches!(e.action, infersched_core::Action::Process(_)) {
+                    self.sim.ready_s[e.request as usize] = end;
+                }
+            }
+        }
         for k in 0..self.sim.generated_now.len() {
             let i = self.sim.generated_now[k];
             let idx = i as usize;

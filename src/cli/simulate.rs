@@ -172,9 +172,9 @@ fn check_pipelined(
     if !pipeline.is_pipelined() {
         return Ok(());
     }
-    if let Some(k) = kinds.iter().find(|k| **k != SchedulerKind::VllmV1) {
+    if let Some(k) = kinds.iter().find(|k| !k.pipelines()) {
         bail!(
-            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), not {}",
+            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue) and sarathi (Vidur's micro-batches), not {}",
             pipeline.stages,
             k.name()
         );

@@ -473,10 +473,9 @@ schedulers = ["vllm-v1"]"#,
             .unwrap_err()
             .to_string()
         };
-        let e =
-            with("clusters = [{ replicas = 1, pp = 2 }]\nschedulers = [\"vllm-v1\", \"sarathi\"]");
+        let e = with("clusters = [{ replicas = 1, pp = 2 }]\nschedulers = [\"sarathi\", \"vllm\"]");
         assert!(
-            e.contains("sarathi on grid.clusters[0], whose replicas are pipelines of 2 stages"),
+            e.contains("vllm on grid.clusters[0], whose replicas are pipelines of 2 stages"),
             "{e}"
         );
         let e = with("clusters = [{ replicas = 1, pp = 0 }]\nschedulers = [\"vllm-v1\"]");

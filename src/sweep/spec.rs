@@ -175,7 +175,7 @@ pub struct ClusterSection {
     #[serde(default)]
     pub cost_model: Option<String>,
     /// Pipeline stages of each replica (semantics.md, "Pipeline parallelism"; vllm-v1
-    /// only, the link from the cost model) [default: 1].
+    /// and sarathi, the link from the cost model) [default: 1].
     #[serde(default)]
     pub pp: Option<u32>,
 }
@@ -942,9 +942,14 @@ fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
             "grid.schedulers: {s} on grid.clusters[{k}], a disaggregated cluster: its decode replicas take the prompts' KV as vllm-v1 does, and only vllm-v1 is built to"
         );
     }
-    if let (Some(k), Some(s)) = (clusters.iter().position(|c| c.pp > 1), not_v1) {
+    let not_pipelined = g.schedulers.iter().find(|s| {
+        s.parse::<crate::schedulers::SchedulerKind>()
+            .is_ok_and(|k| !k.pipelines())
+            || s.starts_with(crate::produce::OPTIMAL)
+    });
+    if let (Some(k), Some(s)) = (clusters.iter().position(|c| c.pp > 1), not_pipelined) {
         bail!(
-            "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1 only",
+            "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1 and sarathi only",
             clusters[k].pp
         );
     }
