@@ -5,7 +5,6 @@
 
 use crate::core::{
     ClusterError, ClusterReplay, Limits, Replay, ReplayError, Routing, Schedule, Summary, Workload,
-    replay_cluster,
 };
 use crate::cost_model::{LinearCostModel, TimeBreakdown};
 use crate::schedulers::{Knobs, Router, SchedulerKind, SimError};
@@ -310,19 +309,42 @@ impl Outcome {
         parts: (Routing, Vec<Schedule>, Limits, &str),
         search: Option<crate::solver::cluster::ClusterSolveReport>,
     ) -> Result<Self, ProduceError> {
+        let none = crate::core::Pipeline::none();
+        Self::of_cluster_on(w, (cost, &none), producer, parts, search)
+    }
+
+    /// [`Self::of_cluster`] with every replica a pipeline of `pipeline.stages` stages (the
+    /// split then in GPU-seconds of every stage GPU).
+    fn of_cluster_on(
+        w: &Workload,
+        (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+        producer: &str,
+        parts: (Routing, Vec<Schedule>, Limits, &str),
+        search: Option<crate::solver::cluster::ClusterSolveReport>,
+    ) -> Result<Self, ProduceError> {
         let (routing, schedules, limits, router) = parts;
-        let replay = replay_cluster(w, &limits, cost, &routing, &schedules).map_err(|e| {
-            ProduceError::ClusterRejected {
-                producer: producer.to_string(),
-                source: e,
-            }
+        let replay = crate::core::cluster::replay_cluster_on(
+            w,
+            &limits,
+            (cost, pipeline),
+            &routing,
+            &schedules,
+        )
+        .map_err(|e| ProduceError::ClusterRejected {
+            producer: producer.to_string(),
+            source: e,
         })?;
-        let summary = Summary::of_cluster(&replay, router);
+        let summary = Summary::of_cluster_on(&replay, router, pipeline);
         let mut time_split = TimeBreakdown::default();
         for (s, r) in schedules.iter().zip(&replay.replicas) {
             if let Some(r) = r {
                 time_split = time_split.plus(&TimeBreakdown::of(cost, w, s, r));
             }
+        }
+        if pipeline.is_pipelined() {
+            let work = time_split.total_s() - time_split.idle_s;
+            let gpus = f64::from(pipeline.stages) * f64::from(routing.replicas());
+            time_split.idle_s = (gpus * summary.makespan_s - work).max(0.0);
         }
         Ok(Outcome {
             schedule: Schedule::new(Vec::new()),
@@ -666,12 +688,25 @@ pub fn produce_heuristic_on_cluster(
     knobs: &Knobs,
     cluster: (u32, Router),
 ) -> Result<Outcome, ProduceError> {
+    let none = crate::core::Pipeline::none();
+    produce_heuristic_on_pipelined_cluster(w, (cost, &none), kind, knobs, cluster)
+}
+
+/// [`produce_heuristic_on_cluster`] with every replica a pipeline of `pipeline.stages`
+/// stages (the Python package's `simulate(replicas=, pp=)`).
+pub fn produce_heuristic_on_pipelined_cluster(
+    w: &Workload,
+    (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    cluster: (u32, Router),
+) -> Result<Outcome, ProduceError> {
     let (replicas, router) = cluster;
-    let o = produce_cluster(w, cost, kind, knobs, replicas, router)?;
+    let o = produce_cluster_on(w, (cost, pipeline), kind, knobs, (replicas, router))?;
     let parts = (o.routing, o.schedules, o.limits, router.name());
-    Outcome::of_cluster(
+    Outcome::of_cluster_on(
         w,
-        cost,
+        (cost, pipeline),
         kind.name(),
         (parts.0, parts.1, parts.2, &parts.3),
         None,

@@ -379,6 +379,9 @@ def simulate(
     slo: Sequence[str] = (),
     replicas: int = 1,
     router: str = "round-robin",
+    pp: int = 1,
+    pp_bandwidth: Optional[float] = None,
+    pp_latency_us: Optional[float] = None,
 ) -> Run:
     """Runs one heuristic scheduler (see :func:`schedulers`) on ``workload`` (a
     :class:`Workload`, a trace path or a DataFrame), replays its schedule and measures it:
@@ -388,14 +391,19 @@ def simulate(
     each replica runs the scheduler on the requests ``router`` sends it (``round-robin``,
     ``least-outstanding``, ``least-waiting``, ``least-kv``, ``vllm-dp``,
     ``power-of-two[:SEED]``, ``random[:SEED]``); the run is the cluster's (``write`` gives
-    routing.csv and replica-K/ as ``--out`` does). The simulation runs without the GIL."""
+    routing.csv and replica-K/ as ``--out`` does). With ``pp`` > 1 each replica is a
+    pipeline of that many stages (``--pp``; vllm-v1 and sarathi), its stages linked at
+    ``pp_bandwidth`` GB/s (default: the GPU's NVLink) with ``pp_latency_us`` per send.
+    The simulation runs without the GIL."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
                    long_prefill_token_threshold, max_ragged_sequence_count, max_waiting_iters,
                    enable_prefix_caching)
     cluster = dict(replicas=int(replicas), router=router)
-    inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs, list(slo), cluster)
+    pipeline = dict(pp=int(pp), pp_bandwidth=pp_bandwidth, pp_latency_us=pp_latency_us)
+    inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs,
+                                 list(slo), cluster, pipeline)
     return Run(inner)
 
 

@@ -28,13 +28,23 @@ pub(crate) struct LimitKwargs {
 impl LimitKwargs {
     /// M as every command derives it (blocks of `block` tokens for --num-gpu-blocks).
     pub(crate) fn kv_capacity(&self, cost: &LinearCostModel, block: u32) -> PyResult<u64> {
+        self.kv_capacity_on(cost, block, 1)
+    }
+
+    /// M as [`Self::kv_capacity`], on each GPU of `stages` pipeline stages.
+    pub(crate) fn kv_capacity_on(
+        &self,
+        cost: &LinearCostModel,
+        block: u32,
+        stages: u32,
+    ) -> PyResult<u64> {
         infersched::settings::kv_capacity(
             self.kv_capacity,
             self.num_gpu_blocks,
             self.gpu_memory_utilization,
             cost,
             block,
-            1,
+            stages,
         )
         .map_err(err)
     }
@@ -95,6 +105,17 @@ pub(crate) fn knobs(
     l: &LimitKwargs,
     k: &KnobKwargs,
 ) -> PyResult<Knobs> {
+    knobs_on(w, cost, l, k, 1)
+}
+
+/// The knobs as [`knobs`], M on each GPU of `stages` pipeline stages.
+pub(crate) fn knobs_on(
+    w: &Workload,
+    cost: &LinearCostModel,
+    l: &LimitKwargs,
+    k: &KnobKwargs,
+    stages: u32,
+) -> PyResult<Knobs> {
     infersched::settings::check_max_model_len(w, k.max_model_len).map_err(err)?;
     if k.max_ragged_sequence_count == Some(0) {
         return Err(err("max_ragged_sequence_count: expected at least 1, got 0"));
@@ -102,7 +123,7 @@ pub(crate) fn knobs(
     Ok(Knobs {
         token_budget: l.token_budget,
         prefill_budget: l.prefill_budget,
-        kv_capacity: Some(l.kv_capacity(cost, l.block_size.unwrap_or(16))?),
+        kv_capacity: Some(l.kv_capacity_on(cost, l.block_size.unwrap_or(16), stages)?),
         max_running: l.max_running,
         block_size: l.block_size,
         watermark: l.watermark,
@@ -215,6 +236,28 @@ impl SolveKwargs {
 pub(crate) struct ClusterKwargs {
     pub(crate) replicas: u32,
     pub(crate) router: String,
+}
+
+/// Each replica's pipeline (`simulate`'s `pp`, `pp_bandwidth`, `pp_latency_us`).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct PipelineKwargs {
+    pub(crate) pp: u32,
+    pub(crate) pp_bandwidth: Option<f64>,
+    pub(crate) pp_latency_us: Option<f64>,
+}
+
+impl PipelineKwargs {
+    /// The pipeline for `cost`'s model and GPU, as `--pp` makes it.
+    pub(crate) fn pipeline(&self, cost: &LinearCostModel) -> PyResult<infersched::core::Pipeline> {
+        if self.pp == 1 && (self.pp_bandwidth.is_some() || self.pp_latency_us.is_some()) {
+            return Err(err(
+                "pp_bandwidth and pp_latency_us describe the link between pipeline stages: give pp = 2 or more",
+            ));
+        }
+        infersched::settings::pipeline(cost, self.pp, self.pp_bandwidth, self.pp_latency_us)
+            .map_err(err)
+    }
 }
 
 impl ClusterKwargs {

@@ -6,15 +6,15 @@
 
 use crate::errors::{InferschedError, SolveInterrupted, err, guarded, named};
 use crate::kwargs::{
-    CapacityKwargs, ClusterKwargs, CompareKwargs, KnobKwargs, LimitKwargs, SolveKwargs, cost_model,
-    knobs, slos, with_slo,
+    CapacityKwargs, ClusterKwargs, CompareKwargs, KnobKwargs, LimitKwargs, PipelineKwargs,
+    SolveKwargs, cost_model, knobs, knobs_on, slos, with_slo,
 };
 use crate::objects::{PyRun, PySchedule, PyWorkload, meta_producer};
 use crate::watch::{Waited, Watch, WatchObserver, interrupted, wait_watched};
 use infersched::core::{Instance, Summary, Workload};
 use infersched::cost_model::TimeBreakdown;
 use infersched::produce::{
-    Outcome, produce_heuristic, produce_heuristic_on_cluster, produce_optimal,
+    Outcome, produce_heuristic_on_pipelined_cluster, produce_heuristic_pipelined, produce_optimal,
 };
 use infersched::schedulers::SchedulerKind;
 use infersched::solver::progress::Observer;
@@ -40,18 +40,29 @@ fn simulate(
     knob_kwargs: KnobKwargs,
     slo: Vec<String>,
     cluster: ClusterKwargs,
+    pipeline: PipelineKwargs,
 ) -> PyResult<PyRun> {
     let kind = named::<SchedulerKind>("scheduler", scheduler)?;
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
-    let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
+    let pipeline = pipeline.pipeline(&cost)?;
+    if pipeline.is_pipelined() && !kind.pipelines() {
+        return Err(err(format!(
+            "pp = {}: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
+            pipeline.stages,
+            kind.name()
+        )));
+    }
+    let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let slo = slos(&slo)?;
     let cluster = cluster.cluster()?;
     let outcome = py.detach(|| {
         guarded(|| {
             match cluster {
-                Some(c) => produce_heuristic_on_cluster(w, &cost, kind, &knobs, c),
-                None => produce_heuristic(w, &cost, kind, &knobs),
+                Some(c) => {
+                    produce_heuristic_on_pipelined_cluster(w, (&cost, &pipeline), kind, &knobs, c)
+                }
+                None => produce_heuristic_pipelined(w, &cost, kind, &knobs, &pipeline),
             }
             .map_err(err)
         })

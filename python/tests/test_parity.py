@@ -149,6 +149,29 @@ def test_a_cluster_simulation_writes_the_commands_folder(cli, trace_head, tmp_pa
     assert run.summary["mean_e2e_s"] <= one.summary["mean_e2e_s"]
 
 
+def test_pipelined_replicas_write_the_commands_folder(cli, trace_head, tmp_path):
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--replicas", "2", "--pp", "2", "--pp-latency-us", "20",
+            "--out", str(tmp_path / "cli"))
+    run = isd.simulate(trace_head, "vllm-v1", replicas=2, pp=2, pp_latency_us=20)
+    run.write(tmp_path / "py")
+    names = all_files(tmp_path / "cli" / "vllm-v1")
+    assert names == all_files(tmp_path / "py")
+    assert_same_files(tmp_path / "cli" / "vllm-v1", tmp_path / "py", names)
+    assert run.summary["pipeline"]["stages"] == 2
+    assert run.summary["pipeline"]["send_latency_s"] == pytest.approx(2e-5)
+    # One replica of two stages: the command's summary, byte for byte.
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "sarathi",
+            "--pp", "2", "--out", str(tmp_path / "one"))
+    one = isd.simulate(trace_head, "sarathi", pp=2)
+    one.write(tmp_path / "one-py")
+    assert_same_files(tmp_path / "one" / "sarathi", tmp_path / "one-py", ["summary.json"])
+    with pytest.raises(isd.InferschedError, match="modelled for vllm-v1 and sarathi, not vllm"):
+        isd.simulate(trace_head, "vllm", pp=2)
+    with pytest.raises(isd.InferschedError, match="give pp = 2 or more"):
+        isd.simulate(trace_head, "vllm-v1", pp_bandwidth=100.0)
+
+
 def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path):
     run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
             "--slo", "ttft-p90=300ms", "--slo", "tbt-p99=100ms", "--out", str(tmp_path / "cli"))
