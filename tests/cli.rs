@@ -628,6 +628,13 @@ fn fit_writes_a_usable_cost_model() {
         .unwrap();
     assert!(pcie.contains("(in this model's tokens term)"), "{pcie}");
     assert!(!nvlink.contains("in this model"), "{nvlink}");
+    // And what `--pp` sends between stages: Llama-3-70B's 2 x 8,192 x 2 bytes per token.
+    assert!(
+        text.contains(
+            "    sends over nvlink ( 450 GB/s per direction) 72.82 ns per token + 7.2 us each"
+        ),
+        "{text}"
+    );
     // NCCL's latencies are shown too, and marked in the model only with :nccl.
     let latency = |spec: &str, link: &str| {
         let o = run(&["cost-model", "show", spec]);

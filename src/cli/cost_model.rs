@@ -31,6 +31,7 @@ fn show_communication(m: &LinearCostModel) -> Result<()> {
     let Some(sheet) = cost_model::roofline::datasheet_of(gpu) else {
         return Ok(());
     };
+    show_pipeline_sends(model, &sheet)?;
     if f.tensor_parallel <= 1 {
         return Ok(());
     }
@@ -71,6 +72,32 @@ fn show_communication(m: &LinearCostModel) -> Result<()> {
             } else {
                 ""
             }
+        );
+    }
+    Ok(())
+}
+
+/// What `--pp` sends between consecutive stages for `model`, over each link of `sheet`.
+fn show_pipeline_sends(
+    model: &cost_model::ModelSpec,
+    sheet: &cost_model::roofline::Datasheet,
+) -> Result<()> {
+    use cost_model::roofline::{Link, send_recv_latency_s};
+    let bytes = model.pipeline_bytes_per_token();
+    outln!(
+        "  pipeline stages (--pp P, up to {} for {} layers): each batch's hidden states and residual, 2 x {} x {} = {bytes} bytes per token, sent P - 1 times:",
+        model.layers.min(infersched::core::pipeline::MAX_STAGES),
+        model.layers,
+        model.hidden,
+        model.dtype_bytes
+    );
+    for link in [Link::NvLink, Link::Pcie] {
+        outln!(
+            "    sends over {:<7}({:>4.0} GB/s per direction) {:.2} ns per token + {:.1} us each",
+            link.name(),
+            sheet.link_bandwidth(link) / 1e9,
+            bytes as f64 / sheet.link_bandwidth(link) * 1e9,
+            send_recv_latency_s(link) * 1e6
         );
     }
     Ok(())
