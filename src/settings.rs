@@ -66,6 +66,11 @@ pub enum SettingsError {
         "--pp: the cost model {0} names no GPU with a datasheet; give the link's bandwidth with --pp-bandwidth GB/S"
     )]
     NoPipelineBandwidth(String),
+    /// `--pp-bandwidth` or `--pp-latency-us` without pipeline stages.
+    #[error(
+        "--pp-bandwidth and --pp-latency-us describe the link between pipeline stages: give --pp 2 or more"
+    )]
+    PipelineLinkWithoutStages,
     /// `--pp-bandwidth` not a positive number.
     #[error("--pp-bandwidth: expected GB/s > 0, got {0}")]
     PipelineBandwidth(f64),
@@ -178,6 +183,9 @@ pub fn pipeline(
 ) -> Result<crate::core::Pipeline, SettingsError> {
     use crate::cost_model::roofline;
     let none = crate::core::Pipeline::none();
+    if stages == 1 && (bandwidth_gbps.is_some() || latency_us.is_some()) {
+        return Err(SettingsError::PipelineLinkWithoutStages);
+    }
     if stages == 1 {
         return Ok(none);
     }
@@ -271,6 +279,10 @@ mod tests {
             pipeline(&cost, 1, None, None).unwrap(),
             crate::core::Pipeline::none()
         );
+        let e = pipeline(&cost, 1, Some(100.0), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give --pp 2 or more"), "{e}");
         let p = pipeline(&cost, 4, None, None).unwrap();
         // 2 x 4096 x 2 bytes per token over the H100's 450 GB/s; 7.2 us per send.
         assert!(

@@ -250,11 +250,6 @@ pub(crate) struct PipelineKwargs {
 impl PipelineKwargs {
     /// The pipeline for `cost`'s model and GPU, as `--pp` makes it.
     pub(crate) fn pipeline(&self, cost: &LinearCostModel) -> PyResult<infersched::core::Pipeline> {
-        if self.pp == 1 && (self.pp_bandwidth.is_some() || self.pp_latency_us.is_some()) {
-            return Err(err(
-                "pp_bandwidth and pp_latency_us describe the link between pipeline stages: give pp = 2 or more",
-            ));
-        }
         infersched::settings::pipeline(cost, self.pp, self.pp_bandwidth, self.pp_latency_us)
             .map_err(err)
     }

@@ -168,7 +168,7 @@ def test_pipelined_replicas_write_the_commands_folder(cli, trace_head, tmp_path)
     assert_same_files(tmp_path / "one" / "sarathi", tmp_path / "one-py", ["summary.json"])
     with pytest.raises(isd.InferschedError, match="modelled for vllm-v1 and sarathi, not vllm"):
         isd.simulate(trace_head, "vllm", pp=2)
-    with pytest.raises(isd.InferschedError, match="give pp = 2 or more"):
+    with pytest.raises(isd.InferschedError, match="give --pp 2 or more"):
         isd.simulate(trace_head, "vllm-v1", pp_bandwidth=100.0)
 
 

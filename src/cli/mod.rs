@@ -484,11 +484,6 @@ impl PipelineArgs {
         &self,
         cost: &LinearCostModel,
     ) -> anyhow::Result<infersched::core::Pipeline> {
-        if self.pp == 1 && (self.pp_bandwidth.is_some() || self.pp_latency_us.is_some()) {
-            bail!(
-                "--pp-bandwidth and --pp-latency-us describe the link between pipeline stages: give --pp 2 or more"
-            );
-        }
         Ok(infersched::settings::pipeline(
             cost,
             self.pp,
