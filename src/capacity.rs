@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use crate::core::{Limits, Replay, Slo, SloReport, Workload, WorkloadError};
 use crate::cost_model::LinearCostModel;
-use crate::produce::{ProduceError, produce_cluster, produce_heuristic};
+use crate::produce::{ProduceError, produce_cluster_on, produce_heuristic_pipelined};
 use crate::schedulers::Router;
 use crate::schedulers::{Knobs, SchedulerKind};
 
@@ -285,13 +285,28 @@ pub fn capacity(
     replicas: Replicas,
     spec: &CapacitySpec,
 ) -> Result<CapacityResult, CapacityError> {
+    let none = crate::core::Pipeline::none();
+    pipelined_capacity(w, (cost, &none), scheduler, knobs, replicas, spec)
+}
+
+/// [`capacity`] with every replica a pipeline of `pipeline.stages` stages (semantics.md,
+/// "Pipeline parallelism").
+pub fn pipelined_capacity(
+    w: &Workload,
+    (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+    scheduler: SchedulerKind,
+    knobs: &Knobs,
+    replicas: Replicas,
+    spec: &CapacitySpec,
+) -> Result<CapacityResult, CapacityError> {
     let found = bisect(w, spec, |at| {
         Ok(if replicas.count > 1 {
-            produce_cluster(at, cost, scheduler, knobs, replicas.count, replicas.router)?
+            let cluster = (replicas.count, replicas.router);
+            produce_cluster_on(at, (cost, pipeline), scheduler, knobs, cluster)?
                 .replay
                 .merged
         } else {
-            produce_heuristic(at, cost, scheduler, knobs)?.replay
+            produce_heuristic_pipelined(at, cost, scheduler, knobs, pipeline)?.replay
         })
     })?;
     Ok(CapacityResult::of(scheduler, found))
@@ -641,7 +656,7 @@ mod tests {
             // Checked from outside: simulate at the rate (holds) and 5% above (misses).
             let mask = measured(&w, s.warmup, s.cooldown).unwrap();
             let judge = |x: f64| {
-                let o = produce_heuristic(
+                let o = crate::produce::produce_heuristic(
                     &at_rate(&w, x, Arrivals::Trace).unwrap(),
                     &cost,
                     kind,

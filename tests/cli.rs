@@ -2670,14 +2670,14 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
     for (row, name) in rows.iter().zip(["vllm-v1", "sarathi"]) {
         assert_eq!(row[0], "llama3-8b-h100-fa2");
         assert_eq!(row[1], name);
-        assert_eq!(row[9], "found", "{text}");
-        let (rate, above): (f64, f64) = (row[10].parse().unwrap(), row[11].parse().unwrap());
+        assert_eq!(row[10], "found", "{text}");
+        let (rate, above): (f64, f64) = (row[11].parse().unwrap(), row[12].parse().unwrap());
         assert!(
             rate > 0.0 && above > rate && above / rate <= 1.01 + 1e-9,
             "{text}"
         );
-        assert_eq!(row[12], "ttft-p90=0.3s");
-        assert!(row[15].parse::<usize>().unwrap() <= 64);
+        assert_eq!(row[13], "ttft-p90=0.3s");
+        assert!(row[16].parse::<usize>().unwrap() <= 64);
     }
     // A grid: every token budget with every scheduler, the budget in its column.
     let grid = dir.path().join("grid");
@@ -2699,7 +2699,7 @@ fn capacity_finds_each_schedulers_rate_and_refuses_what_it_cannot_scale() {
         .skip(1)
         .map(|l| {
             let c: Vec<&str> = l.split(',').collect();
-            (c[1].to_string(), c[5].to_string())
+            (c[1].to_string(), c[6].to_string())
         })
         .collect();
     let expected = [
@@ -3395,7 +3395,7 @@ fn capacity_searches_clusters_of_replicas() {
     );
     let text = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
     assert!(
-        text.starts_with("cost_model,scheduler,replicas,router,disaggregate,token_budget,"),
+        text.starts_with("cost_model,scheduler,replicas,router,disaggregate,pp,token_budget,"),
         "{text}"
     );
     let rows: Vec<Vec<&str>> = text
@@ -3414,12 +3414,12 @@ fn capacity_searches_clusters_of_replicas() {
             ("2", "vllm-dp", "1:1")
         ]
     );
-    let rate = |r: &Vec<&str>| -> f64 { r[10].parse().unwrap() };
-    assert!(rows.iter().all(|r| r[9] == "found"), "{text}");
+    let rate = |r: &Vec<&str>| -> f64 { r[11].parse().unwrap() };
+    assert!(rows.iter().all(|r| r[10] == "found"), "{text}");
     // Prefill on one replica, decode on the other: a rate, and no ceiling claimed.
     for r in &rows[3..] {
         assert!(
-            rate(r) > 0.0 && r[16].is_empty() && r[17].is_empty(),
+            rate(r) > 0.0 && r[17].is_empty() && r[18].is_empty(),
             "{text}"
         );
     }
@@ -3437,15 +3437,15 @@ fn capacity_searches_clusters_of_replicas() {
     );
     // The ceiling no schedule passes lies above every rate a heuristic sustained.
     for r in rows {
-        let ceiling: f64 = r[16].parse().unwrap();
+        let ceiling: f64 = r[17].parse().unwrap();
         assert!(ceiling > rate(r), "{text}");
     }
     // --best-found: on one replica, a rate some schedule sustains, below the ceiling and
     // here above vLLM V1's; none searched for clusters.
-    let best: f64 = rows[0][17].parse().unwrap();
-    let ceiling: f64 = rows[0][16].parse().unwrap();
+    let best: f64 = rows[0][18].parse().unwrap();
+    let ceiling: f64 = rows[0][17].parse().unwrap();
     assert!(rate(&rows[0]) < best && best < ceiling, "{text}");
-    assert!(rows[1][17].is_empty() && rows[2][17].is_empty(), "{text}");
+    assert!(rows[1][18].is_empty() && rows[2][18].is_empty(), "{text}");
     assert!(
         stdout(&o).contains("some schedule meets them at"),
         "{}",
@@ -4299,5 +4299,87 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         let mut args = base.to_vec();
         args.extend_from_slice(extra);
         assert_fails(&args, &out, &[expect]);
+    }
+}
+
+#[test]
+fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = first_splitwise_requests(200, dir.path());
+    let out = dir.path().join("cap");
+    let args = |extra: &[&str], out: &Path| {
+        let mut a: Vec<String> = [
+            "capacity",
+            "--workload",
+            w.to_str().unwrap(),
+            "--cost-model",
+            "roofline:h100:llama3-8b",
+            "--slo",
+            "ttft-p90=300ms",
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let a = args(&["--scheduler", "vllm-v1,sarathi", "--pp", "1,2"], &out);
+    let o = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("capacity.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    // (scheduler, pp) in configuration order, M per stage GPU, a rate for each, a
+    // ceiling only for the replicas running one batch at a time.
+    let who: Vec<(&str, &str)> = rows.iter().map(|r| (r[1], r[5])).collect();
+    assert_eq!(
+        who,
+        [
+            ("vllm-v1", ""),
+            ("sarathi", ""),
+            ("vllm-v1", "2"),
+            ("sarathi", "2")
+        ]
+    );
+    let m = |r: &Vec<&str>| r[9].parse::<u64>().unwrap();
+    assert!(m(&rows[2]) > 2 * m(&rows[0]), "{text}");
+    for r in &rows {
+        assert_eq!(r[10], "found", "{text}");
+    }
+    assert!(!rows[0][17].is_empty() && rows[2][17].is_empty() && rows[3][17].is_empty());
+    assert!(
+        stdout(&o).contains("vllm-v1, 2 pipeline stages each")
+            && stdout(&o)
+                .contains("no ceiling (its argument covers replicas running one batch at a time)"),
+        "{}",
+        stdout(&o)
+    );
+    // Refused before anything runs.
+    let bad = dir.path().join("bad");
+    for (extra, expect) in [
+        (&["--scheduler", "vllm", "--pp", "2"][..], "not vllm"),
+        (
+            &[
+                "--scheduler",
+                "vllm-v1",
+                "--pp",
+                "2",
+                "--disaggregate",
+                "1:1",
+            ][..],
+            "not modelled yet",
+        ),
+    ] {
+        let a = args(extra, &bad);
+        assert_fails(
+            &a.iter().map(String::as_str).collect::<Vec<_>>(),
+            &bad,
+            &[expect],
+        );
     }
 }

@@ -5,10 +5,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use infersched::capacity::{
     Arrivals, BEST_FOUND_BUDGET, Capacity, CapacityResult, CapacitySpec, RateSearch, Replicas,
-    best_found_capacity, capacity, disaggregated_capacity, trace_rate,
+    best_found_capacity, capacity, disaggregated_capacity, pipelined_capacity, trace_rate,
 };
 use infersched::core::disaggregated::{Disaggregation, KvLink};
-use infersched::core::{Limits, Slo, Workload};
+use infersched::core::{Limits, Pipeline, Slo, Workload};
 use infersched::cost_model::LinearCostModel;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use rayon::prelude::*;
@@ -50,6 +50,11 @@ pub(crate) struct CapacityArgs {
     pub(crate) disaggregate: Vec<infersched::core::disaggregated::Disaggregation>,
     #[command(flatten)]
     pub(crate) kv: super::KvLinkArgs,
+    /// Pipeline stages of each replica, or a comma-separated list (a configuration axis;
+    /// as `simulate --pp`: vllm-v1 and sarathi, the stages linked by the GPU's NVLink, M
+    /// each stage GPU's; not with --disaggregate; no ceiling is given for pipelines).
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
+    pub(crate) pp: Vec<u32>,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
     /// at least one; a rate is sustained when every one holds over the measured requests.
     #[arg(long = "slo", value_name = "SLO", required = true)]
@@ -157,6 +162,8 @@ struct Configuration<'a> {
     replicas: Replicas,
     /// Where disaggregated: how the replicas split, and the KV link.
     split: Option<(Disaggregation, KvLink)>,
+    /// Each replica's pipeline.
+    pipeline: Pipeline,
 }
 
 /// Every combination of cost models, grid values and schedulers, in that order.
@@ -165,40 +172,77 @@ fn configurations<'a>(
     w: &Workload,
     costs: &'a [LinearCostModel],
 ) -> Result<Vec<Configuration<'a>>> {
+    check_pipelines(a)?;
     let mut out = Vec::new();
     for cost in costs {
-        let base = a.knobs.knobs(w, cost)?;
-        let mut points = vec![base];
-        for axis in &a.grid {
-            points = points
-                .iter()
-                .flat_map(|p| {
-                    axis.values.iter().map(move |&v| {
-                        let mut k = *p;
-                        axis.set(&mut k, v);
-                        k
-                    })
-                })
-                .collect();
+        for &pp in &a.pp {
+            let pipeline = infersched::settings::pipeline(cost, pp, None, None)?;
+            let base = a.knobs.knobs_on(w, cost, pp)?;
+            out.extend(configurations_of(a, w, (cost, pipeline), base)?);
         }
-        let link = if a.disaggregate.is_empty() {
-            None
-        } else {
-            Some(a.kv.link(cost)?)
-        };
-        for knobs in points {
-            for (replicas, split) in replica_axes(a, link) {
-                for &kind in &a.scheduler {
-                    let limits = kind.limits(&knobs, w);
-                    out.push(Configuration {
-                        cost,
-                        kind,
-                        knobs,
-                        limits,
-                        replicas,
-                        split,
-                    });
-                }
+    }
+    Ok(out)
+}
+
+/// `--pp` above 1 only where modelled: pipelined schedulers, colocated replicas.
+fn check_pipelines(a: &CapacityArgs) -> Result<()> {
+    if !a.pp.iter().any(|&p| p > 1) {
+        return Ok(());
+    }
+    if let Some(k) = a.scheduler.iter().find(|k| !k.pipelines()) {
+        bail!(
+            "--pp: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
+            k.name()
+        );
+    }
+    if !a.disaggregate.is_empty() {
+        bail!(
+            "--pp with --disaggregate: disaggregated clusters of pipelined replicas are not modelled yet"
+        );
+    }
+    Ok(())
+}
+
+/// The configurations of one cost model and pipeline from its knobs `base`: every grid
+/// point, replica axis and scheduler.
+fn configurations_of<'a>(
+    a: &CapacityArgs,
+    w: &Workload,
+    (cost, pipeline): (&'a LinearCostModel, Pipeline),
+    base: Knobs,
+) -> Result<Vec<Configuration<'a>>> {
+    let mut points = vec![base];
+    for axis in &a.grid {
+        points = points
+            .iter()
+            .flat_map(|p| {
+                axis.values.iter().map(move |&v| {
+                    let mut k = *p;
+                    axis.set(&mut k, v);
+                    k
+                })
+            })
+            .collect();
+    }
+    let link = if a.disaggregate.is_empty() {
+        None
+    } else {
+        Some(a.kv.link(cost)?)
+    };
+    let mut out = Vec::new();
+    for knobs in points {
+        for (replicas, split) in replica_axes(a, link) {
+            for &kind in &a.scheduler {
+                let limits = kind.limits(&knobs, w);
+                out.push(Configuration {
+                    cost,
+                    kind,
+                    knobs,
+                    limits,
+                    replicas,
+                    split,
+                    pipeline,
+                });
             }
         }
     }
@@ -236,7 +280,7 @@ fn replica_axes(
 }
 
 /// The columns of capacity.csv.
-const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,disaggregate,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s,configuration";
+const CSV_HEADER: &str = "cost_model,scheduler,replicas,router,disaggregate,pp,token_budget,prefill_budget,max_running,kv_capacity,result,max_rate_per_s,misses_at_per_s,binding_slos,attainment,goodput_requests_per_s,probes,ceiling_per_s,best_found_rate_per_s,configuration";
 
 pub(crate) fn cmd_capacity(a: &CapacityArgs) -> Result<()> {
     let w = load_workload(&a.workload)?;
@@ -333,6 +377,11 @@ fn search(
     if let Some((d, link)) = &c.split {
         let router = c.replicas.router;
         let found = disaggregated_capacity(w, c.cost, c.kind, &c.knobs, *d, router, link, spec)?;
+        return Ok((found, None, None));
+    }
+    if c.pipeline.is_pipelined() {
+        let on = (c.cost, &c.pipeline);
+        let found = pipelined_capacity(w, on, c.kind, &c.knobs, c.replicas, spec)?;
         return Ok((found, None, None));
     }
     let found = capacity(w, c.cost, c.kind, &c.knobs, c.replicas, spec)?;
@@ -439,8 +488,8 @@ fn merge_shards(a: &CapacityArgs, configs: &[Configuration<'_>]) -> Result<()> {
         .zip(&rows)
         .map(|(c, row)| {
             let cells: Vec<&str> = row.split(',').collect();
-            let rate = match cells.get(9) {
-                Some(&"found") | Some(&"at-least") => cells.get(10).and_then(|x| x.parse().ok()),
+            let rate = match cells.get(10) {
+                Some(&"found") | Some(&"at-least") => cells.get(11).and_then(|x| x.parse().ok()),
                 _ => None,
             };
             (c, rate)
@@ -472,6 +521,12 @@ fn configuration_answer(
         (1, None) => String::new(),
         (n, None) => format!(" on {n} replicas behind {}", c.replicas.router),
     };
+    let stages = c.pipeline.stages;
+    let on = if stages > 1 {
+        format!("{on}, {stages} pipeline stages each")
+    } else {
+        on
+    };
     let head = format!("{}, {}{on} ({})", c.cost.name, c.kind.name(), c.limits);
     match r {
         Ok((r, ceiling, best)) => {
@@ -481,6 +536,10 @@ fn configuration_answer(
                 }
                 (None, Some(_)) => {
                     "; no ceiling (its argument covers colocated replicas)".to_string()
+                }
+                (None, None) if c.pipeline.is_pipelined() => {
+                    "; no ceiling (its argument covers replicas running one batch at a time)"
+                        .to_string()
                 }
                 (None, None) => String::new(),
             };
@@ -505,6 +564,9 @@ fn capacity_points(
         // (a name starting with a scheduler's takes that scheduler's).
         let split = c.split.map_or(String::new(), |(d, _)| format!("{d} P:D, "));
         let mut series = format!("{split}{} {}", c.kind.name(), c.cost.name);
+        if c.pipeline.is_pipelined() {
+            series += &format!(" PP{}", c.pipeline.stages);
+        }
         for axis in &a.grid {
             let (name, v) = match axis.knob {
                 GridKnob::TokenBudget => ("C", c.limits.token_budget),
@@ -523,7 +585,7 @@ fn capacity_points(
         for router in routers {
             points.push(infersched::capacity::CapacityPoint {
                 series: format!("{series}{router}"),
-                gpus: c.replicas.count * c.cost.file.tensor_parallel.max(1),
+                gpus: c.replicas.count * c.cost.file.tensor_parallel.max(1) * c.pipeline.stages,
                 rate,
             });
         }
@@ -586,8 +648,12 @@ fn csv_head(c: &Configuration<'_>) -> String {
         _ => c.replicas.router.name(),
     };
     let split = c.split.map_or(String::new(), |(d, _)| d.to_string());
+    let pp = match c.pipeline.stages {
+        1 => String::new(),
+        p => p.to_string(),
+    };
     format!(
-        "{},{},{},{router},{split},{},{},{},{}",
+        "{},{},{},{router},{split},{pp},{},{},{},{}",
         c.cost.name,
         c.kind.name(),
         c.replicas.count,
