@@ -225,6 +225,16 @@ fn ms(x: f64) -> String {
     }
 }
 
+/// A pipeline for people: `2 stages, each send 7.2 us + 36.41 ns per token`.
+fn pipeline_text(p: &crate::core::Pipeline) -> String {
+    format!(
+        "{} stages, each send {:.1} us + {:.2} ns per token",
+        p.stages,
+        p.send_latency_s * 1e6,
+        p.send_s_per_token * 1e9
+    )
+}
+
 /// A readable summary for the terminal.
 pub fn summary_text(s: &Summary) -> String {
     let mut t = String::new();
@@ -235,16 +245,7 @@ pub fn summary_text(s: &Summary) -> String {
         format!("{} / {} ({} busy)", s.requests, s.batches, s.busy_batches),
     );
     if let Some(p) = &s.pipeline {
-        line(
-            &mut t,
-            "pipeline",
-            format!(
-                "{} stages, each send {:.1} us + {:.2} ns per token",
-                p.stages,
-                p.send_latency_s * 1e6,
-                p.send_s_per_token * 1e9
-            ),
-        );
+        line(&mut t, "pipeline", pipeline_text(p));
     }
     line(&mut t, "makespan", ms(s.makespan_s));
     line(
