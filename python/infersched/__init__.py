@@ -210,8 +210,9 @@ class Run:
         return self._summary
 
     @property
-    def time_split(self) -> dict:
-        """Where the makespan goes, term by term of the cost model (seconds)."""
+    def time_split(self) -> Optional[dict]:
+        """Where the makespan goes, term by term of the cost model (seconds); None for a
+        disaggregated cluster (the command gives none either)."""
         return json.loads(self._inner.time_split_json())
 
     @property
@@ -382,6 +383,9 @@ def simulate(
     pp: int = 1,
     pp_bandwidth: Optional[float] = None,
     pp_latency_us: Optional[float] = None,
+    disaggregate: Optional[str] = None,
+    kv_bandwidth: Optional[float] = None,
+    kv_latency_us: float = 0.0,
 ) -> Run:
     """Runs one heuristic scheduler (see :func:`schedulers`) on ``workload`` (a
     :class:`Workload`, a trace path or a DataFrame), replays its schedule and measures it:
@@ -394,7 +398,11 @@ def simulate(
     routing.csv and replica-K/ as ``--out`` does). With ``pp`` > 1 each replica is a
     pipeline of that many stages (``--pp``; vllm-v1 and sarathi), its stages linked at
     ``pp_bandwidth`` GB/s (default: the GPU's NVLink) with ``pp_latency_us`` per send.
-    The simulation runs without the GIL."""
+    ``disaggregate="P:D"`` runs P prefill and D decode replicas behind ``router``
+    (``--disaggregate``; vllm-v1), the prompts' KV moved at ``kv_bandwidth`` GB/s
+    (default: the GPU's NVLink) plus ``kv_latency_us`` each; ``write`` then gives the
+    command's prefill/ and decode/ folders, and ``time_split`` is None. The simulation runs
+    without the GIL."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
@@ -402,8 +410,10 @@ def simulate(
                    enable_prefix_caching)
     cluster = dict(replicas=int(replicas), router=router)
     pipeline = dict(pp=int(pp), pp_bandwidth=pp_bandwidth, pp_latency_us=pp_latency_us)
+    split = dict(disaggregate=disaggregate, kv_bandwidth=kv_bandwidth,
+                 kv_latency_us=float(kv_latency_us))
     inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs,
-                                 list(slo), cluster, pipeline)
+                                 list(slo), cluster, pipeline, split)
     return Run(inner)
 
 

@@ -54,7 +54,7 @@ class Run:
 def simulate(
     workload: Workload, scheduler: str, cost_model_spec: str, limits: dict[str, Any],
     knob_kwargs: dict[str, Any], slo: list[str], cluster: dict[str, Any],
-    pipeline: dict[str, Any],
+    pipeline: dict[str, Any], split: dict[str, Any],
 ) -> Run: ...
 def capacity(
     workload: Workload, scheduler: str, cost_model_spec: str, limits: dict[str, Any],

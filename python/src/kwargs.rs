@@ -238,6 +238,19 @@ pub(crate) struct ClusterKwargs {
     pub(crate) router: String,
 }
 
+/// A disaggregated cluster's split and KV link (`simulate`'s `disaggregate`,
+/// `kv_bandwidth`, `kv_latency_us`).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(crate) struct SplitKwargs {
+    /// `P:D`, or None for colocated replicas.
+    pub(crate) disaggregate: Option<String>,
+    /// The KV link's bandwidth per GPU in GB/s (None: the GPU's NVLink).
+    pub(crate) kv_bandwidth: Option<f64>,
+    /// A fixed time per KV transfer in microseconds.
+    pub(crate) kv_latency_us: f64,
+}
+
 /// Each replica's pipeline (`simulate`'s `pp`, `pp_bandwidth`, `pp_latency_us`).
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
@@ -308,6 +321,15 @@ pub(crate) struct CapacityKwargs {
 }
 
 impl CapacityKwargs {
+    /// Its disaggregated split and KV link.
+    pub(crate) fn split(&self) -> SplitKwargs {
+        SplitKwargs {
+            disaggregate: self.disaggregate.clone(),
+            kv_bandwidth: self.kv_bandwidth,
+            kv_latency_us: self.kv_latency_us,
+        }
+    }
+
     /// The search for `slos` (checked by the search itself).
     pub(crate) fn spec(&self, slos: Vec<Slo>) -> PyResult<CapacitySpec> {
         let arrivals = self

@@ -7,7 +7,7 @@
 use crate::errors::{InferschedError, SolveInterrupted, err, guarded, named};
 use crate::kwargs::{
     CapacityKwargs, ClusterKwargs, CompareKwargs, KnobKwargs, LimitKwargs, PipelineKwargs,
-    SolveKwargs, cost_model, knobs, knobs_on, slos, with_slo,
+    SolveKwargs, SplitKwargs, cost_model, knobs, knobs_on, slos, with_slo,
 };
 use crate::objects::{PyRun, PySchedule, PyWorkload, meta_producer};
 use crate::watch::{Waited, Watch, WatchObserver, interrupted, wait_watched};
@@ -16,7 +16,7 @@ use infersched::cost_model::TimeBreakdown;
 use infersched::produce::{
     Outcome, produce_heuristic_on_pipelined_cluster, produce_heuristic_pipelined, produce_optimal,
 };
-use infersched::schedulers::SchedulerKind;
+use infersched::schedulers::{Knobs, SchedulerKind};
 use infersched::solver::progress::Observer;
 use infersched::solver::{Objective, SolveOptions};
 use pyo3::prelude::*;
@@ -41,11 +41,27 @@ fn simulate(
     slo: Vec<String>,
     cluster: ClusterKwargs,
     pipeline: PipelineKwargs,
+    split: SplitKwargs,
 ) -> PyResult<PyRun> {
     let kind = named::<SchedulerKind>("scheduler", scheduler)?;
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
     let pipeline = pipeline.pipeline(&cost)?;
+    let replicas = cluster
+        .cluster()?
+        .map_or(infersched::capacity::Replicas::ONE, |(count, router)| {
+            infersched::capacity::Replicas { count, router }
+        });
+    if let Some(split) = disaggregation(&split, &cost, &cluster, replicas)? {
+        if pipeline.is_pipelined() {
+            return Err(err(
+                "pp with disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
+            ));
+        }
+        let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
+        let slo = slos(&slo)?;
+        return simulate_disaggregated(py, w, (&cost, kind, &knobs), split, &slo);
+    }
     if pipeline.is_pipelined() && !kind.pipelines() {
         return Err(err(format!(
             "pp = {}: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
@@ -68,6 +84,37 @@ fn simulate(
         })
     })?;
     Ok(PyRun::new(with_slo(outcome, &slo), None, kind.name(), w))
+}
+
+/// `simulate --disaggregate P:D` for one scheduler, without the GIL.
+fn simulate_disaggregated(
+    py: Python<'_>,
+    w: &Workload,
+    (cost, kind, knobs): (
+        &infersched::cost_model::LinearCostModel,
+        SchedulerKind,
+        &Knobs,
+    ),
+    (d, router, link): (
+        infersched::core::disaggregated::Disaggregation,
+        infersched::schedulers::Router,
+        infersched::core::disaggregated::KvLink,
+    ),
+    slo: &[infersched::core::Slo],
+) -> PyResult<PyRun> {
+    let mut o = py.detach(|| {
+        guarded(|| {
+            infersched::produce::produce_disaggregated(w, cost, kind, knobs, d, router, &link)
+                .map_err(err)
+        })
+    })?;
+    if !slo.is_empty() {
+        o.summary.slo = Some(infersched::core::SloReport::of(
+            &o.replay.cluster.merged,
+            slo,
+        ));
+    }
+    Ok(PyRun::of_disaggregated(o, kind.name(), w))
 }
 
 /// Replays `schedule` on `workload` under the limits and measures it (`infersched
@@ -286,7 +333,7 @@ fn capacity(
         .cluster()?
         .map_or(Replicas::ONE, |(count, router)| Replicas { count, router });
     let lim = kind.limits(&knobs, w);
-    let split = disaggregation(&search, &cost, &cluster, replicas)?;
+    let split = disaggregation(&search.split(), &cost, &cluster, replicas)?;
     let (found, ceiling, best) = py.detach(|| {
         guarded(|| {
             if let Some((d, router, link)) = &split {
@@ -344,10 +391,11 @@ fn capacity(
     Ok(doc.to_string())
 }
 
-/// `disaggregate` of a capacity search, checked: the split, the router of both sides and
-/// the KV link, or None; not with more than one replica (a cluster is one or the other).
+/// `disaggregate` (of a capacity search or a simulation), checked: the split, the router
+/// of both sides and the KV link, or None; not with more than one replica (a cluster is
+/// one or the other).
 fn disaggregation(
-    search: &CapacityKwargs,
+    split: &SplitKwargs,
     cost: &infersched::cost_model::LinearCostModel,
     cluster: &ClusterKwargs,
     replicas: infersched::capacity::Replicas,
@@ -358,7 +406,7 @@ fn disaggregation(
         infersched::core::disaggregated::KvLink,
     )>,
 > {
-    let Some(text) = &search.disaggregate else {
+    let Some(text) = &split.disaggregate else {
         return Ok(None);
     };
     if replicas.count > 1 {
@@ -373,7 +421,7 @@ fn disaggregation(
         .router
         .parse()
         .map_err(|e| err(format!("router: {e}")))?;
-    let link = infersched::settings::kv_link(cost, search.kv_bandwidth, search.kv_latency_us)
+    let link = infersched::settings::kv_link(cost, split.kv_bandwidth, split.kv_latency_us)
         .map_err(err)?;
     Ok(Some((d, router, link)))
 }

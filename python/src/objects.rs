@@ -105,6 +105,9 @@ pub(crate) struct PyRun {
     pub(crate) producer: String,
     /// The requests, kept for a cluster's run (its files name each replica's requests).
     pub(crate) cluster_workload: Option<Workload>,
+    /// A disaggregated cluster's sides (`outcome` then holds the whole cluster's replay
+    /// and summary).
+    pub(crate) disaggregated: Option<Box<infersched::produce::DisaggregatedOutcome>>,
 }
 
 impl PyRun {
@@ -126,6 +129,32 @@ impl PyRun {
             objective,
             producer: producer.into(),
             cluster_workload,
+            disaggregated: None,
+        }
+    }
+
+    /// The run of a disaggregated cluster `o` of `w` (its summary already measured
+    /// against any SLOs): the whole cluster's replay and summary, no time split.
+    pub(crate) fn of_disaggregated(
+        o: infersched::produce::DisaggregatedOutcome,
+        producer: impl Into<String>,
+        w: &Workload,
+    ) -> Self {
+        let outcome = Outcome {
+            schedule: Schedule::new(Vec::new()),
+            replay: o.replay.cluster.merged.clone(),
+            summary: o.summary.clone(),
+            limits: o.limits,
+            solve: None,
+            time_split: Default::default(),
+            cluster: None,
+        };
+        Self {
+            outcome,
+            objective: None,
+            producer: producer.into(),
+            cluster_workload: Some(w.clone()),
+            disaggregated: Some(Box::new(o)),
         }
     }
 }
@@ -157,8 +186,12 @@ impl PyRun {
         serde_json::to_string_pretty(&self.outcome.summary).map_err(err)
     }
 
-    /// Where the makespan goes, term by term of the cost model (JSON).
+    /// Where the makespan goes, term by term of the cost model (JSON; `null` for a
+    /// disaggregated cluster, which the command does not split either).
     fn time_split_json(&self) -> PyResult<String> {
+        if self.disaggregated.is_some() {
+            return Ok("null".into());
+        }
         serde_json::to_string(&self.outcome.time_split).map_err(err)
     }
 
@@ -197,6 +230,10 @@ impl PyRun {
     /// requests.csv, batches.csv, summary.json, and solve.json for a solve); the paths.
     fn write(&self, dir: PathBuf) -> PyResult<Vec<PathBuf>> {
         std::fs::create_dir_all(&dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+        if let (Some(d), Some(w)) = (&self.disaggregated, &self.cluster_workload) {
+            return infersched::cluster::write_disaggregated_outputs(&dir, w, d, None)
+                .map_err(|e| err(format!("writing results to {}: {e}", dir.display())));
+        }
         let o = &self.outcome;
         let written = match (&o.cluster, &self.cluster_workload, &o.solve, self.objective) {
             (Some(parts), Some(w), _, _) => write_cluster_run(&dir, w, parts, &o.summary),
@@ -214,6 +251,9 @@ impl PyRun {
     /// Replicas the run had (1 for one GPU).
     #[getter]
     fn replicas(&self) -> usize {
+        if let Some(d) = &self.disaggregated {
+            return d.prefill_schedules.len() + d.decode_schedules.len();
+        }
         self.outcome
             .cluster
             .as_ref()

@@ -172,6 +172,28 @@ def test_pipelined_replicas_write_the_commands_folder(cli, trace_head, tmp_path)
         isd.simulate(trace_head, "vllm-v1", pp_bandwidth=100.0)
 
 
+def test_a_disaggregated_cluster_writes_the_commands_folders(cli, trace_head, tmp_path):
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--disaggregate", "1:2", "--router", "least-outstanding", "--kv-latency-us", "20",
+            "--slo", "ttft-p90=2s", "--out", str(tmp_path / "cli"))
+    run = isd.simulate(trace_head, "vllm-v1", disaggregate="1:2", router="least-outstanding",
+                       kv_latency_us=20, slo=["ttft-p90=2s"])
+    run.write(tmp_path / "py")
+    names = all_files(tmp_path / "cli" / "vllm-v1")
+    assert "prefill/replica-0/schedule.json" in names and "decode/replica-1/schedule.json" in names
+    assert names == all_files(tmp_path / "py")
+    assert_same_files(tmp_path / "cli" / "vllm-v1", tmp_path / "py", names)
+    assert run.replicas == 3 and run.time_split is None
+    assert run.summary["cluster"]["prefill_replicas"] == 1
+    assert len(run.requests) == 40
+    with pytest.raises(isd.InferschedError, match="sarathi does not take KV computed elsewhere"):
+        isd.simulate(trace_head, "sarathi", disaggregate="1:1")
+    with pytest.raises(isd.InferschedError, match="expected P:D"):
+        isd.simulate(trace_head, "vllm-v1", disaggregate="0:2")
+    with pytest.raises(isd.InferschedError, match="either replicas or a prefill:decode split"):
+        isd.simulate(trace_head, "vllm-v1", disaggregate="1:1", replicas=2)
+
+
 def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path):
     run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
             "--slo", "ttft-p90=300ms", "--slo", "tbt-p99=100ms", "--out", str(tmp_path / "cli"))
