@@ -619,6 +619,7 @@ def capacity(
     disaggregate: Optional[str] = None,
     kv_bandwidth: Optional[float] = None,
     kv_latency_us: float = 0.0,
+    pp: int = 1,
     cost_model: str = DEFAULT_COST_MODEL,
     token_budget: Optional[int] = None,
     prefill_budget: Optional[int] = None,
@@ -653,7 +654,9 @@ def capacity(
     ``trace`` (the trace's own, scaled) or ``poisson[:SEED]`` (``capacity --arrivals``).
     ``disaggregate="P:D"`` searches a disaggregated cluster instead (``capacity
     --disaggregate``: P prefill and D decode replicas behind ``router``, KV over
-    ``kv_bandwidth`` GB/s, the GPU's NVLink by default; vllm-v1; no ceiling)."""
+    ``kv_bandwidth`` GB/s, the GPU's NVLink by default; vllm-v1; no ceiling); ``pp`` > 1
+    makes each replica a pipeline of that many stages (``capacity --pp``; vllm-v1 and
+    sarathi; no ceiling)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
@@ -661,7 +664,7 @@ def capacity(
                    enable_prefix_caching)
     search = dict(warmup=float(warmup), cooldown=float(cooldown), min_rate=float(min_rate),
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes),
-                  best_found=bool(best_found), arrivals=str(arrivals),
+                  best_found=bool(best_found), arrivals=str(arrivals), pp=int(pp),
                   disaggregate=disaggregate, kv_bandwidth=kv_bandwidth,
                   kv_latency_us=float(kv_latency_us))
     cluster = dict(replicas=int(replicas), router=router)

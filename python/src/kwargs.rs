@@ -318,6 +318,8 @@ pub(crate) struct CapacityKwargs {
     pub(crate) kv_bandwidth: Option<f64>,
     /// A fixed time per KV transfer in microseconds (`--kv-latency-us`).
     pub(crate) kv_latency_us: f64,
+    /// Pipeline stages of each replica (`--pp`).
+    pub(crate) pp: u32,
 }
 
 impl CapacityKwargs {

@@ -52,22 +52,11 @@ fn simulate(
         .map_or(infersched::capacity::Replicas::ONE, |(count, router)| {
             infersched::capacity::Replicas { count, router }
         });
+    check_pipelined(&pipeline, kind, split.disaggregate.is_some())?;
     if let Some(split) = disaggregation(&split, &cost, &cluster, replicas)? {
-        if pipeline.is_pipelined() {
-            return Err(err(
-                "pp with disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
-            ));
-        }
         let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
         let slo = slos(&slo)?;
         return simulate_disaggregated(py, w, (&cost, kind, &knobs), split, &slo);
-    }
-    if pipeline.is_pipelined() && !kind.pipelines() {
-        return Err(err(format!(
-            "pp = {}: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
-            pipeline.stages,
-            kind.name()
-        )));
     }
     let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let slo = slos(&slo)?;
@@ -84,6 +73,30 @@ fn simulate(
         })
     })?;
     Ok(PyRun::new(with_slo(outcome, &slo), None, kind.name(), w))
+}
+
+/// `pp` above 1 only where modelled: pipelined schedulers, colocated replicas.
+fn check_pipelined(
+    pipeline: &infersched::core::Pipeline,
+    kind: SchedulerKind,
+    disaggregated: bool,
+) -> PyResult<()> {
+    if !pipeline.is_pipelined() {
+        return Ok(());
+    }
+    if !kind.pipelines() {
+        return Err(err(format!(
+            "pp = {}: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
+            pipeline.stages,
+            kind.name()
+        )));
+    }
+    if disaggregated {
+        return Err(err(
+            "pp with disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
+        ));
+    }
+    Ok(())
 }
 
 /// `simulate --disaggregate P:D` for one scheduler, without the GIL.
@@ -327,7 +340,9 @@ fn capacity(
     let kind = named::<SchedulerKind>("scheduler", scheduler)?;
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
-    let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
+    let pipeline = infersched::settings::pipeline(&cost, search.pp, None, None).map_err(err)?;
+    check_pipelined(&pipeline, kind, search.disaggregate.is_some())?;
+    let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let spec = search.spec(slos(&slo)?)?;
     let replicas = cluster
         .cluster()?
@@ -341,6 +356,13 @@ fn capacity(
                     w, &cost, kind, &knobs, *d, *router, link, &spec,
                 )
                 .map_err(err)?;
+                return Ok((found, None, None));
+            }
+            if pipeline.is_pipelined() {
+                let on = (&cost, &pipeline);
+                let found =
+                    infersched::capacity::pipelined_capacity(w, on, kind, &knobs, replicas, &spec)
+                        .map_err(err)?;
                 return Ok((found, None, None));
             }
             let found = infersched::capacity::capacity(w, &cost, kind, &knobs, replicas, &spec)

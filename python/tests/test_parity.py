@@ -247,6 +247,26 @@ def test_a_disaggregated_capacity_matches_the_command(cli, trace_head, tmp_path)
                      disaggregate="1:1", replicas=2)
 
 
+def test_a_pipelined_capacity_matches_the_command(cli, trace_head, tmp_path):
+    run_cli(cli, "capacity", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--cost-model", "llama3-8b-h100", "--slo", "ttft-p90=300ms", "--pp", "1,2",
+            "--replicas", "2", "--router", "least-outstanding", "--out", str(tmp_path / "cli"))
+    lines = (tmp_path / "cli" / "capacity.csv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    assert [r["pp"] for r in rows] == ["", "2"]
+    got = isd.capacity(trace_head, "vllm-v1", ["ttft-p90=300ms"], cost_model="llama3-8b-h100",
+                       pp=2, replicas=2, router="least-outstanding")
+    assert got["result"] == rows[1]["result"] == "found"
+    assert got["max_rate_per_s"] == float(rows[1]["max_rate_per_s"])
+    assert got["ceiling_per_s"] is None and rows[1]["ceiling_per_s"] == ""
+    assert got["max_rate_per_s"] != float(rows[0]["max_rate_per_s"])
+    with pytest.raises(isd.InferschedError, match="not vllm$"):
+        isd.capacity(trace_head, "vllm", ["ttft-p90=2s"], cost_model="llama3-8b-h100", pp=2)
+    with pytest.raises(isd.InferschedError, match="not modelled yet"):
+        isd.capacity(trace_head, "vllm-v1", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
+                     pp=2, disaggregate="1:1")
+
+
 def test_a_cluster_solve_matches_the_command(cli, tmp_path):
     path = tmp_path / "w.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens\n300,6\n120,12\n40,3\n500,2\n64,9\n")
