@@ -4257,8 +4257,8 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
     ];
     for (extra, expect) in [
         (
-            &["--scheduler", "vllm", "--pp", "2"][..],
-            "Vidur's micro-batches), not vllm",
+            &["--scheduler", "orca", "--pp", "2"][..],
+            "Vidur's micro-batches), not orca",
         ),
         (
             &["--scheduler", "vllm-v1", "--pp", "33"][..],
@@ -4362,7 +4362,7 @@ fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
     // Refused before anything runs.
     let bad = dir.path().join("bad");
     for (extra, expect) in [
-        (&["--scheduler", "vllm", "--pp", "2"][..], "not vllm"),
+        (&["--scheduler", "orca", "--pp", "2"][..], "not orca"),
         (
             &[
                 "--scheduler",

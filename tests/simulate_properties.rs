@@ -147,11 +147,12 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(120))]
 
-    /// vllm-v1 and sarathi on a pipeline of 2 to 4 stages (semantics.md, "Pipeline
+    /// vllm-v1, vllm and sarathi on a pipeline of 2 to 4 stages (semantics.md, "Pipeline
     /// parallelism"): the pipelined replay accepts their schedules with the simulator's
     /// clock and memory account, no request is in two batches while its last token is in
-    /// flight (for sarathi, while any batch of it is: Vidur's rule), sarathi's batches hold
-    /// at most R_max / P requests, and one stage is the plain simulation bit for bit.
+    /// flight (for vllm and sarathi, while any batch of it is: Vidur's rule), their
+    /// batches hold at most R_max / P requests, and one stage is the plain simulation bit
+    /// for bit.
     #[test]
     fn pipelined_policies_agree_with_the_pipelined_replay(
         (w, knobs) in arb_case(),
@@ -161,11 +162,11 @@ proptest! {
     ) {
         let cost = preset("llama3-70b-tp4-a100").unwrap();
         let pipeline = Pipeline { stages, send_latency_s, send_s_per_token };
-        for kind in [SchedulerKind::VllmV1, SchedulerKind::Sarathi] {
+        for kind in [SchedulerKind::VllmV1, SchedulerKind::Vllm, SchedulerKind::Sarathi] {
             check_pipelined(kind, &w, &knobs, &cost, &pipeline)?;
         }
         // Other policies are refused on a pipeline, naming it.
-        let err = SchedulerKind::Vllm.simulate_on(&w, &knobs, &cost, &pipeline).unwrap_err();
+        let err = SchedulerKind::Orca.simulate_on(&w, &knobs, &cost, &pipeline).unwrap_err();
         let refused = matches!(err, SimError::NotPipelined { .. });
         prop_assert!(refused, "{}", err);
     }
@@ -194,8 +195,8 @@ fn check_pipelined(
         prop_assert_eq!(b.running, a.running, "batch {}", b.index);
     }
     // Every entry of a request that has a token starts after the batch that generated
-    // its last token completed (sarathi: after any batch that processed it).
-    let holds_all = kind == SchedulerKind::Sarathi;
+    // its last token completed (vllm, sarathi: after any batch that processed it).
+    let holds_all = kind != SchedulerKind::VllmV1;
     let cap = sim
         .limits
         .max_running

@@ -396,7 +396,7 @@ def simulate(
     ``least-outstanding``, ``least-waiting``, ``least-kv``, ``vllm-dp``,
     ``power-of-two[:SEED]``, ``random[:SEED]``); the run is the cluster's (``write`` gives
     routing.csv and replica-K/ as ``--out`` does). With ``pp`` > 1 each replica is a
-    pipeline of that many stages (``--pp``; vllm-v1 and sarathi), its stages linked at
+    pipeline of that many stages (``--pp``; vllm-v1, vllm and sarathi), its stages linked at
     ``pp_bandwidth`` GB/s (default: the GPU's NVLink) with ``pp_latency_us`` per send.
     ``disaggregate="P:D"`` runs P prefill and D decode replicas behind ``router``
     (``--disaggregate``; vllm-v1), the prompts' KV moved at ``kv_bandwidth`` GB/s
@@ -655,8 +655,8 @@ def capacity(
     ``disaggregate="P:D"`` searches a disaggregated cluster instead (``capacity
     --disaggregate``: P prefill and D decode replicas behind ``router``, KV over
     ``kv_bandwidth`` GB/s, the GPU's NVLink by default; vllm-v1; no ceiling); ``pp`` > 1
-    makes each replica a pipeline of that many stages (``capacity --pp``; vllm-v1 and
-    sarathi; no ceiling)."""
+    makes each replica a pipeline of that many stages (``capacity --pp``; vllm-v1,
+    vllm and sarathi; no ceiling)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,

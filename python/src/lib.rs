@@ -86,7 +86,7 @@ fn check_pipelined(
     }
     if !kind.pipelines() {
         return Err(err(format!(
-            "pp = {}: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
+            "pp = {}: pipeline parallelism is modelled for vllm-v1, vllm and sarathi, not {}",
             pipeline.stages,
             kind.name()
         )));

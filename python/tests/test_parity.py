@@ -166,8 +166,8 @@ def test_pipelined_replicas_write_the_commands_folder(cli, trace_head, tmp_path)
     one = isd.simulate(trace_head, "sarathi", pp=2)
     one.write(tmp_path / "one-py")
     assert_same_files(tmp_path / "one" / "sarathi", tmp_path / "one-py", ["summary.json"])
-    with pytest.raises(isd.InferschedError, match="modelled for vllm-v1 and sarathi, not vllm"):
-        isd.simulate(trace_head, "vllm", pp=2)
+    with pytest.raises(isd.InferschedError, match="modelled for vllm-v1, vllm and sarathi, not orca"):
+        isd.simulate(trace_head, "orca", pp=2)
     with pytest.raises(isd.InferschedError, match="give --pp 2 or more"):
         isd.simulate(trace_head, "vllm-v1", pp_bandwidth=100.0)
 
@@ -260,8 +260,8 @@ def test_a_pipelined_capacity_matches_the_command(cli, trace_head, tmp_path):
     assert got["max_rate_per_s"] == float(rows[1]["max_rate_per_s"])
     assert got["ceiling_per_s"] is None and rows[1]["ceiling_per_s"] == ""
     assert got["max_rate_per_s"] != float(rows[0]["max_rate_per_s"])
-    with pytest.raises(isd.InferschedError, match="not vllm$"):
-        isd.capacity(trace_head, "vllm", ["ttft-p90=2s"], cost_model="llama3-8b-h100", pp=2)
+    with pytest.raises(isd.InferschedError, match="not orca$"):
+        isd.capacity(trace_head, "orca", ["ttft-p90=2s"], cost_model="llama3-8b-h100", pp=2)
     with pytest.raises(isd.InferschedError, match="not modelled yet"):
         isd.capacity(trace_head, "vllm-v1", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
                      pp=2, disaggregate="1:1")

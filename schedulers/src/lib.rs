@@ -255,9 +255,9 @@ impl SchedulerKind {
     }
 
     /// Whether it runs on a pipeline of several stages (vllm-v1 as vLLM V1's batch queue
-    /// does, sarathi as Vidur simulates Sarathi-Serve's micro-batches).
+    /// does, vllm and sarathi as Vidur simulates their micro-batches).
     pub fn pipelines(self) -> bool {
-        matches!(self, Self::VllmV1 | Self::Sarathi)
+        matches!(self, Self::VllmV1 | Self::Vllm | Self::Sarathi)
     }
 
     /// Simulates this scheduler on `workload` with `knobs` and batch times from `cost`.

@@ -51,7 +51,7 @@ pub(crate) struct CapacityArgs {
     #[command(flatten)]
     pub(crate) kv: super::KvLinkArgs,
     /// Pipeline stages of each replica, or a comma-separated list (a configuration axis;
-    /// as `simulate --pp`: vllm-v1 and sarathi, the stages linked by the GPU's NVLink, M
+    /// as `simulate --pp`: vllm-v1, vllm and sarathi, the stages linked by the GPU's NVLink, M
     /// each stage GPU's; not with --disaggregate; no ceiling is given for pipelines).
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
     pub(crate) pp: Vec<u32>,
@@ -191,7 +191,7 @@ fn check_pipelines(a: &CapacityArgs) -> Result<()> {
     }
     if let Some(k) = a.scheduler.iter().find(|k| !k.pipelines()) {
         bail!(
-            "--pp: pipeline parallelism is modelled for vllm-v1 and sarathi, not {}",
+            "--pp: pipeline parallelism is modelled for vllm-v1, vllm and sarathi, not {}",
             k.name()
         );
     }

@@ -465,7 +465,7 @@ pub(crate) struct PipelineArgs {
     /// Pipeline-parallel stages per replica (vLLM's --pipeline-parallel-size): the layers
     /// split over P GPUs, each batch flowing through them, up to P batches in flight
     /// (vLLM V1's batch queue, Vidur's micro-batches for sarathi); M is then each stage
-    /// GPU's (from the model and GPU, when not given). vllm-v1 and sarathi.
+    /// GPU's (from the model and GPU, when not given). vllm-v1, vllm and sarathi.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
     pub(crate) pp: u32,
     /// With --pp: the bandwidth between consecutive stages, GB/s per GPU, one direction

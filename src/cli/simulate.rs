@@ -174,7 +174,7 @@ fn check_pipelined(
     }
     if let Some(k) = kinds.iter().find(|k| !k.pipelines()) {
         bail!(
-            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue) and sarathi (Vidur's micro-batches), not {}",
+            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), vllm and sarathi (Vidur's micro-batches), not {}",
             pipeline.stages,
             k.name()
         );

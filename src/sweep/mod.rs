@@ -473,9 +473,9 @@ schedulers = ["vllm-v1"]"#,
             .unwrap_err()
             .to_string()
         };
-        let e = with("clusters = [{ replicas = 1, pp = 2 }]\nschedulers = [\"sarathi\", \"vllm\"]");
+        let e = with("clusters = [{ replicas = 1, pp = 2 }]\nschedulers = [\"sarathi\", \"orca\"]");
         assert!(
-            e.contains("vllm on grid.clusters[0], whose replicas are pipelines of 2 stages"),
+            e.contains("orca on grid.clusters[0], whose replicas are pipelines of 2 stages"),
             "{e}"
         );
         let e = with("clusters = [{ replicas = 1, pp = 0 }]\nschedulers = [\"vllm-v1\"]");

@@ -949,7 +949,7 @@ fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
     });
     if let (Some(k), Some(s)) = (clusters.iter().position(|c| c.pp > 1), not_pipelined) {
         bail!(
-            "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1 and sarathi only",
+            "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1, vllm and sarathi only",
             clusters[k].pp
         );
     }
