@@ -4266,6 +4266,10 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         ),
         (&["--scheduler", "vllm-v1", "--pp", "0"][..], "--pp"),
         (
+            &["--scheduler", "vllm", "--pp", "2", "--replicas", "2"][..],
+            "virtual engines, built for one replica",
+        ),
+        (
             &[
                 "--scheduler",
                 "vllm-v1",

@@ -274,6 +274,9 @@ pub fn simulate_cluster_on(
             policy: first.name(),
         });
     }
+    if pipeline.is_pipelined() && first.virtual_engines() {
+        return Err(SimError::VirtualEnginesOnReplicas);
+    }
     let keys = (first.prefix_caching() && !workload.has_transferred())
         .then(|| BlockKeys::new(workload, limits.block_size));
     let mut runs: Vec<Run<'_>> = policies

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod disaggregated;
 pub mod policies;
 pub mod sim;
+pub mod virtual_engines;
 
 pub use cluster::{ClusterSimulation, ROUTER_NAMES, Router, simulate_cluster, simulate_cluster_on};
 pub use disaggregated::{DisaggregatedSimulation, simulate_disaggregated};
@@ -255,9 +256,16 @@ impl SchedulerKind {
     }
 
     /// Whether it runs on a pipeline of several stages (vllm-v1 as vLLM V1's batch queue
-    /// does, vllm and sarathi as Vidur simulates their micro-batches).
+    /// does, vllm as vLLM v0's virtual engines, sarathi as Vidur simulates its
+    /// micro-batches).
     pub fn pipelines(self) -> bool {
         matches!(self, Self::VllmV1 | Self::Vllm | Self::Sarathi)
+    }
+
+    /// Whether several replicas of it run on pipelines (vLLM v0's virtual engines are
+    /// built for one replica).
+    pub fn pipelines_on_replicas(self) -> bool {
+        self.pipelines() && self != Self::Vllm
     }
 
     /// Simulates this scheduler on `workload` with `knobs` and batch times from `cost`.
@@ -281,6 +289,18 @@ impl SchedulerKind {
     ) -> Result<Simulation, SimError> {
         let limits = self.limits(knobs, workload);
         let mut policy = self.policy(knobs, workload);
+        if pipeline.is_pipelined() && policy.virtual_engines() {
+            let mut engines: Vec<_> = (0..pipeline.stages)
+                .map(|_| self.policy(knobs, workload))
+                .collect();
+            return virtual_engines::simulate_virtual_engines(
+                workload,
+                &limits,
+                &mut engines,
+                cost,
+                pipeline,
+            );
+        }
         simulate_pipelined(workload, &limits, policy.as_mut(), cost, pipeline)
     }
 }

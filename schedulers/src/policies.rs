@@ -255,18 +255,11 @@ impl Policy for Vllm {
     fn name(&self) -> String {
         "vllm".into()
     }
-    /// vLLM on a pipeline as Vidur simulates it (`VLLMReplicaScheduler` over
-    /// `BaseReplicaScheduler.on_schedule`): up to P micro-batches in flight, a request back
-    /// in its queue only when its batch ends, at most `R_max / P` requests per
-    /// micro-batch. (vLLM v0 itself runs P virtual engines, each its own scheduler over
-    /// `1 / P` of the blocks: not this.)
+    /// vLLM v0 on a pipeline: P virtual engines (`crate::virtual_engines`).
     fn pipelines(&self) -> bool {
         true
     }
-    fn holds_requests_in_flight(&self) -> bool {
-        true
-    }
-    fn caps_micro_batches(&self) -> bool {
+    fn virtual_engines(&self) -> bool {
         true
     }
     fn check(&self, sim: &Simulator<'_>) -> Result<(), SimError> {

@@ -77,6 +77,11 @@ pub enum SimError {
         /// Policy name.
         policy: String,
     },
+    /// vLLM v0's virtual engines on several replicas.
+    #[error(
+        "vllm on a pipeline runs vLLM v0's virtual engines, built for one replica: vllm with --pp and --replicas is not modelled yet"
+    )]
+    VirtualEnginesOnReplicas,
     /// The simulation stopped making progress.
     #[error("{policy} made no progress at t = {time_s} s after {batches} batches: {state}")]
     Stalled {
@@ -214,6 +219,12 @@ pub trait Policy {
     /// On a pipeline of `P` stages: whether a batch holds at most `R_max / P` requests
     /// (Vidur's Sarathi: `max_micro_batch_size = batch_size_cap // num_stages`).
     fn caps_micro_batches(&self) -> bool {
+        false
+    }
+    /// Whether the policy runs on a pipeline as P virtual engines, each a copy of it over
+    /// its own requests and `1 / P` of the KV (vLLM v0: `simulate_virtual_engines`), rather
+    /// than as one scheduler.
+    fn virtual_engines(&self) -> bool {
         false
     }
     /// Whether the policy admits requests that bring their prompt's KV (a disaggregated
@@ -663,7 +674,7 @@ pub fn simulate_pipelined(
 ) -> Result<Simulation, SimError> {
     limits.validate()?;
     pipeline.validate()?;
-    if pipeline.is_pipelined() && !policy.pipelines() {
+    if pipeline.is_pipelined() && (!policy.pipelines() || policy.virtual_engines()) {
         return Err(SimError::NotPipelined {
             policy: policy.name(),
         });
@@ -735,6 +746,9 @@ pub(crate) struct Run<'w> {
     unreleased: Vec<(f64, u32)>,
     /// On a pipeline: every request of a batch waits for its completion.
     holds_in_flight: bool,
+    /// One of vLLM v0's virtual engines: its batches are timed by the pipeline's clock,
+    /// shared with the other engines (`virtual_engines.rs`).
+    shared_clock: Option<std::rc::Rc<std::cell::RefCell<PipelineClock>>>,
 }
 
 impl<'w> Run<'w> {
@@ -751,7 +765,32 @@ impl<'w> Run<'w> {
             clock: PipelineClock::new(Pipeline::none()),
             unreleased: Vec::new(),
             holds_in_flight: false,
+            shared_clock: None,
         }
+    }
+
+    /// Times this run's batches on `clock`, shared with other runs (a virtual engine:
+    /// its next batch is built when its last one completes).
+    pub(crate) fn share_clock(&mut self, clock: std::rc::Rc<std::cell::RefCell<PipelineClock>>) {
+        self.shared_clock = Some(clock);
+    }
+
+    /// When this run builds its next batch: now if a request is waiting or running, at
+    /// the next arrival given to it otherwise; None with nothing left.
+    pub(crate) fn due_s(&self) -> Option<f64> {
+        let sim = &self.sim;
+        if !sim.waiting.is_empty() || !sim.running.is_empty() {
+            return Some(sim.now);
+        }
+        let next = sim.pending.get(sim.next_pending)?;
+        Some(sim.now.max(sim.reqs[*next as usize].arrival_s))
+    }
+
+    /// Requests given to this run and not finished at `t_s` (one freed at a batch's
+    /// completion after `t_s` counts as unfinished).
+    pub(crate) fn unfinished_at(&self, t_s: f64) -> usize {
+        let late = self.recent_frees.iter().filter(|f| f.0 > t_s).count();
+        self.sim.reqs.len() - self.finished + late
     }
 
     /// Runs the replica on `pipeline` with `policy`'s rules for requests in flight and
@@ -874,9 +913,16 @@ impl<'w> Run<'w> {
     /// Times the batch built, emits its tokens and frees the requests it finished (on a
     /// pipeline, when its last stage completes).
     fn run_batch(&mut self, cost: &dyn CostModel) {
-        let start = self.sim.now;
         let time_s = cost.batch_time_s(&self.sim.features);
-        let end = self.clock.run(start, time_s, self.sim.features.tokens);
+        let tokens = self.sim.features.tokens;
+        let (start, end) = match &self.shared_clock {
+            Some(clock) => {
+                let mut clock = clock.borrow_mut();
+                let start = self.sim.now.max(clock.earliest_start());
+                (start, clock.run(start, time_s, tokens))
+            }
+            None => (self.sim.now, self.clock.run(self.sim.now, time_s, tokens)),
+        };
         self.accounts.push(BatchAccount {
             kv_tokens: self.sim.actual_kv,
             running: self.sim.running.len() as u64,

@@ -174,7 +174,7 @@ fn check_pipelined(
     }
     if let Some(k) = kinds.iter().find(|k| !k.pipelines()) {
         bail!(
-            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), vllm and sarathi (Vidur's micro-batches), not {}",
+            "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), vllm (vLLM v0's virtual engines) and sarathi (Vidur's micro-batches), not {}",
             pipeline.stages,
             k.name()
         );
@@ -183,6 +183,15 @@ fn check_pipelined(
         bail!(
             "--pp {} with --disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
             pipeline.stages
+        );
+    }
+    if a.replicas > 1
+        && let Some(k) = kinds.iter().find(|k| !k.pipelines_on_replicas())
+    {
+        bail!(
+            "--pp {} with --replicas: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
+            pipeline.stages,
+            k.name()
         );
     }
     Ok(())

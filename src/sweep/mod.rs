@@ -478,6 +478,11 @@ schedulers = ["vllm-v1"]"#,
             e.contains("orca on grid.clusters[0], whose replicas are pipelines of 2 stages"),
             "{e}"
         );
+        let e = with("clusters = [{ replicas = 2, pp = 2 }]\nschedulers = [\"vllm\"]");
+        assert!(
+            e.contains("vllm on a pipeline runs vLLM v0's virtual engines, built for one replica"),
+            "{e}"
+        );
         let e = with("clusters = [{ replicas = 1, pp = 0 }]\nschedulers = [\"vllm-v1\"]");
         assert!(
             e.contains("grid.clusters[0].pp: expected 1 to 64, got 0"),
