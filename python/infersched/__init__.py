@@ -431,14 +431,20 @@ def replay(
     block_size: Optional[int] = None,
     watermark: Optional[float] = None,
     slo: Sequence[str] = (),
+    pp: int = 1,
+    pp_bandwidth: Optional[float] = None,
+    pp_latency_us: Optional[float] = None,
 ) -> Run:
     """Validates ``schedule`` (a :class:`Schedule`, a :class:`Run` or a schedule path) on
     ``workload`` under the limits and measures it: ``infersched replay``. Unset limits are
     unlimited (block size 1). An invalid schedule raises :class:`InferschedError` naming
-    the batch and the rule it breaks."""
+    the batch and the rule it breaks. With ``pp`` > 1 the replica is a pipeline of that
+    many stages (``replay --pp``; M then each stage GPU's where not given)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
-    inner = _infersched.replay(_workload(workload), _schedule(schedule), cost_model, limits, list(slo))
+    pipeline = dict(pp=int(pp), pp_bandwidth=pp_bandwidth, pp_latency_us=pp_latency_us)
+    inner = _infersched.replay(_workload(workload), _schedule(schedule), cost_model, limits,
+                               list(slo), pipeline)
     return Run(inner)
 
 

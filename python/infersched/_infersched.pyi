@@ -63,7 +63,7 @@ def capacity(
 ) -> str: ...
 def replay(
     workload: Workload, schedule: Schedule, cost_model_spec: str, limits: dict[str, Any],
-    slo: list[str],
+    slo: list[str], pipeline: dict[str, Any],
 ) -> Run: ...
 def solve(
     workload: Workload, objective: str, cost_model_spec: str, limits: dict[str, Any],

@@ -70,11 +70,16 @@ impl LimitKwargs {
 
     /// The limits as `solve` and `replay` read them: unset ones unlimited, block 1.
     pub(crate) fn limits(&self, cost: &LinearCostModel) -> PyResult<Limits> {
+        self.limits_on(cost, 1)
+    }
+
+    /// The limits as [`Self::limits`], M on each GPU of `stages` pipeline stages.
+    pub(crate) fn limits_on(&self, cost: &LinearCostModel, stages: u32) -> PyResult<Limits> {
         let block = self.block_size.unwrap_or(1);
         let l = Limits {
             token_budget: self.token_budget,
             prefill_budget: self.prefill_budget,
-            kv_capacity: Some(self.kv_capacity(cost, block)?),
+            kv_capacity: Some(self.kv_capacity_on(cost, block, stages)?),
             max_running: self.max_running,
             block_size: block,
             watermark: self.watermark.unwrap_or(0.0),

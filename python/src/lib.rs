@@ -11,8 +11,7 @@ use crate::kwargs::{
 };
 use crate::objects::{PyRun, PySchedule, PyWorkload, meta_producer};
 use crate::watch::{Waited, Watch, WatchObserver, interrupted, wait_watched};
-use infersched::core::{Instance, Summary, Workload};
-use infersched::cost_model::TimeBreakdown;
+use infersched::core::{Instance, Workload};
 use infersched::produce::{
     Outcome, produce_heuristic_on_pipelined_cluster, produce_heuristic_pipelined, produce_optimal,
 };
@@ -139,16 +138,22 @@ fn replay(
     cost_model_spec: &str,
     limits: LimitKwargs,
     slo: Vec<String>,
+    pipeline: PipelineKwargs,
 ) -> PyResult<PyRun> {
     let cost = cost_model(cost_model_spec)?;
-    let limits = limits.limits(&cost)?;
+    let pipeline = pipeline.pipeline(&cost)?;
+    let limits = limits.limits_on(&cost, pipeline.stages)?;
     let slo = slos(&slo)?;
     let instance = Instance::new(workload.inner.clone(), limits, cost).map_err(err)?;
     let schedule = schedule.inner.clone();
     let producer = meta_producer(&schedule).unwrap_or_else(|| "schedule".to_owned());
-    let replay = guarded(|| instance.replay(&schedule).map_err(err))?;
-    let summary = Summary::from_replay(&replay);
-    let time_split = TimeBreakdown::of(instance.cost(), instance.workload(), &schedule, &replay);
+    let (w, cost) = (instance.workload(), instance.cost());
+    let replay = guarded(|| {
+        infersched::core::replay_pipelined(w, instance.limits(), cost, &pipeline, &schedule)
+            .map_err(err)
+    })?;
+    let (summary, time_split) =
+        infersched::produce::summarize_on(w, cost, &schedule, &replay, &pipeline);
     let outcome = Outcome {
         schedule,
         replay,

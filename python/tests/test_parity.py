@@ -160,6 +160,14 @@ def test_pipelined_replicas_write_the_commands_folder(cli, trace_head, tmp_path)
     assert_same_files(tmp_path / "cli" / "vllm-v1", tmp_path / "py", names)
     assert run.summary["pipeline"]["stages"] == 2
     assert run.summary["pipeline"]["send_latency_s"] == pytest.approx(2e-5)
+    # A pipelined schedule replays on its pipeline, and is refused on one GPU.
+    one_run = isd.simulate(trace_head, "vllm-v1", pp=2)
+    again = isd.replay(trace_head, one_run, pp=2, token_budget=8192, max_running=256,
+                       block_size=16)
+    assert again.summary["mean_e2e_s"] == one_run.summary["mean_e2e_s"]
+    with pytest.raises(isd.InferschedError, match="claimed"):
+        isd.replay(trace_head, one_run, token_budget=8192, max_running=256, block_size=16,
+                   kv_capacity=one_run.summary["kv_capacity"])
     # One replica of two stages: the command's summary, byte for byte.
     run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "sarathi",
             "--pp", "2", "--out", str(tmp_path / "one"))
