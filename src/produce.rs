@@ -607,16 +607,29 @@ pub fn produce_disaggregated(
     router: Router,
     link: &crate::core::disaggregated::KvLink,
 ) -> Result<DisaggregatedOutcome, ProduceError> {
+    let none = crate::core::Pipeline::none();
+    produce_disaggregated_on(w, (cost, &none), kind, knobs, (split, router), link)
+}
+
+/// [`produce_disaggregated`] with every replica of both sides a pipeline of
+/// `pipeline.stages` stages (`simulate --disaggregate P:D --pp N`).
+pub fn produce_disaggregated_on(
+    w: &Workload,
+    (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+    kind: SchedulerKind,
+    knobs: &Knobs,
+    (split, router): (crate::core::disaggregated::Disaggregation, Router),
+    link: &crate::core::disaggregated::KvLink,
+) -> Result<DisaggregatedOutcome, ProduceError> {
     let limits = kind.limits(knobs, w);
     check_schedule_memory(w, &limits, 1, kind.name())?;
     let side = |n: u32| -> Vec<_> { (0..n).map(|_| kind.policy(knobs, w)).collect() };
     let (mut prefill, mut decode) = (side(split.prefill), side(split.decode));
-    let sim = crate::schedulers::simulate_disaggregated(
+    let sim = crate::schedulers::disaggregated::simulate_disaggregated_on(
         w,
         &limits,
-        &mut prefill,
-        &mut decode,
-        cost,
+        (&mut prefill, &mut decode),
+        (cost, pipeline),
         router,
         link,
     )?;
@@ -632,7 +645,8 @@ pub fn produce_disaggregated(
         (prefill_routing, prefill_schedules),
         (decode_routing, decode_schedules),
     );
-    DisaggregatedOutcome::replayed(w, cost, limits, link, &router.name(), sides).map_err(|e| {
+    let on = (cost, pipeline, link);
+    DisaggregatedOutcome::replayed_on(w, on, limits, &router.name(), sides).map_err(|e| {
         ProduceError::ClusterRejected {
             producer: format!("{} disaggregated behind {router}", kind.name()),
             source: e,
@@ -655,18 +669,32 @@ impl DisaggregatedOutcome {
         router: &str,
         sides: Sides,
     ) -> Result<Self, ClusterError> {
+        let none = crate::core::Pipeline::none();
+        Self::replayed_on(w, (cost, &none, link), limits, router, sides)
+    }
+
+    /// [`Self::replayed`] with every replica of both sides a pipeline of
+    /// `pipeline.stages` stages.
+    pub fn replayed_on(
+        w: &Workload,
+        (cost, pipeline, link): (
+            &LinearCostModel,
+            &crate::core::Pipeline,
+            &crate::core::disaggregated::KvLink,
+        ),
+        limits: Limits,
+        router: &str,
+        sides: Sides,
+    ) -> Result<Self, ClusterError> {
         let ((prefill_routing, prefill_schedules), (decode_routing, decode_schedules)) = sides;
-        let replay = crate::core::disaggregated::replay_disaggregated(
+        let replay = crate::core::disaggregated::replay_disaggregated_on(
             w,
             &limits,
-            cost,
-            link,
-            &prefill_routing,
-            &prefill_schedules,
-            &decode_routing,
-            &decode_schedules,
+            (cost, pipeline, link),
+            (&prefill_routing, &prefill_schedules),
+            (&decode_routing, &decode_schedules),
         )?;
-        let summary = Summary::of_disaggregated(&replay, router, link);
+        let summary = Summary::of_disaggregated_on(&replay, router, link, pipeline);
         Ok(Self {
             prefill_routing,
             prefill_schedules,

@@ -4244,6 +4244,57 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
             "{f}"
         );
     }
+    // Disaggregated with pipelined replicas on both sides: the folder replays too.
+    let split = dir.path().join("split");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm-v1",
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--disaggregate",
+        "1:1",
+        "--pp",
+        "2",
+        "--out",
+        split.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = run(&[
+        "replay",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cluster",
+        split.join("vllm-v1").to_str().unwrap(),
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--token-budget",
+        "8192",
+        "--max-running",
+        "256",
+        "--block-size",
+        "16",
+        "--pp",
+        "2",
+        "--out",
+        dir.path().join("rs").to_str().unwrap(),
+    ]);
+    assert!(r.status.success(), "{}", stderr(&r));
+    for f in [
+        "summary.json",
+        "decode/replica-0/summary.json",
+        "routing.csv",
+    ] {
+        assert_eq!(
+            std::fs::read(dir.path().join("rs").join(f)).unwrap(),
+            std::fs::read(split.join("vllm-v1").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let summary = std::fs::read_to_string(split.join("vllm-v1/summary.json")).unwrap();
+    assert!(summary.contains("\"pipeline\""), "{summary}");
     // Refused, naming the flag, with nothing written.
     let out = dir.path().join("refused");
     let base = [
@@ -4268,17 +4319,6 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         (
             &["--scheduler", "vllm", "--pp", "2", "--replicas", "2"][..],
             "virtual engines, built for one replica",
-        ),
-        (
-            &[
-                "--scheduler",
-                "vllm-v1",
-                "--pp",
-                "2",
-                "--disaggregate",
-                "1:1",
-            ][..],
-            "not modelled yet",
         ),
         (
             &["--scheduler", "vllm-v1", "--pp-latency-us", "5"][..],

@@ -9,7 +9,7 @@
 //! derives the decode side's arrivals from the prefill side's replay, never from a
 //! producer's claim.
 
-use crate::cluster::{ClusterError, ClusterReplay, Routing, replay_cluster};
+use crate::cluster::{ClusterError, ClusterReplay, Routing, replay_cluster_on};
 pub use crate::disaggregation::{Disaggregation, DisaggregationError, KvLink};
 use crate::replay::Replay;
 use crate::request::{Request, Workload};
@@ -84,24 +84,48 @@ pub fn replay_disaggregated(
     decode_routing: &Routing,
     decode_schedules: &[Schedule],
 ) -> Result<DisaggregatedReplay, ClusterError> {
+    replay_disaggregated_on(
+        workload,
+        limits,
+        (cost, &crate::pipeline::Pipeline::none(), link),
+        (prefill_routing, prefill_schedules),
+        (decode_routing, decode_schedules),
+    )
+}
+
+/// [`replay_disaggregated`] with every replica of both sides a pipeline of
+/// `pipeline.stages` stages (`replay_cluster_on`).
+pub fn replay_disaggregated_on(
+    workload: &Workload,
+    limits: &Limits,
+    (cost, pipeline, link): (&dyn CostModel, &crate::pipeline::Pipeline, &KvLink),
+    (prefill_routing, prefill_schedules): (&Routing, &[Schedule]),
+    (decode_routing, decode_schedules): (&Routing, &[Schedule]),
+) -> Result<DisaggregatedReplay, ClusterError> {
     let side = |side| {
         move |e| ClusterError::Side {
             side,
             source: Box::new(e),
         }
     };
-    let prefill = replay_cluster(
+    let prefill = replay_cluster_on(
         &prefill_workload(workload),
         limits,
-        cost,
+        (cost, pipeline),
         prefill_routing,
         prefill_schedules,
     )
     .map_err(side("prefill"))?;
     let ready = kv_ready_s(workload, &prefill, link);
     let decode_w = decode_workload(workload, &ready).map_err(ClusterError::DecodeSide)?;
-    let decode = replay_cluster(&decode_w, limits, cost, decode_routing, decode_schedules)
-        .map_err(side("decode"))?;
+    let decode = replay_cluster_on(
+        &decode_w,
+        limits,
+        (cost, pipeline),
+        decode_routing,
+        decode_schedules,
+    )
+    .map_err(side("decode"))?;
     let cluster = joined(workload, &prefill, &decode);
     Ok(DisaggregatedReplay {
         prefill,

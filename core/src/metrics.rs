@@ -285,25 +285,34 @@ impl Summary {
         router: &str,
         pipeline: &crate::pipeline::Pipeline,
     ) -> Self {
-        let mut s = Self::of_cluster(cluster, router);
+        Self::of_cluster(cluster, router).on_pipelined_replicas(cluster, pipeline)
+    }
+
+    /// This cluster summary of `cluster` with its replicas pipelines: busy times (the
+    /// cluster's and each replica's) the time some batch is in flight.
+    fn on_pipelined_replicas(
+        mut self,
+        cluster: &crate::cluster::ClusterReplay,
+        pipeline: &crate::pipeline::Pipeline,
+    ) -> Self {
         if !pipeline.is_pipelined() {
-            return s;
+            return self;
         }
-        s.pipeline = Some(*pipeline);
+        self.pipeline = Some(*pipeline);
         let busy: Vec<f64> = cluster
             .replicas
             .iter()
             .map(|r| r.as_ref().map_or(0.0, |r| in_flight_s(&r.batches)))
             .collect();
-        if let Some(load) = &mut s.cluster {
+        if let Some(load) = &mut self.cluster {
             for (l, b) in load.per_replica.iter_mut().zip(&busy) {
                 l.busy_s = *b;
             }
         }
-        s.busy_s = busy.iter().sum();
+        self.busy_s = busy.iter().sum();
         let replicas = cluster.replicas.len() as f64;
-        s.idle_s = (replicas * s.makespan_s - s.busy_s).max(0.0);
-        s
+        self.idle_s = (replicas * self.makespan_s - self.busy_s).max(0.0);
+        self
     }
 
     /// The summary of a cluster's replay: the merged replay's, with the idle time summed
@@ -330,6 +339,16 @@ impl Summary {
             c.kv_link = Some(*link);
         }
         s
+    }
+
+    /// [`Self::of_disaggregated`] with every replica a pipeline of `pipeline.stages` stages.
+    pub fn of_disaggregated_on(
+        d: &crate::disaggregated::DisaggregatedReplay,
+        router: &str,
+        link: &crate::disaggregated::KvLink,
+        pipeline: &crate::pipeline::Pipeline,
+    ) -> Self {
+        Self::of_disaggregated(d, router, link).on_pipelined_replicas(&d.cluster, pipeline)
     }
 }
 

@@ -4,10 +4,14 @@
 //! Each side is a cluster behind the same router rule ([`crate::cluster`]); the decode
 //! side's arrivals come from the independent replay of the prefill side's schedules.
 
-use crate::cluster::{ClusterSimulation, Router, simulate_cluster};
+use crate::cluster::{ClusterSimulation, Router, simulate_cluster_on};
 use crate::{Policy, SimError};
+use infersched_core::cluster::replay_cluster_on;
 use infersched_core::disaggregated::{KvLink, decode_workload, kv_ready_s, prefill_workload};
-use infersched_core::{CostModel, Limits, Workload, replay_cluster};
+use infersched_core::{CostModel, Limits, Pipeline, Workload};
+
+/// Each side's policies, one per replica: prefill, then decode.
+pub type Sides<'a> = (&'a mut [Box<dyn Policy>], &'a mut [Box<dyn Policy>]);
 
 /// A simulated disaggregated cluster.
 #[derive(Debug, Clone)]
@@ -33,24 +37,46 @@ pub fn simulate_disaggregated(
     router: Router,
     link: &KvLink,
 ) -> Result<DisaggregatedSimulation, SimError> {
+    let none = Pipeline::none();
+    simulate_disaggregated_on(
+        workload,
+        limits,
+        (prefill, decode),
+        (cost, &none),
+        router,
+        link,
+    )
+}
+
+/// [`simulate_disaggregated`] with every replica of both sides a pipeline of
+/// `pipeline.stages` stages (`simulate_cluster_on`).
+pub fn simulate_disaggregated_on(
+    workload: &Workload,
+    limits: &Limits,
+    (prefill, decode): Sides<'_>,
+    (cost, pipeline): (&dyn CostModel, &Pipeline),
+    router: Router,
+    link: &KvLink,
+) -> Result<DisaggregatedSimulation, SimError> {
     link.validate()
         .map_err(|e| SimError::Disaggregated(e.to_string()))?;
     if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
         return Err(SimError::TransferredKv { policy: p.name() });
     }
     let first = prefill_workload(workload);
-    let prefill_side = simulate_cluster(&first, limits, prefill, cost, router)?;
+    let prefill_side = simulate_cluster_on(&first, limits, prefill, (cost, pipeline), router)?;
     let schedules: Vec<_> = prefill_side
         .replicas
         .iter()
         .map(|s| s.schedule.clone())
         .collect();
-    let replayed = replay_cluster(&first, limits, cost, &prefill_side.routing, &schedules)
+    let routing = &prefill_side.routing;
+    let replayed = replay_cluster_on(&first, limits, (cost, pipeline), routing, &schedules)
         .map_err(|e| SimError::Disaggregated(format!("the prefill side does not replay: {e}")))?;
     let ready = kv_ready_s(workload, &replayed, link);
     let second = decode_workload(workload, &ready)
         .map_err(|e| SimError::Disaggregated(format!("the decode side's requests: {e}")))?;
-    let mut decode_side = simulate_cluster(&second, limits, decode, cost, router)?;
+    let mut decode_side = simulate_cluster_on(&second, limits, decode, (cost, pipeline), router)?;
     let mut prefill_side = prefill_side;
     for (side, c) in [("prefill", &mut prefill_side), ("decode", &mut decode_side)] {
         for s in &mut c.replicas {

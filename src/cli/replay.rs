@@ -146,10 +146,7 @@ fn replay_cluster(
 ) -> Result<()> {
     let w = instance.workload();
     if dir.join("prefill").is_dir() && dir.join("decode").is_dir() {
-        if pipeline.is_pipelined() {
-            anyhow::bail!("--pp with a disaggregated cluster: not modelled yet");
-        }
-        return replay_disaggregated(a, instance, dir);
+        return replay_disaggregated(a, instance, pipeline, dir);
     }
     let (routing, schedules) = infersched::cluster::read_cluster(dir, w)?;
     let r = infersched::core::cluster::replay_cluster_on(
@@ -193,6 +190,7 @@ fn replay_cluster(
 fn replay_disaggregated(
     a: &ReplayArgs,
     instance: &Instance<cost_model::LinearCostModel>,
+    pipeline: &infersched::core::Pipeline,
     dir: &std::path::Path,
 ) -> Result<()> {
     let w = instance.workload();
@@ -201,11 +199,10 @@ fn replay_disaggregated(
     let decode = infersched::cluster::read_cluster(&dir.join("decode"), w)?;
     let router = routing_rule(&prefill.1);
     let limits = *instance.limits();
-    let mut o = infersched::produce::DisaggregatedOutcome::replayed(
+    let mut o = infersched::produce::DisaggregatedOutcome::replayed_on(
         w,
-        instance.cost(),
+        (instance.cost(), pipeline, &link),
         limits,
-        &link,
         &router,
         (prefill, decode),
     )

@@ -93,7 +93,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     }
     if let Some(split) = a.disaggregate {
         let link = a.kv.link(&cost)?;
-        return simulate_disaggregated(a, &w, &cost, &knobs, (split, link));
+        return simulate_disaggregated(a, &w, (&cost, &pipeline), &knobs, (split, link));
     }
     if a.replicas > 1 {
         return simulate_cluster(a, &w, (&cost, &pipeline), &knobs, jobs);
@@ -162,8 +162,8 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     Ok(())
 }
 
-/// Refuses `--pp` above 1 where it is not modelled: schedulers other than vllm-v1, and
-/// disaggregated clusters.
+/// Refuses `--pp` above 1 where it is not modelled: schedulers that do not pipeline, and
+/// vllm's virtual engines on several replicas.
 fn check_pipelined(
     a: &SimulateArgs,
     kinds: &[SchedulerKind],
@@ -179,17 +179,11 @@ fn check_pipelined(
             k.name()
         );
     }
-    if a.disaggregate.is_some() {
-        bail!(
-            "--pp {} with --disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
-            pipeline.stages
-        );
-    }
-    if a.replicas > 1
+    if (a.replicas > 1 || a.disaggregate.is_some())
         && let Some(k) = kinds.iter().find(|k| !k.pipelines_on_replicas())
     {
         bail!(
-            "--pp {} with --replicas: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
+            "--pp {} with --replicas or --disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
             pipeline.stages,
             k.name()
         );
@@ -366,7 +360,7 @@ fn simulate_cluster(
 fn simulate_disaggregated(
     a: &SimulateArgs,
     w: &Workload,
-    cost: &cost_model::LinearCostModel,
+    (cost, pipeline): (&cost_model::LinearCostModel, &infersched::core::Pipeline),
     knobs: &Knobs,
     (split, link): (
         infersched::core::disaggregated::Disaggregation,
@@ -384,13 +378,12 @@ fn simulate_disaggregated(
     );
     let mut rows = Vec::new();
     for kind in &a.scheduler {
-        let o = infersched::produce::produce_disaggregated(
+        let o = infersched::produce::produce_disaggregated_on(
             w,
-            cost,
+            (cost, pipeline),
             *kind,
             knobs,
-            split,
-            a.router(),
+            (split, a.router()),
             &link,
         )?;
         let mut summary = o.summary.clone();
