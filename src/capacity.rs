@@ -318,17 +318,18 @@ pub fn pipelined_capacity(
 #[allow(clippy::too_many_arguments)]
 pub fn disaggregated_capacity(
     w: &Workload,
-    cost: &LinearCostModel,
+    (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
     scheduler: SchedulerKind,
     knobs: &Knobs,
-    split: crate::core::disaggregated::Disaggregation,
-    router: Router,
+    (split, router): (crate::core::disaggregated::Disaggregation, Router),
     link: &crate::core::disaggregated::KvLink,
     spec: &CapacitySpec,
 ) -> Result<CapacityResult, CapacityError> {
     let found = bisect(w, spec, |at| {
+        let on = (cost, pipeline);
+        let sides = (split, router);
         Ok(
-            crate::produce::produce_disaggregated(at, cost, scheduler, knobs, split, router, link)?
+            crate::produce::produce_disaggregated_on(at, on, scheduler, knobs, sides, link)?
                 .replay
                 .cluster
                 .merged,

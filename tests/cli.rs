@@ -4408,15 +4408,8 @@ fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
     for (extra, expect) in [
         (&["--scheduler", "orca", "--pp", "2"][..], "not orca"),
         (
-            &[
-                "--scheduler",
-                "vllm-v1",
-                "--pp",
-                "2",
-                "--disaggregate",
-                "1:1",
-            ][..],
-            "not modelled yet",
+            &["--scheduler", "vllm", "--pp", "2", "--disaggregate", "1:1"][..],
+            "virtual engines, built for one replica",
         ),
     ] {
         let a = args(extra, &bad);

@@ -51,11 +51,12 @@ fn simulate(
         .map_or(infersched::capacity::Replicas::ONE, |(count, router)| {
             infersched::capacity::Replicas { count, router }
         });
-    check_pipelined(&pipeline, kind, split.disaggregate.is_some())?;
+    let clustered = split.disaggregate.is_some() || cluster.replicas > 1;
+    check_pipelined(&pipeline, kind, clustered)?;
     if let Some(split) = disaggregation(&split, &cost, &cluster, replicas)? {
-        let knobs = knobs(w, &cost, &limits, &knob_kwargs)?;
+        let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
         let slo = slos(&slo)?;
-        return simulate_disaggregated(py, w, (&cost, kind, &knobs), split, &slo);
+        return simulate_disaggregated(py, w, (&cost, &pipeline, kind, &knobs), split, &slo);
     }
     let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let slo = slos(&slo)?;
@@ -78,7 +79,7 @@ fn simulate(
 fn check_pipelined(
     pipeline: &infersched::core::Pipeline,
     kind: SchedulerKind,
-    disaggregated: bool,
+    clustered: bool,
 ) -> PyResult<()> {
     if !pipeline.is_pipelined() {
         return Ok(());
@@ -90,10 +91,11 @@ fn check_pipelined(
             kind.name()
         )));
     }
-    if disaggregated {
-        return Err(err(
-            "pp with disaggregate: disaggregated clusters of pipelined replicas are not modelled yet",
-        ));
+    if clustered && !kind.pipelines_on_replicas() {
+        return Err(err(format!(
+            "pp with replicas or disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
+            kind.name()
+        )));
     }
     Ok(())
 }
@@ -102,8 +104,9 @@ fn check_pipelined(
 fn simulate_disaggregated(
     py: Python<'_>,
     w: &Workload,
-    (cost, kind, knobs): (
+    (cost, pipeline, kind, knobs): (
         &infersched::cost_model::LinearCostModel,
+        &infersched::core::Pipeline,
         SchedulerKind,
         &Knobs,
     ),
@@ -116,7 +119,8 @@ fn simulate_disaggregated(
 ) -> PyResult<PyRun> {
     let mut o = py.detach(|| {
         guarded(|| {
-            infersched::produce::produce_disaggregated(w, cost, kind, knobs, d, router, &link)
+            let on = (cost, pipeline);
+            infersched::produce::produce_disaggregated_on(w, on, kind, knobs, (d, router), &link)
                 .map_err(err)
         })
     })?;
@@ -346,7 +350,8 @@ fn capacity(
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
     let pipeline = infersched::settings::pipeline(&cost, search.pp, None, None).map_err(err)?;
-    check_pipelined(&pipeline, kind, search.disaggregate.is_some())?;
+    let clustered = search.disaggregate.is_some() || cluster.replicas > 1;
+    check_pipelined(&pipeline, kind, clustered)?;
     let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let spec = search.spec(slos(&slo)?)?;
     let replicas = cluster
@@ -357,8 +362,15 @@ fn capacity(
     let (found, ceiling, best) = py.detach(|| {
         guarded(|| {
             if let Some((d, router, link)) = &split {
+                let on = (&cost, &pipeline);
                 let found = infersched::capacity::disaggregated_capacity(
-                    w, &cost, kind, &knobs, *d, *router, link, &spec,
+                    w,
+                    on,
+                    kind,
+                    &knobs,
+                    (*d, *router),
+                    link,
+                    &spec,
                 )
                 .map_err(err)?;
                 return Ok((found, None, None));

@@ -192,6 +192,8 @@ def test_a_disaggregated_cluster_writes_the_commands_folders(cli, trace_head, tm
     assert names == all_files(tmp_path / "py")
     assert_same_files(tmp_path / "cli" / "vllm-v1", tmp_path / "py", names)
     assert run.replicas == 3 and run.time_split is None
+    piped = isd.simulate(trace_head, "vllm-v1", disaggregate="1:1", pp=2)
+    assert piped.summary["pipeline"]["stages"] == 2 and piped.replicas == 2
     assert run.summary["cluster"]["prefill_replicas"] == 1
     assert len(run.requests) == 40
     with pytest.raises(isd.InferschedError, match="sarathi does not take KV computed elsewhere"):
@@ -270,8 +272,8 @@ def test_a_pipelined_capacity_matches_the_command(cli, trace_head, tmp_path):
     assert got["max_rate_per_s"] != float(rows[0]["max_rate_per_s"])
     with pytest.raises(isd.InferschedError, match="not orca$"):
         isd.capacity(trace_head, "orca", ["ttft-p90=2s"], cost_model="llama3-8b-h100", pp=2)
-    with pytest.raises(isd.InferschedError, match="not modelled yet"):
-        isd.capacity(trace_head, "vllm-v1", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
+    with pytest.raises(isd.InferschedError, match="virtual engines, built for one replica"):
+        isd.capacity(trace_head, "vllm", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
                      pp=2, disaggregate="1:1")
 
 

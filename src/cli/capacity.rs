@@ -52,7 +52,8 @@ pub(crate) struct CapacityArgs {
     pub(crate) kv: super::KvLinkArgs,
     /// Pipeline stages of each replica, or a comma-separated list (a configuration axis;
     /// as `simulate --pp`: vllm-v1, vllm and sarathi, the stages linked by the GPU's NVLink, M
-    /// each stage GPU's; not with --disaggregate; no ceiling is given for pipelines).
+    /// each stage GPU's, disaggregated splits' replicas too; no ceiling is given for
+    /// pipelines).
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
     pub(crate) pp: Vec<u32>,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
@@ -184,7 +185,8 @@ fn configurations<'a>(
     Ok(out)
 }
 
-/// `--pp` above 1 only where modelled: pipelined schedulers, colocated replicas.
+/// `--pp` above 1 only where modelled: pipelined schedulers, and vllm's virtual engines
+/// on one replica.
 fn check_pipelines(a: &CapacityArgs) -> Result<()> {
     if !a.pp.iter().any(|&p| p > 1) {
         return Ok(());
@@ -195,9 +197,11 @@ fn check_pipelines(a: &CapacityArgs) -> Result<()> {
             k.name()
         );
     }
-    if !a.disaggregate.is_empty() {
+    let clusters = a.replicas.iter().any(|&r| r > 1) || !a.disaggregate.is_empty();
+    if clusters && let Some(k) = a.scheduler.iter().find(|k| !k.pipelines_on_replicas()) {
         bail!(
-            "--pp with --disaggregate: disaggregated clusters of pipelined replicas are not modelled yet"
+            "--pp with --replicas or --disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
+            k.name()
         );
     }
     Ok(())
@@ -376,7 +380,8 @@ fn search(
 {
     if let Some((d, link)) = &c.split {
         let router = c.replicas.router;
-        let found = disaggregated_capacity(w, c.cost, c.kind, &c.knobs, *d, router, link, spec)?;
+        let on = (c.cost, &c.pipeline);
+        let found = disaggregated_capacity(w, on, c.kind, &c.knobs, (*d, router), link, spec)?;
         return Ok((found, None, None));
     }
     if c.pipeline.is_pipelined() {

@@ -478,6 +478,21 @@ schedulers = ["vllm-v1"]"#,
             e.contains("orca on grid.clusters[0], whose replicas are pipelines of 2 stages"),
             "{e}"
         );
+        // Both sides of a disaggregated cluster may be pipelines too.
+        let split = Sweep::parse(
+            &spec.replace(
+                "clusters = [{ replicas = 2 }, { replicas = 1, pp = 2 }]",
+                "clusters = [{ disaggregate = \"1:1\", pp = 2 }]",
+            ),
+            Path::new("."),
+        )
+        .unwrap();
+        let row = split.run_point(&split.points[0]);
+        assert!(!row.failed(), "{row:?}");
+        assert_eq!(
+            (row.disaggregate.as_deref(), row.pp),
+            (Some("1:1"), Some(2))
+        );
         let e = with("clusters = [{ replicas = 2, pp = 2 }]\nschedulers = [\"vllm\"]");
         assert!(
             e.contains("vllm on a pipeline runs vLLM v0's virtual engines, built for one replica"),

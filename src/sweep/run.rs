@@ -125,8 +125,15 @@ impl Sweep {
             && let Some(split) = c.disaggregate
         {
             let link = crate::settings::kv_link(cost, None, 0.0)?;
-            let mut o = crate::produce::produce_disaggregated(
-                &w, cost, kind, &knobs, split, c.router, &link,
+            let pipeline = crate::settings::pipeline(cost, c.pp, None, None)?;
+            let on = (cost, &pipeline);
+            let mut o = crate::produce::produce_disaggregated_on(
+                &w,
+                on,
+                kind,
+                &knobs,
+                (split, c.router),
+                &link,
             )?;
             measure_slos(&mut o.summary, &o.replay.cluster.merged);
             let value = objective.of(&o.summary);

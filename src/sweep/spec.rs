@@ -873,9 +873,6 @@ fn cluster_shape(k: usize, c: &ClusterSection) -> Result<ClusterShape> {
         Some(p) if (1..=max_pp).contains(&p) => p,
         Some(p) => bail!("grid.clusters[{k}].pp: expected 1 to {max_pp}, got {p}"),
     };
-    if pp > 1 && disaggregate.is_some() {
-        bail!("grid.clusters[{k}]: pp with disaggregate is not modelled yet");
-    }
     Ok(ClusterShape {
         replicas,
         disaggregate,
