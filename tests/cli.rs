@@ -4194,106 +4194,77 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         "{}",
         stderr(&r)
     );
-    // Two pipelined replicas: the cluster's folder replays on the same pipeline.
-    let cluster = dir.path().join("cluster");
-    let o = run(&[
-        "simulate",
-        "--workload",
-        w.to_str().unwrap(),
-        "--scheduler",
-        "vllm-v1",
-        "--cost-model",
-        "roofline:h100:llama3-8b",
-        "--replicas",
-        "2",
-        "--pp",
-        "2",
-        "--out",
-        cluster.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = stdout(&o);
+    // A cluster of pipelined replicas, colocated or disaggregated: its folder replays on
+    // the same pipeline to the same bytes.
+    let round_trip = |shape: &[&str], name: &str, files: &[&str]| {
+        let made = dir.path().join(name);
+        let mut args = vec![
+            "simulate",
+            "--workload",
+            w.to_str().unwrap(),
+            "--scheduler",
+            "vllm-v1",
+            "--cost-model",
+            "roofline:h100:llama3-8b",
+            "--pp",
+            "2",
+            "--out",
+            made.to_str().unwrap(),
+        ];
+        args.extend_from_slice(shape);
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let again = dir.path().join(format!("{name}-replayed"));
+        let r = run(&[
+            "replay",
+            "--workload",
+            w.to_str().unwrap(),
+            "--cluster",
+            made.join("vllm-v1").to_str().unwrap(),
+            "--cost-model",
+            "roofline:h100:llama3-8b",
+            "--token-budget",
+            "8192",
+            "--max-running",
+            "256",
+            "--block-size",
+            "16",
+            "--pp",
+            "2",
+            "--out",
+            again.to_str().unwrap(),
+        ]);
+        assert!(r.status.success(), "{}", stderr(&r));
+        for f in files {
+            assert_eq!(
+                std::fs::read(again.join(f)).unwrap(),
+                std::fs::read(made.join("vllm-v1").join(f)).unwrap(),
+                "{f}"
+            );
+        }
+        (
+            stdout(&o),
+            std::fs::read_to_string(made.join("vllm-v1/summary.json")).unwrap(),
+        )
+    };
+    let (text, _) = round_trip(
+        &["--replicas", "2"],
+        "cluster",
+        &["summary.json", "replica-1/summary.json", "requests.csv"],
+    );
     assert!(
         text.contains("2 replicas") && text.contains("2 stages"),
         "{text}"
     );
-    let r = run(&[
-        "replay",
-        "--workload",
-        w.to_str().unwrap(),
-        "--cluster",
-        cluster.join("vllm-v1").to_str().unwrap(),
-        "--cost-model",
-        "roofline:h100:llama3-8b",
-        "--token-budget",
-        "8192",
-        "--max-running",
-        "256",
-        "--block-size",
-        "16",
-        "--pp",
-        "2",
-        "--out",
-        dir.path().join("rc").to_str().unwrap(),
-    ]);
-    assert!(r.status.success(), "{}", stderr(&r));
-    for f in ["summary.json", "replica-1/summary.json", "requests.csv"] {
-        assert_eq!(
-            std::fs::read(dir.path().join("rc").join(f)).unwrap(),
-            std::fs::read(cluster.join("vllm-v1").join(f)).unwrap(),
-            "{f}"
-        );
-    }
-    // Disaggregated with pipelined replicas on both sides: the folder replays too.
-    let split = dir.path().join("split");
-    let o = run(&[
-        "simulate",
-        "--workload",
-        w.to_str().unwrap(),
-        "--scheduler",
-        "vllm-v1",
-        "--cost-model",
-        "roofline:h100:llama3-8b",
-        "--disaggregate",
-        "1:1",
-        "--pp",
-        "2",
-        "--out",
-        split.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r = run(&[
-        "replay",
-        "--workload",
-        w.to_str().unwrap(),
-        "--cluster",
-        split.join("vllm-v1").to_str().unwrap(),
-        "--cost-model",
-        "roofline:h100:llama3-8b",
-        "--token-budget",
-        "8192",
-        "--max-running",
-        "256",
-        "--block-size",
-        "16",
-        "--pp",
-        "2",
-        "--out",
-        dir.path().join("rs").to_str().unwrap(),
-    ]);
-    assert!(r.status.success(), "{}", stderr(&r));
-    for f in [
-        "summary.json",
-        "decode/replica-0/summary.json",
-        "routing.csv",
-    ] {
-        assert_eq!(
-            std::fs::read(dir.path().join("rs").join(f)).unwrap(),
-            std::fs::read(split.join("vllm-v1").join(f)).unwrap(),
-            "{f}"
-        );
-    }
-    let summary = std::fs::read_to_string(split.join("vllm-v1/summary.json")).unwrap();
+    let (_, summary) = round_trip(
+        &["--disaggregate", "1:1"],
+        "split",
+        &[
+            "summary.json",
+            "decode/replica-0/summary.json",
+            "routing.csv",
+        ],
+    );
     assert!(summary.contains("\"pipeline\""), "{summary}");
     // Refused, naming the flag, with nothing written.
     let out = dir.path().join("refused");
