@@ -182,9 +182,23 @@ fn check_pipelined(
     cost: &infersched::cost_model::LinearCostModel,
     pipeline: &Pipeline,
 ) -> Result<(), TestCaseError> {
+    // One stage is the plain simulation, bit for bit (its errors too).
+    let one = kind.simulate_on(w, knobs, cost, &Pipeline::none());
+    let plain = kind.simulate(w, knobs, cost);
+    match (&one, &plain) {
+        (Ok(a), Ok(b)) => prop_assert_eq!(&a.schedule, &b.schedule),
+        (a, b) => prop_assert_eq!(a.as_ref().err(), b.as_ref().err()),
+    }
     let sim = match kind.simulate_on(w, knobs, cost, pipeline) {
         Ok(s) => s,
         Err(SimError::Unservable { .. }) => return Ok(()),
+        // As without a pipeline: a victim rule other than the newest can evict the
+        // request about to finish over and over; the simulator says so.
+        Err(SimError::Stalled { state, .. })
+            if knobs.victim != Victim::Newest && state.contains("recomputation livelock") =>
+        {
+            return Ok(());
+        }
         Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
     };
     let r = replay_pipelined(w, &sim.limits, cost, pipeline, &sim.schedule)
@@ -228,12 +242,6 @@ fn check_pipelined(
         }
         prop_assert!(rec.processing_entries() <= cap, "batch {}", rec.index);
     }
-    // Not pipelined: the plain simulation, bit for bit.
-    let one = kind.simulate_on(w, knobs, cost, &Pipeline::none()).unwrap();
-    prop_assert_eq!(
-        &one.schedule,
-        &kind.simulate(w, knobs, cost).unwrap().schedule
-    );
     Ok(())
 }
 

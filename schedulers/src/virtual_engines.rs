@@ -45,6 +45,17 @@ pub fn simulate_virtual_engines(
         return Err(SimError::Replicas(p));
     }
     let one = engine_limits(limits, p as u64);
+    if one.kv_capacity == Some(0) {
+        return Err(SimError::Unservable {
+            policy: engines[0].name(),
+            request: 0,
+            reason: format!(
+                "each of the {p} virtual engines gets 1 / {p} of M's blocks, and M = {} in blocks of {} leaves them none",
+                limits.kv_capacity.unwrap_or(0),
+                limits.block_size
+            ),
+        });
+    }
     one.validate()?;
     check_servable(
         workload,
@@ -183,6 +194,24 @@ mod tests {
         assert_eq!(r.requests[1].completion_s, 2.5);
         let one = SchedulerKind::Vllm.simulate(&w, &knobs, &Second).unwrap();
         assert_eq!(one.schedule.batches.len(), 2);
+    }
+
+    #[test]
+    fn engines_left_without_blocks_refuse_the_workload() {
+        let w = infersched_test_kit::workload(&[(1, 1, 0.0)]);
+        let knobs = Knobs {
+            kv_capacity: Some(1),
+            block_size: Some(1),
+            ..Knobs::default()
+        };
+        let e = SchedulerKind::Vllm
+            .simulate_on(&w, &knobs, &Second, &two_stages())
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::SimError::Unservable { .. })
+                && e.to_string().contains("leaves them none"),
+            "{e}"
+        );
     }
 
     #[test]
