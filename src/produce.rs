@@ -335,6 +335,25 @@ impl Outcome {
             source: e,
         })?;
         let summary = Summary::of_cluster_on(&replay, router, pipeline);
+        let parts = (routing, schedules, limits);
+        Ok(Self::of_replayed_cluster(
+            w,
+            (cost, pipeline),
+            parts,
+            (replay, summary),
+            search,
+        ))
+    }
+
+    /// A cluster outcome from each replica's schedule, its replay and the summary of it:
+    /// the time split per replica, summed (in GPU-seconds of every stage GPU).
+    fn of_replayed_cluster(
+        w: &Workload,
+        (cost, pipeline): (&LinearCostModel, &crate::core::Pipeline),
+        (routing, schedules, limits): (Routing, Vec<Schedule>, Limits),
+        (replay, summary): (ClusterReplay, Summary),
+        search: Option<crate::solver::cluster::ClusterSolveReport>,
+    ) -> Self {
         let mut time_split = TimeBreakdown::default();
         for (s, r) in schedules.iter().zip(&replay.replicas) {
             if let Some(r) = r {
@@ -346,7 +365,7 @@ impl Outcome {
             let gpus = f64::from(pipeline.stages) * f64::from(routing.replicas());
             time_split.idle_s = (gpus * summary.makespan_s - work).max(0.0);
         }
-        Ok(Outcome {
+        Outcome {
             schedule: Schedule::new(Vec::new()),
             replay: replay.merged.clone(),
             summary,
@@ -359,7 +378,7 @@ impl Outcome {
                 replay,
                 search,
             }),
-        })
+        }
     }
 }
 
@@ -729,16 +748,15 @@ pub fn produce_heuristic_on_pipelined_cluster(
     knobs: &Knobs,
     cluster: (u32, Router),
 ) -> Result<Outcome, ProduceError> {
-    let (replicas, router) = cluster;
-    let o = produce_cluster_on(w, (cost, pipeline), kind, knobs, (replicas, router))?;
-    let parts = (o.routing, o.schedules, o.limits, router.name());
-    Outcome::of_cluster_on(
+    // The cluster's replay and summary once, as `produce_cluster_on` made them.
+    let o = produce_cluster_on(w, (cost, pipeline), kind, knobs, cluster)?;
+    Ok(Outcome::of_replayed_cluster(
         w,
         (cost, pipeline),
-        kind.name(),
-        (parts.0, parts.1, parts.2, &parts.3),
+        (o.routing, o.schedules, o.limits),
+        (o.replay, o.summary),
         None,
-    )
+    ))
 }
 
 /// `contender` on `replicas` replicas behind `router` (`compare --replicas`): a heuristic
