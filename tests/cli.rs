@@ -3019,6 +3019,15 @@ fn compare_on_replicas_runs_every_scheduler_on_the_cluster_and_the_cluster_searc
     let kv = std::fs::read_to_string(out.join("plots/kv-memory-vllm-v1.svg")).unwrap();
     assert!(kv.contains(">replica 0<") && kv.contains(">replica 1<"));
     assert!(!kv.contains(">replica 2<"));
+    // ... and a timeline of each contender's replicas, a row each.
+    let tl = std::fs::read_to_string(out.join("plots/timeline-fastgen.svg")).unwrap();
+    assert!(tl.contains("fastgen: batches on each replica"), "{tl}");
+    assert!(
+        tl.contains(">replica<") && tl.contains(">decodes only<"),
+        "{tl}"
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("timeline-fastgen"));
     // The cluster's metrics are the merged replay's: one row per request.
     let requests = std::fs::read_to_string(out.join("vllm-v1/requests.csv")).unwrap();
     assert_eq!(requests.lines().count(), 1 + 6);

@@ -3,7 +3,7 @@
 //! reproduced batch by batch by `simulate --scheduler vllm-v1` under the case's limits. A
 //! difference fails on the first differing batch and names it.
 
-use infersched::core::{Action, Batch, Limits, Schedule, replay};
+use infersched::core::{Action, Limits, Schedule, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use infersched::workload::read_trace;
@@ -66,21 +66,7 @@ fn cases() -> Vec<PathBuf> {
     dirs
 }
 
-/// A batch in a form where entry order inside the batch does not matter: evictions, then
-/// (request, tokens, tokens from the prefix cache) triples, each sorted.
-fn normalized(b: &Batch) -> (Vec<u32>, Vec<(u32, u32, u32)>) {
-    let mut evicted = Vec::new();
-    let mut processed = Vec::new();
-    for e in &b.entries {
-        match e.action {
-            Action::Evict => evicted.push(e.request),
-            Action::Process(t) => processed.push((e.request, t, e.cached)),
-        }
-    }
-    evicted.sort_unstable();
-    processed.sort_unstable();
-    (evicted, processed)
-}
+use infersched_test_kit::normalized_batch as normalized;
 
 #[test]
 fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {

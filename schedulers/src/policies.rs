@@ -106,10 +106,10 @@ fn choose_victim(sim: &Simulator<'_>, needy: u32, rule: Victim) -> u32 {
 }
 
 /// Gives `c` tokens to running request `i`, preempting victims while its allocation
-/// cannot grow or fewer than `spare_blocks` blocks are free. Returns whether anyone was
-/// preempted. The spare blocks are only asked for while someone else can be preempted:
-/// a request that would have to preempt itself although its growth fits proceeds (vLLM
-/// v0 would preempt and readmit it forever).
+/// cannot grow or fewer than `spare_blocks` blocks are free; the victim may be `i`
+/// itself, as in vLLM v0 (checked against vLLM 0.6.3's scheduler), except when it is the
+/// only running request and its growth fits: vLLM v0 would preempt it and then never
+/// readmit it above the watermark. Returns whether anyone was preempted.
 fn grow_or_preempt(
     sim: &mut Simulator<'_>,
     i: u32,
@@ -127,7 +127,7 @@ fn grow_or_preempt(
             return preempted;
         }
         let v = choose_victim(sim, i, rule);
-        if fits && v == i {
+        if fits && v == i && sim.running().len() == 1 {
             sim.process(i, c, target);
             return preempted;
         }

@@ -129,8 +129,8 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
             svg: plots::replica_load(&runs),
         });
     }
-    // Timelines (one GPU) and each replica's KV (a cluster) are files named after the
-    // contender (its folder's name), titled by label.
+    // Timelines (of requests on one GPU, of replicas on a cluster) and each replica's KV (a
+    // cluster) are files named after the contender (its folder's name), titled by label.
     for ((file, o), (label, _)) in c.succeeded().into_iter().zip(&runs) {
         match &o.cluster {
             None => plots.push(Plot {
@@ -138,13 +138,22 @@ pub fn comparison_plots(w: &Workload, c: &Comparison) -> Vec<Plot> {
                 caption: format!("{label}: what each request is doing over time"),
                 svg: plots::timeline(w, label, o),
             }),
-            Some(parts) => plots.push(Plot {
-                stem: format!("kv-memory-{file}"),
-                caption: format!(
-                    "{label}: KV cache tokens held after each batch on each replica; dashed red: the capacity M of each"
-                ),
-                svg: plots::replica_kv_memory(parts, o.limits.kv_capacity),
-            }),
+            Some(parts) => plots.extend([
+                Plot {
+                    stem: format!("timeline-{file}"),
+                    caption: format!(
+                        "{label}: each replica's batches over time (each request's own timeline is in its replica's trace.json)"
+                    ),
+                    svg: plots::replica_timeline(label, parts),
+                },
+                Plot {
+                    stem: format!("kv-memory-{file}"),
+                    caption: format!(
+                        "{label}: KV cache tokens held after each batch on each replica; dashed red: the capacity M of each"
+                    ),
+                    svg: plots::replica_kv_memory(parts, o.limits.kv_capacity),
+                },
+            ]),
         }
     }
     plots

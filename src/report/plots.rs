@@ -162,19 +162,6 @@ pub fn request_phases(
 pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
     let phases = request_phases(w, &o.schedule, &o.replay, TIMELINE_MAX_ROWS);
     let rows = phases.len();
-    let row_h = timeline_row_height(rows);
-    let height = (110.0 + row_h * rows as f64).ceil() as u32;
-    let mut s = Svg::new(960, height.max(200));
-    let makespan = o.replay.makespan_s();
-    let (k, unit) = time_unit(makespan);
-    let frame = Frame {
-        x0: 70.0,
-        y0: 40.0,
-        x1: 940.0,
-        y1: 40.0 + row_h * rows as f64,
-        x: svg::Axis::covering([0.0, makespan * k], true),
-        y: svg::Axis::span(0.0, rows.max(1) as f64),
-    };
     let title = if rows < w.len() {
         format!(
             "{name}: batch timeline (first {rows} of {} requests)",
@@ -183,37 +170,128 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
     } else {
         format!("{name}: batch timeline")
     };
+    let rows: Vec<Vec<(f64, f64, &str)>> = phases
+        .iter()
+        .map(|segs| segs.iter().map(|&(a, b, p)| (a, b, p.color())).collect())
+        .collect();
+    let legend: Vec<(&str, &str)> = [
+        Phase::Waiting,
+        Phase::Prefill,
+        Phase::Decode,
+        Phase::Paused,
+        Phase::Evicted,
+    ]
+    .map(|p| (p.name(), p.color()))
+    .to_vec();
+    gantt(&title, "request", o.replay.makespan_s(), &rows, &legend)
+}
+
+/// What a batch of a replica's timeline did: prompt tokens only, decodes only, both, or
+/// only evictions.
+fn batch_colour(b: &crate::core::BatchRecord) -> &'static str {
+    const MIXED: &str = "#009E73";
+    match (b.features.n_prefill > 0, b.features.n_decode > 0) {
+        (true, true) => MIXED,
+        (true, false) => Phase::Prefill.color(),
+        (false, true) => Phase::Decode.color(),
+        (false, false) => Phase::Evicted.color(),
+    }
+}
+
+/// Bars `(start_s, end_s, colour)` for batches in start order, neighbours of one colour
+/// less than `merge_s` apart drawn as one.
+fn batch_bars<'a>(
+    batches: impl Iterator<Item = &'a crate::core::BatchRecord>,
+    merge_s: f64,
+) -> Vec<(f64, f64, &'static str)> {
+    let mut bars: Vec<(f64, f64, &str)> = Vec::new();
+    for b in batches {
+        let colour = batch_colour(b);
+        match bars.last_mut() {
+            Some(last) if last.2 == colour && b.start_s - last.1 < merge_s => {
+                last.1 = last.1.max(b.end_s)
+            }
+            _ => bars.push((b.start_s, b.end_s, colour)),
+        }
+    }
+    bars
+}
+
+/// One contender's cluster over time: a row per replica (the first
+/// [`TIMELINE_MAX_ROWS`]), each batch coloured by what it did; neighbouring batches of one
+/// kind less than half a pixel apart are drawn as one bar, so the picture stays small at
+/// any batch count.
+pub fn replica_timeline(name: &str, parts: &crate::produce::ClusterParts) -> Svg {
+    let replicas = &parts.replay.replicas;
+    let longest = replicas
+        .iter()
+        .flatten()
+        .map(|r| r.makespan_s())
+        .fold(0.0, f64::max);
+    // Half a pixel of the plot's 870 px, in seconds.
+    let merge_s = longest / 870.0 / 2.0;
+    let shown = replicas.len().min(TIMELINE_MAX_ROWS);
+    let rows: Vec<Vec<(f64, f64, &str)>> = replicas[..shown]
+        .iter()
+        .map(|r| batch_bars(r.iter().flat_map(|r| &r.batches), merge_s))
+        .collect();
+    let title = if shown < replicas.len() {
+        format!(
+            "{name}: batches on each replica (first {shown} of {})",
+            replicas.len()
+        )
+    } else {
+        format!("{name}: batches on each replica")
+    };
+    let legend = [
+        ("prompt tokens only", Phase::Prefill.color()),
+        ("decodes only", Phase::Decode.color()),
+        ("both", "#009E73"),
+        ("evictions only", Phase::Evicted.color()),
+    ];
+    gantt(&title, "replica", longest, &rows, &legend)
+}
+
+/// A chart of labelled rows over time from 0 to `makespan`: each row's bars
+/// `(start_s, end_s, colour)`, a legend of `(name, colour)` below.
+fn gantt(
+    title: &str,
+    row_name: &str,
+    makespan: f64,
+    rows: &[Vec<(f64, f64, &str)>],
+    legend: &[(&str, &str)],
+) -> Svg {
+    let n = rows.len();
+    let row_h = timeline_row_height(n);
+    let height = (110.0 + row_h * n as f64).ceil() as u32;
+    let mut s = Svg::new(960, height.max(200));
+    let (k, unit) = time_unit(makespan);
+    let frame = Frame {
+        x0: 70.0,
+        y0: 40.0,
+        x1: 940.0,
+        y1: 40.0 + row_h * n as f64,
+        x: svg::Axis::covering([0.0, makespan * k], true),
+        y: svg::Axis::span(0.0, n.max(1) as f64),
+    };
     frame.draw_background(&mut s);
     frame.draw_x_grid(&mut s);
+    let mid_x = (frame.x0 + frame.x1) / 2.0;
+    s.text(mid_x, 24.0, title, 14.0, Anchor::Middle, 0.0, true);
+    let xlabel = format!("time ({unit})");
     s.text(
-        (frame.x0 + frame.x1) / 2.0,
-        24.0,
-        &title,
-        14.0,
-        Anchor::Middle,
-        0.0,
-        true,
-    );
-    s.text(
-        (frame.x0 + frame.x1) / 2.0,
+        mid_x,
         frame.y1 + 34.0,
-        &format!("time ({unit})"),
+        &xlabel,
         12.0,
         Anchor::Middle,
         0.0,
         false,
     );
-    s.text(
-        18.0,
-        (frame.y0 + frame.y1) / 2.0,
-        "request",
-        12.0,
-        Anchor::Middle,
-        -90.0,
-        false,
-    );
+    let mid_y = (frame.y0 + frame.y1) / 2.0;
+    s.text(18.0, mid_y, row_name, 12.0, Anchor::Middle, -90.0, false);
     let label_every = timeline_label_step(row_h);
-    for (i, segs) in phases.iter().take(rows).enumerate() {
+    for (i, bars) in rows.iter().enumerate() {
         let y = frame.y0 + i as f64 * row_h;
         if i % label_every == 0 {
             // The label sits at its row's middle, with a tick where rows are too thin to
@@ -230,25 +308,19 @@ pub fn timeline(w: &Workload, name: &str, o: &Outcome) -> Svg {
             );
             s.line(frame.x0 - 4.0, mid, frame.x0, mid, "#444444", 1.0, "");
         }
-        for &(a, b, p) in segs {
+        for &(a, b, colour) in bars {
             let (xa, xb) = (frame.px(a * k), frame.px(b * k));
-            // Zero-time batches (evictions only) still show as a thin mark.
-            s.rect(xa, y + 1.0, (xb - xa).max(1.0), row_h - 2.0, p.color(), 1.0);
+            // Zero-time bars (evictions only) still show as a thin mark.
+            s.rect(xa, y + 1.0, (xb - xa).max(1.0), row_h - 2.0, colour, 1.0);
         }
     }
     s.line(frame.x0, frame.y1, frame.x1, frame.y1, "#444444", 1.0, "");
     let mut x = frame.x0;
     let ly = frame.y1 + 54.0;
-    for p in [
-        Phase::Waiting,
-        Phase::Prefill,
-        Phase::Decode,
-        Phase::Paused,
-        Phase::Evicted,
-    ] {
-        s.rect(x, ly - 10.0, 14.0, 12.0, p.color(), 1.0);
-        s.text(x + 18.0, ly, p.name(), 11.0, Anchor::Start, 0.0, false);
-        x += 34.0 + p.name().len() as f64 * 6.5;
+    for (name, colour) in legend {
+        s.rect(x, ly - 10.0, 14.0, 12.0, colour, 1.0);
+        s.text(x + 18.0, ly, name, 11.0, Anchor::Start, 0.0, false);
+        x += 34.0 + name.len() as f64 * 6.5;
     }
     s
 }
@@ -652,6 +724,49 @@ pub fn tokens_per_batch(runs: &[(&str, &Outcome)]) -> Svg {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn batches_of_one_kind_closer_than_half_a_pixel_are_drawn_as_one_bar() {
+        use crate::core::{BatchFeatures, BatchRecord};
+        let batch = |start_s: f64, end_s: f64, n_prefill: u64, n_decode: u64| BatchRecord {
+            index: 0,
+            start_s,
+            end_s,
+            features: BatchFeatures {
+                n_prefill,
+                n_decode,
+                ..BatchFeatures::default()
+            },
+            prefill_tokens: 0,
+            evictions: 0,
+            generated: 0,
+            finished: 0,
+            kv_tokens: 0,
+            kv_tokens_released: 0,
+            running: 0,
+        };
+        let batches = [
+            batch(0.0, 1.0, 1, 0),
+            batch(1.0, 2.0, 1, 0),  // same kind, touching: merged
+            batch(2.0, 3.0, 0, 2),  // decodes: a new bar
+            batch(3.05, 4.0, 0, 1), // 0.05 s after: merged at 0.1
+            batch(4.5, 5.0, 0, 1),  // 0.5 s after: a new bar
+            batch(5.0, 6.0, 1, 1),  // mixed
+            batch(6.0, 6.0, 0, 0),  // evictions only
+        ];
+        let bars = super::batch_bars(batches.iter(), 0.1);
+        let d = super::Phase::Decode.color();
+        assert_eq!(
+            bars,
+            vec![
+                (0.0, 2.0, super::Phase::Prefill.color()),
+                (2.0, 4.0, d),
+                (4.5, 5.0, d),
+                (5.0, 6.0, "#009E73"),
+                (6.0, 6.0, super::Phase::Evicted.color()),
+            ]
+        );
+    }
+
     use super::*;
     use crate::core::{BatchFeatures, BatchRecord};
 

@@ -71,3 +71,20 @@ pub fn identical_classes(
     }
     Workload::new(reqs).expect("test workload")
 }
+
+/// A batch in a form where entry order inside the batch does not matter: its evictions,
+/// then its `(request, tokens, tokens from the prefix cache)` triples, each sorted (how the
+/// parity tests compare a simulated batch with a recorded one).
+pub fn normalized_batch(b: &infersched_core::Batch) -> (Vec<u32>, Vec<(u32, u32, u32)>) {
+    let mut evicted = Vec::new();
+    let mut processed = Vec::new();
+    for e in &b.entries {
+        match e.action {
+            infersched_core::Action::Evict => evicted.push(e.request),
+            infersched_core::Action::Process(t) => processed.push((e.request, t, e.cached)),
+        }
+    }
+    evicted.sort_unstable();
+    processed.sort_unstable();
+    (evicted, processed)
+}

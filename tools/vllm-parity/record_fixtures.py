@@ -7,6 +7,10 @@ CSV form `batch,request,tokens` with `evict` where vLLM preempted, one batch per
 step; converted from the infersched-schedule/1 JSON that vllm_v1_oracle.py writes, which is
 kept only with KEEP_JSON=1). tests/vllm_parity.rs reads these. Usage:
   PROJECT=<infersched checkout> VLLM_VENV=<venv> record_fixtures.py shared|prefix OUTDIR
+  PROJECT=<infersched checkout> VLLM_V0_VENV=<vLLM 0.6.3 venv> record_fixtures.py v0 OUTDIR
+
+`v0` records vLLM 0.6.3.post1's v0 Scheduler (chunked prefill off; vllm_v0_oracle.py) for
+infersched's `vllm` policy (tests/vllm_v0_parity.rs).
 
 `prefix` records windows of the Mooncake traces (prompt block ids of 512 tokens) with vLLM's
 automatic prefix caching on; their workload.csv carries `hash_block_tokens,hash_ids` and
@@ -79,7 +83,38 @@ def cases(kind):
             ("mooncake-syn100-c2048-m24576", mooncake(syn, 0, 100, 1.0, 8192), 2048, 24576, 64, True, 0.0),
             ("mooncake-syn100-c512-m16384-noisl", mooncake(syn, 500, 100, 2.0, 8192), 512, 16384, 64, False, 0.0),
         ]
+    if kind == "v0":
+        ax = os.path.join(PROJECT, "notebooks-data/traces/arxiv_summarization.csv")
+        sw = os.path.join(PROJECT, "notebooks-data/traces/splitwise_code.csv")
+        return [
+            ("v0-hand-self-preempt", [(31, 20, 0), (31, 20, 0), (20, 20, 0)], 64, 128, 8, None, 0.0),
+            ("v0-arxiv200-c4096-m8000", rows_from(ax, 1000, 200, cap=4096), 4096, 8000, 256, None, 0.01),
+            ("v0-arxiv200-c4096-m20000-r64", rows_from(ax, 3000, 200, cap=4096), 4096, 20000, 64, None, 0.01),
+            ("v0-arxiv200-c8192-m12000-wm05", rows_from(ax, 5000, 200, cap=4096), 8192, 12000, 256, None, 0.05),
+            ("v0-splitwise200-c4096-m16000-x4", rows_from(sw, 0, 200, time_div=4.0, cap=4096), 4096, 16000, 256, None, 0.01),
+            ("v0-poisson2-c2048-m8000", synth(1, 300, 2.0), 2048, 8000, 256, None, 0.01),
+            ("v0-poisson8-c2048-m12000-r128", synth(2, 300, 8.0), 2048, 12000, 128, None, 0.01),
+            ("v0-poisson8-c4096-m20000-wm0", synth(3, 300, 8.0), 4096, 20000, 256, None, 0.0),
+        ]
     raise SystemExit("unknown case set: " + kind)
+
+
+def record_v0(d, C, M, R, wm):
+    """config.json and the schedule of vLLM 0.6.3's v0 Scheduler (vllm_v0_oracle.py)."""
+    venv = os.environ.get("VLLM_V0_VENV", os.path.join(HERE, ".venv-vllm-v0"))
+    cfg = {"vllm_version": "0.6.3.post1", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
+           "watermark": wm,
+           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "max_model_len": C,
+                    "block_size": 16, "num_gpu_blocks": M // 16, "watermark": wm,
+                    "enable_chunked_prefill": False, "enable_prefix_caching": False,
+                    "block_manager": "SelfAttnBlockSpaceManager",
+                    "async_output_proc": False},
+           "note": "vLLM v0 has no null block: num_gpu_blocks x 16 = M tokens"}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    return [os.path.join(venv, "bin/python"), os.path.join(HERE, "vllm_v0_oracle.py"),
+            os.path.join(d, "workload.csv"), "--C", str(C), "--M", str(M), "--R", str(R),
+            "--block", "16", "--watermark", str(wm), "--out", os.path.join(d, "schedule.json")]
 
 
 def main():
@@ -95,35 +130,49 @@ def main():
             else:
                 f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
                 for i, o, t in reqs: f.write(f"{i},{o},{t:.6f}\n")
-        cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
-               "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
-               "watermark": wm, "reserve_full_isl": isl,
-               "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": 16,
-                        "num_gpu_blocks": M // 16 + 1, "scheduler_reserve_full_isl": isl,
-                        "watermark": wm, "enable_chunked_prefill": True, "enable_prefix_caching": prefix,
-                        "long_prefill_token_threshold": 0, "async_scheduling": False},
-               "note": "num_gpu_blocks includes vLLM's null block, so M tokens are usable"}
-        json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
-        cmd = [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"), os.path.join(d, "workload.csv"),
-               "--C", str(C), "--M", str(M), "--R", str(R), "--block", "16", "--watermark", str(wm),
-               "--out", os.path.join(d, "schedule.json")]
-        if not isl: cmd.append("--no-reserve-full-isl")
-        if prefix: cmd.append("--enable-prefix-caching")
+        if kind == "v0":
+            cmd = record_v0(d, C, M, R, wm)
+        else:
+            cmd = record_v1(d, C, M, R, isl, wm, prefix)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
         s = json.load(open(os.path.join(d, "schedule.json")))
-        with open(os.path.join(d, "vllm-schedule.csv"), "w") as f:
-            f.write("batch,request,tokens,cached\n" if prefix else "batch,request,tokens\n")
-            for k, b in enumerate(s["batches"]):
-                for e in b["entries"]:
-                    tail = f",{e.get('cached', 0)}" if prefix else ""
-                    f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}{tail}\n")
-        if not os.environ.get("KEEP_JSON"):
-            os.remove(os.path.join(d, "schedule.json"))
+        write_csv(d, s, prefix)
         ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
         hits = sum(e.get("cached", 0) for b in s["batches"] for e in b["entries"])
         print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions, "
               f"{hits} tokens from the cache", flush=True)
+
+
+def record_v1(d, C, M, R, isl, wm, prefix):
+    """config.json and the command of vLLM 0.32's V1 Scheduler (vllm_v1_oracle.py)."""
+    cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
+           "watermark": wm, "reserve_full_isl": isl,
+           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": 16,
+                    "num_gpu_blocks": M // 16 + 1, "scheduler_reserve_full_isl": isl,
+                    "watermark": wm, "enable_chunked_prefill": True, "enable_prefix_caching": prefix,
+                    "long_prefill_token_threshold": 0, "async_scheduling": False},
+           "note": "num_gpu_blocks includes vLLM's null block, so M tokens are usable"}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    cmd = [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"), os.path.join(d, "workload.csv"),
+           "--C", str(C), "--M", str(M), "--R", str(R), "--block", "16", "--watermark", str(wm),
+           "--out", os.path.join(d, "schedule.json")]
+    if not isl: cmd.append("--no-reserve-full-isl")
+    if prefix: cmd.append("--enable-prefix-caching")
+    return cmd
+
+
+def write_csv(d, s, prefix):
+    """vllm-schedule.csv from the oracle's schedule.json (removed unless KEEP_JSON)."""
+    with open(os.path.join(d, "vllm-schedule.csv"), "w") as f:
+        f.write("batch,request,tokens,cached\n" if prefix else "batch,request,tokens\n")
+        for k, b in enumerate(s["batches"]):
+            for e in b["entries"]:
+                tail = f",{e.get('cached', 0)}" if prefix else ""
+                f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}{tail}\n")
+    if not os.environ.get("KEEP_JSON"):
+        os.remove(os.path.join(d, "schedule.json"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Drive the REAL vLLM v0 scheduler on CPU and emit its schedule in infersched's format.
+
+Written apart from infersched, as an independent oracle for its `vllm` policy (vLLM v0,
+chunked prefill off). Checked against vLLM 0.6.3.post1 (PyPI), the last v0 release whose
+`vllm/core/scheduler.py` is the v0 engine's only scheduler; its block manager is
+`SelfAttnBlockSpaceManager` (`vllm/core/block_manager.py`, the "v2" block manager, the
+only one left in 0.6.3), watermark 0.01.
+
+What it does
+  * builds `vllm.core.scheduler.Scheduler` with a SchedulerConfig (max_num_batched_tokens
+    = C, max_num_seqs = R, max_model_len = C, chunked prefill off, FCFS) and a CacheConfig
+    (block size --block, num_gpu_blocks = M / block, no CPU blocks, prefix caching off),
+    synchronous (no output_proc_callback: the engine's async output processing off);
+  * adds one SequenceGroup per workload row (prompt of I distinct tokens, SamplingParams
+    max_tokens = O, ignore_eos) in FCFS order (arrival, then row index);
+  * loops: schedule(); for every scheduled group, what `LLMEngine._process_model_outputs`
+    does: update_num_computed_tokens(token_chunk_size) and, where the step samples, one
+    token appended; a sequence with O tokens is marked FINISHED_LENGTH_CAPPED, then
+    free_finished_seq_groups();
+  * records per step the scheduled token counts and the preempted requests (left
+    `running` for `waiting`: v0 recomputes a single-sequence group) and writes
+    {"format": "infersched-schedule/1", "batches": [...]}, an eviction entry in the batch
+    of the step that preempted;
+  * online arrivals: the clock of infersched's linear cost model, as vllm_v1_oracle.py.
+
+Self-checks on every step: the preempted set is what left `running`; num_computed_tokens
+and the sequence length agree with this script's own account of KV held (m) and tokens
+generated (G); a refill processes I + G tokens.
+
+usage:
+  $VLLM_V0_VENV/bin/python vllm_v0_oracle.py WORKLOAD.csv --C 2048 --M 8000 --R 256 \
+      --block 16 [--watermark 0.01] [--cost-model FILE] --out schedule.json
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vllm_v1_oracle import DEFAULT_COST, batch_time, load_theta, load_workload  # noqa: E402
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def build_scheduler(C, R, block, num_blocks, watermark):
+    from vllm.config import CacheConfig, SchedulerConfig
+    from vllm.core.scheduler import Scheduler
+
+    sc = SchedulerConfig(max_num_batched_tokens=C, max_num_seqs=R, max_model_len=C,
+                         enable_chunked_prefill=False, policy="fcfs")
+    cc = CacheConfig(block_size=block, gpu_memory_utilization=0.9, swap_space=0,
+                     cache_dtype="auto", enable_prefix_caching=False)
+    cc.num_gpu_blocks = num_blocks
+    cc.num_cpu_blocks = 0
+    sched = Scheduler(sc, cc, None)
+    bm = sched.block_manager
+    # The settings this run depends on, read back from the live objects.
+    assert type(bm).__name__ == "SelfAttnBlockSpaceManager", type(bm).__name__
+    bm.watermark = watermark
+    bm.watermark_blocks = int(watermark * num_blocks)
+    assert not sched.scheduler_config.chunked_prefill_enabled
+    assert not sched.use_async_output_proc
+    return sched
+
+
+def make_group(i, I, O, arrival, block):
+    from vllm.inputs import token_inputs
+    from vllm.sampling_params import SamplingParams
+    from vllm.sequence import Sequence, SequenceGroup
+    prompt = [10**6 + i * 10**4 + p % 10**4 for p in range(I)]
+    seq = Sequence(i, token_inputs(prompt_token_ids=prompt), block, eos_token_id=2)
+    sp = SamplingParams(max_tokens=O, ignore_eos=True, temperature=0.0)
+    return SequenceGroup(request_id=str(i), seqs=[seq], arrival_time=arrival,
+                         sampling_params=sp)
+
+
+def run(args):
+    from vllm.sequence import Logprob, SequenceStatus
+
+    reqs, _ = load_workload(args.workload)
+    n = len(reqs)
+    theta = load_theta(args.cost_model)
+    block = args.block
+    num_blocks = args.M // block
+    sched = build_scheduler(args.C, args.R, block, num_blocks, args.watermark)
+    groups = {}
+    order = sorted(range(n), key=lambda i: (reqs[i][2], i))
+    next_pending, done, clock, step = 0, 0, 0.0, 0
+    m, G = [0] * n, [0] * n
+    batches = []
+    while done < n:
+        while next_pending < n and reqs[order[next_pending]][2] <= clock:
+            i = order[next_pending]
+            groups[i] = make_group(i, reqs[i][0], reqs[i][1], reqs[i][2], block)
+            sched.add_seq_group(groups[i])
+            next_pending += 1
+        running_before = [int(g.request_id) for g in sched.running]
+        _, out, _ = sched.schedule()
+        step += 1
+        running_after = {int(g.request_id) for g in sched.running}
+        preempted = sorted(k for k in running_before if k not in running_after
+                           and not groups[k].is_finished())
+        assert out.preempted == len(preempted), (step, out.preempted, preempted)
+        if out.ignored_seq_groups:
+            raise SystemExit(f"step {step}: vLLM ignored requests "
+                             f"{[g.request_id for g in out.ignored_seq_groups]} (too long)")
+        if not out.scheduled_seq_groups and not preempted:
+            if next_pending < n and not sched.running and not sched.waiting:
+                clock = max(clock, reqs[order[next_pending]][2])
+                continue
+            raise SystemExit(f"vLLM scheduled nothing at step {step} (clock {clock}) with "
+                             f"{len(sched.running)} running and {len(sched.waiting)} waiting")
+        entries = [{"request": k, "evict": True} for k in preempted]
+        for k in preempted:
+            assert m[k] > 0, (step, k)
+            m[k] = 0
+        feats = dict(tokens=0, decode_kv=0, prefill_attn=0, prefill_ctx=0,
+                     n_prefill=0, n_decode=0)
+        sampled = []
+        for s in out.scheduled_seq_groups:
+            k, c = int(s.seq_group.request_id), s.token_chunk_size
+            seq = s.seq_group.seqs[0]
+            K = reqs[k][0] + G[k]
+            assert seq.get_len() == K, (step, k, seq.get_len(), K)
+            assert seq.data.get_num_computed_tokens() == m[k], (step, k)
+            before, after = m[k], m[k] + c
+            assert after == K, (step, k, before, c, K)
+            if G[k] >= 1 and before == K - 1:
+                feats["decode_kv"] += after
+                feats["n_decode"] += 1
+            else:
+                assert before == 0, (step, k, before)
+                feats["prefill_attn"] += c * c
+                feats["n_prefill"] += 1
+            feats["tokens"] += c
+            m[k] = after
+            entries.append({"request": k, "tokens": c})
+            s.seq_group.update_num_computed_tokens(c)
+            sampled.append((k, seq))
+        for k, seq in sampled:
+            tok = 3 + k % 1000
+            seq.append_token_id(tok, {tok: Logprob(0.0)})
+            G[k] += 1
+            if G[k] == reqs[k][1]:
+                seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
+                m[k] = 0
+                done += 1
+        sched.free_finished_seq_groups()
+        start = clock
+        clock = start + batch_time(theta, feats)
+        batch = {"entries": entries}
+        if feats["tokens"] > 0:
+            batch["start_s"], batch["end_s"] = start, clock
+        batches.append(batch)
+        if step > 64 * sum(I + O for I, O, _ in reqs) + 10**6:
+            raise SystemExit(f"recomputation livelock after {step} steps")
+    import vllm
+    meta = {"producer": f"vllm-{vllm.__version__} Scheduler (vllm_v0_oracle.py)",
+            "C": args.C, "M": args.M, "R": args.R, "block": block,
+            "num_gpu_blocks": num_blocks, "watermark": args.watermark, "steps": step}
+    with open(args.out, "w") as f:
+        json.dump({"format": "infersched-schedule/1", "meta": meta, "batches": batches}, f)
+    ev = sum(1 for b in batches for e in b["entries"] if e.get("evict"))
+    print(json.dumps({"batches": len(batches), "evictions": ev, "makespan_s": clock}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workload")
+    ap.add_argument("--C", type=int, required=True, help="max_num_batched_tokens")
+    ap.add_argument("--M", type=int, required=True, help="KV capacity in tokens")
+    ap.add_argument("--R", type=int, required=True, help="max_num_seqs")
+    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--watermark", type=float, default=0.01,
+                    help="the block manager's watermark (vLLM v0 default 0.01)")
+    ap.add_argument("--cost-model", default=DEFAULT_COST,
+                    help="infersched cost-model JSON (for the clock of online arrivals)")
+    ap.add_argument("--out", required=True)
+    run(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
