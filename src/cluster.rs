@@ -118,11 +118,17 @@ pub fn write_disaggregated_outputs(
     };
     let mut paths = write_cluster_files(dir, routing, &r.cluster.merged, &o.summary)?;
     let router = o.summary.cluster.as_ref().map_or("", |c| c.router.as_str());
+    let link = o
+        .summary
+        .cluster
+        .as_ref()
+        .and_then(|c| c.kv_link)
+        .ok_or_else(|| io::Error::other("a disaggregated cluster's summary names its KV link"))?;
     let decode_w = decode_workload(w, &r.kv_ready_s).map_err(io::Error::other)?;
     let sides = [
         (
             "prefill",
-            prefill_workload(w),
+            prefill_workload(w, &link),
             &o.prefill_routing,
             &o.prefill_schedules,
             &r.prefill,

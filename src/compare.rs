@@ -38,9 +38,43 @@ pub struct CompareSpec {
     /// Service-level objectives each row's attainment and goodput are measured against
     /// (none: no SLO columns are filled).
     pub slos: Vec<crate::core::Slo>,
-    /// Replicas and router (`--replicas N`, N > 1): every heuristic runs on each replica,
-    /// the solver is the cluster search (`solve --replicas`). None: one replica.
-    pub cluster: Option<(u32, crate::schedulers::Router)>,
+    /// Replicas and routers (`--replicas N`, N > 1): every heuristic runs on each
+    /// replica behind each router, the solver is the cluster search (`solve --replicas`,
+    /// once: it searches routings). None: one replica.
+    pub cluster: Option<ClusterRun>,
+}
+
+/// The cluster a comparison runs its contenders on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterRun {
+    /// Replicas (more than one).
+    pub replicas: u32,
+    /// The routers every heuristic runs behind, in output order (at least one).
+    pub routers: Vec<crate::schedulers::Router>,
+}
+
+/// One contender's run: behind which router (where several are compared) and what it
+/// gave.
+#[derive(Debug, Clone)]
+pub struct ContenderRun {
+    /// What ran.
+    pub contender: Contender,
+    /// The router it ran behind, where the comparison has several (None otherwise, and
+    /// for the solver, which searches routings).
+    pub router: Option<crate::schedulers::Router>,
+    /// Its outcome, or why it failed.
+    pub result: Result<Outcome, String>,
+}
+
+impl ContenderRun {
+    /// Its name in files and folders: the contender's, `@router` where it has one
+    /// (`vllm-v1@least-outstanding`).
+    pub fn name(&self) -> String {
+        match self.router {
+            Some(r) => format!("{}@{r}", self.contender.name()),
+            None => self.contender.name().to_string(),
+        }
+    }
 }
 
 /// The result of a comparison: per contender an outcome or the reason it failed.
@@ -50,8 +84,9 @@ pub struct Comparison {
     pub objective: Objective,
     /// The optimal scheduler's limits (each outcome has its own).
     pub limits: Limits,
-    /// In the order of [`CompareSpec::contenders`].
-    pub results: Vec<(Contender, Result<Outcome, String>)>,
+    /// In the order of [`CompareSpec::contenders`], each heuristic behind each router in
+    /// turn.
+    pub results: Vec<ContenderRun>,
     /// With SLOs: the most requests any schedule can have meet every SLO on their own
     /// values (`ceiling::most_requests_meeting`, under the solver's limits, which no
     /// heuristic's loosen), so the best possible goodput is at most this many.
@@ -73,20 +108,36 @@ pub const GOODPUT_SEARCH_BUDGET: usize = 4_000_000;
 /// run under its own defaults that is better and in the solver's class is the solver's
 /// answer, named as such, with the solver's bound.
 pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparison {
-    let heuristics: Vec<(Contender, Result<Outcome, String>)> = spec
+    // Each heuristic behind each router (named by it where there are several).
+    let routers: Vec<Option<crate::schedulers::Router>> = match &spec.cluster {
+        Some(c) if c.routers.len() > 1 => c.routers.iter().copied().map(Some).collect(),
+        _ => vec![None],
+    };
+    let jobs: Vec<(Contender, Option<crate::schedulers::Router>)> = spec
         .contenders
-        .par_iter()
+        .iter()
         .filter(|c| !c.is_solver())
-        .map(|&c| (c, run_one(w, cost, spec, &spec.solve, c)))
+        .flat_map(|&c| routers.iter().map(move |&r| (c, r)))
+        .collect();
+    let heuristics: Vec<ContenderRun> = jobs
+        .into_par_iter()
+        .map(|(contender, router)| ContenderRun {
+            contender,
+            router,
+            result: run_one(w, cost, spec, (&spec.solve, router), contender),
+        })
         .collect();
     // The heuristics' schedules seed the single-replica solver (a cluster's are per
     // replica; the cluster search runs every heuristic itself).
     let seeds: Vec<(String, crate::core::Schedule)> = heuristics
         .iter()
         .filter(|_| spec.cluster.is_none())
-        .filter_map(|(c, r)| {
-            let o = r.as_ref().ok()?;
-            let name = format!("{c} (its own schedule, replayed under these limits)");
+        .filter_map(|run| {
+            let o = run.result.as_ref().ok()?;
+            let name = format!(
+                "{} (its own schedule, replayed under these limits)",
+                run.contender
+            );
             Some((name, o.schedule.clone()))
         })
         .collect();
@@ -94,16 +145,23 @@ pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparis
         seeds,
         ..spec.solve.clone()
     };
-    let solvers: Vec<(Contender, Result<Outcome, String>)> = spec
+    let solvers: Vec<ContenderRun> = spec
         .contenders
         .par_iter()
         .filter(|c| c.is_solver())
-        .map(|&c| (c, run_one(w, cost, spec, &seeded, c)))
+        .map(|&contender| ContenderRun {
+            contender,
+            router: None,
+            result: run_one(w, cost, spec, (&seeded, None), contender),
+        })
         .collect();
-    // In the order of the contenders.
+    // In the order of the contenders (each heuristic's routers in turn).
     let mut all: Vec<_> = heuristics.into_iter().chain(solvers).collect();
-    all.sort_by_key(|(c, _)| spec.contenders.iter().position(|x| x == c));
-    let replicas = spec.cluster.map_or(1, |(n, _)| n);
+    all.sort_by_key(|run| {
+        let c = spec.contenders.iter().position(|x| *x == run.contender);
+        (c, routers.iter().position(|r| *r == run.router))
+    });
+    let replicas = spec.cluster.as_ref().map_or(1, |c| c.replicas);
     let most_meeting_slos = (!spec.slos.is_empty()).then(|| {
         crate::ceiling::most_requests_meeting(w, &spec.limits, cost, replicas, &spec.slos)
     });
@@ -124,12 +182,23 @@ pub fn run(w: &Workload, cost: &LinearCostModel, spec: &CompareSpec) -> Comparis
 /// The most requests meeting every SLO in any contender's schedule or the search's (ties
 /// to the first contender), with what found it.
 fn best_found_meeting(
-    results: &[(Contender, Result<Outcome, String>)],
+    results: &[ContenderRun],
     search: Option<&crate::goodput::GoodputFound>,
 ) -> Option<(usize, String)> {
-    let contenders = results.iter().filter_map(|(c, r)| {
-        let good = r.as_ref().ok()?.summary.slo.as_ref()?.good_requests;
-        Some((good, c.to_string()))
+    let contenders = results.iter().filter_map(|run| {
+        let good = run
+            .result
+            .as_ref()
+            .ok()?
+            .summary
+            .slo
+            .as_ref()?
+            .good_requests;
+        let by = match run.router {
+            Some(r) => format!("{}@{r}", run.contender),
+            None => run.contender.to_string(),
+        };
+        Some((good, by))
     });
     let searched = search.map(|f| (f.meeting, format!("goodput search ({})", f.method)));
     contenders
@@ -140,11 +209,12 @@ fn best_found_meeting(
         })
 }
 
+/// Runs contender `c`; on a cluster behind `router` (the first of the spec's where None).
 fn run_one(
     w: &Workload,
     cost: &LinearCostModel,
     spec: &CompareSpec,
-    solve: &SolveOptions,
+    (solve, router): (&SolveOptions, Option<crate::schedulers::Router>),
     c: Contender,
 ) -> Result<Outcome, String> {
     let with = ProduceWith {
@@ -153,8 +223,11 @@ fn run_one(
         objective: spec.objective,
         solve,
     };
-    let mut o = match spec.cluster {
-        Some(cluster) => crate::produce::produce_on_cluster(w, cost, c, &with, cluster),
+    let mut o = match &spec.cluster {
+        Some(cluster) => {
+            let router = router.unwrap_or(cluster.routers[0]);
+            crate::produce::produce_on_cluster(w, cost, c, &with, (cluster.replicas, router))
+        }
         None => produce(w, cost, c, &with),
     }
     .map_err(|e| e.to_string())?;
@@ -196,9 +269,11 @@ pub struct ComparisonRow {
     pub scheduler: Contender,
     /// What the row is called in tables, plots and files (`scheduler` there): the
     /// contender's name, except that the solver's schedule without a proof is
-    /// `best-found` (never `optimal`).
+    /// `best-found` (never `optimal`), and `@router` where several routers are compared.
     #[serde(rename = "scheduler")]
     pub label: String,
+    /// The router it ran behind, where several are compared.
+    pub router: Option<String>,
     /// The solver's method that produced the schedule (none for a heuristic).
     pub method: Option<String>,
     /// Whether the contender reads the true output lengths (the solver, MC-SF).
@@ -315,25 +390,27 @@ pub fn reference(rows: &[ComparisonRow]) -> Reference {
 impl Comparison {
     /// The MILP's outcome, if it ran and succeeded.
     pub fn optimal(&self) -> Option<&Outcome> {
-        self.results.iter().find_map(|(c, r)| match (c, r) {
-            (Contender::Optimal(_), Ok(o)) => Some(o),
-            _ => None,
-        })
-    }
-
-    /// Successful outcomes with their names, in order.
-    pub fn succeeded(&self) -> Vec<(&'static str, &Outcome)> {
         self.results
             .iter()
-            .filter_map(|(c, r)| r.as_ref().ok().map(|o| (c.name(), o)))
+            .find_map(|run| match (run.contender, &run.result) {
+                (Contender::Optimal(_), Ok(o)) => Some(o),
+                _ => None,
+            })
+    }
+
+    /// Successful outcomes with their names ([`ContenderRun::name`]), in order.
+    pub fn succeeded(&self) -> Vec<(String, &Outcome)> {
+        self.results
+            .iter()
+            .filter_map(|run| run.result.as_ref().ok().map(|o| (run.name(), o)))
             .collect()
     }
 
     /// Failed contenders with their errors.
-    pub fn failures(&self) -> Vec<(&'static str, &str)> {
+    pub fn failures(&self) -> Vec<(String, &str)> {
         self.results
             .iter()
-            .filter_map(|(c, r)| r.as_ref().err().map(|e| (c.name(), e.as_str())))
+            .filter_map(|run| run.result.as_ref().err().map(|e| (run.name(), e.as_str())))
             .collect()
     }
 
@@ -344,8 +421,9 @@ impl Comparison {
         let bound = opt.and_then(Outcome::solver_result).map(|r| r.1);
         self.results
             .iter()
-            .filter_map(|(c, r)| r.as_ref().ok().map(|o| (*c, o)))
-            .map(|(contender, o)| {
+            .filter_map(|run| run.result.as_ref().ok().map(|o| (run, o)))
+            .map(|(run, o)| {
+                let contender = run.contender;
                 let s = &o.summary;
                 let v = self.objective.of(s);
                 // A schedule that took tokens from the prefix cache is outside what the
@@ -353,9 +431,14 @@ impl Comparison {
                 let comparable = s.cached_tokens == 0;
                 let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0 && comparable).map(|d| v / d);
                 let status = RunStatus::of(o);
+                let label = row_label(contender, status);
                 ComparisonRow {
                     scheduler: contender,
-                    label: row_label(contender, status),
+                    label: match run.router {
+                        Some(r) => format!("{label}@{r}"),
+                        None => label,
+                    },
+                    router: run.router.map(|r| r.name()),
                     method: o.solver_result().map(|r| r.0),
                     clairvoyant: contender.clairvoyant(),
                     status,
@@ -443,6 +526,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "slos_hold",
     "goodput_of_best_possible",
     "cached_tokens",
+    "router",
 ];
 
 /// A limit in the CSV: empty when unlimited.
@@ -465,7 +549,7 @@ pub fn write_csv(
         let q = |q: &Quantiles| format!("{},{},{},{}", q.mean, q.p50, q.p90, q.p99);
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.label,
             r.status,
             objective.name(),
@@ -506,6 +590,7 @@ pub fn write_csv(
             r.slos_hold.map_or(String::new(), |h| h.to_string()),
             opt(r.goodput_of_best_possible),
             r.cached_tokens,
+            r.router.as_deref().unwrap_or_default(),
         )?;
     }
     Ok(())
@@ -536,7 +621,8 @@ pub struct Setting {
 pub struct ClusterSetting {
     /// Replicas (each under the same limits and cost model).
     pub replicas: u32,
-    /// The router the heuristics ran behind (the solver searches routings).
+    /// The router the heuristics ran behind (the solver searches routings); several,
+    /// comma-separated, where the comparison has several.
     pub router: String,
 }
 

@@ -564,7 +564,7 @@ pub fn produce_cluster_on(
 ) -> Result<ClusterOutcome, ProduceError> {
     let limits = kind.limits(knobs, w);
     check_schedule_memory(w, &limits, 1, kind.name())?;
-    let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(knobs, w)).collect();
+    let mut policies = kind.cluster_policies(knobs, w, replicas, pipeline);
     let sim = crate::schedulers::simulate_cluster_on(
         w,
         &limits,

@@ -2915,6 +2915,101 @@ fn compare_can_skip_plots_and_traces() {
 }
 
 #[test]
+fn compare_on_replicas_runs_every_heuristic_behind_each_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("w.csv");
+    std::fs::write(
+        &wl,
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,300,20\n0,40,5\n0.01,200,30\n0.02,30,4\n0.03,250,10\n0.05,20,6\n",
+    )
+    .unwrap();
+    let compare = |routers: &str, name: &str| {
+        let out = dir.path().join(name);
+        let o = run(&[
+            "compare",
+            "--workload",
+            wl.to_str().unwrap(),
+            "--schedulers",
+            "vllm-v1,sarathi",
+            "--kv-capacity",
+            "2048",
+            "--token-budget",
+            "512",
+            "--replicas",
+            "2",
+            "--router",
+            routers,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+                .unwrap();
+        (out, doc)
+    };
+    let (out, doc) = compare("round-robin,least-kv", "both");
+    assert_eq!(doc["setting"]["cluster"]["router"], "round-robin,least-kv");
+    let rows = doc["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["scheduler"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "vllm-v1@round-robin",
+            "vllm-v1@least-kv",
+            "sarathi@round-robin",
+            "sarathi@least-kv"
+        ]
+    );
+    // Each row is the single-router comparison's row, in a folder named like it.
+    for router in ["round-robin", "least-kv"] {
+        let (_, one) = compare(router, router);
+        for (k, sched) in ["vllm-v1", "sarathi"].iter().enumerate() {
+            let single = &one["rows"][k];
+            let multi = rows
+                .iter()
+                .find(|r| r["scheduler"] == format!("{sched}@{router}"))
+                .unwrap();
+            assert_eq!(
+                multi["objective_s"], single["objective_s"],
+                "{sched}@{router}"
+            );
+            assert_eq!(multi["router"], router);
+            assert!(single["router"].is_null());
+            assert!(out.join(format!("{sched}@{router}/routing.csv")).is_file());
+        }
+    }
+    // The latency CDFs have a series per (scheduler, router); the CSV names the router.
+    let cdf = std::fs::read_to_string(out.join("plots/latency-cdf.svg")).unwrap();
+    assert!(cdf.contains(">sarathi@least-kv<") && cdf.contains(">vllm-v1@round-robin<"));
+    let csv = std::fs::read_to_string(out.join("comparison.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",router"));
+    assert!(csv.lines().nth(2).unwrap().ends_with(",least-kv"), "{csv}");
+    // Several routers need several replicas.
+    let bad = dir.path().join("bad");
+    assert_fails(
+        &[
+            "compare",
+            "--workload",
+            wl.to_str().unwrap(),
+            "--schedulers",
+            "vllm-v1",
+            "--replicas",
+            "1",
+            "--router",
+            "round-robin,least-kv",
+            "--out",
+            bad.to_str().unwrap(),
+        ],
+        &bad,
+        &["--router lists 2 routers"],
+    );
+}
+
+#[test]
 fn compare_on_replicas_runs_every_scheduler_on_the_cluster_and_the_cluster_search() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cmp");
@@ -3877,9 +3972,9 @@ fn compare_and_solve_measure_slos() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(plain.join("comparison.csv")).unwrap();
-    // The four SLO columns are empty; then cached_tokens (0).
+    // The four SLO columns are empty; then cached_tokens (0) and router (none).
     assert!(
-        text.lines().nth(1).unwrap().ends_with("false,,,,,0"),
+        text.lines().nth(1).unwrap().ends_with("false,,,,,0,"),
         "{text}"
     );
     // solve measures them too.
@@ -4261,6 +4356,30 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         "cluster",
         &["summary.json", "replica-1/summary.json", "requests.csv"],
     );
+    // vLLM v0's virtual engines on every replica of a cluster.
+    let engines = dir.path().join("engines");
+    let o = run(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--scheduler",
+        "vllm",
+        "--cost-model",
+        "roofline:h100:llama3-8b",
+        "--pp",
+        "2",
+        "--replicas",
+        "2",
+        "--out",
+        engines.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta = std::fs::read_to_string(engines.join("vllm/replica-1/schedule.json")).unwrap();
+    assert!(
+        meta.contains("\"virtual_engines\":2"),
+        "{}",
+        &meta[..200.min(meta.len())]
+    );
     assert!(
         text.contains("2 replicas") && text.contains("2 stages"),
         "{text}"
@@ -4297,10 +4416,6 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
         ),
         (&["--scheduler", "vllm-v1", "--pp", "0"][..], "--pp"),
         (
-            &["--scheduler", "vllm", "--pp", "2", "--replicas", "2"][..],
-            "virtual engines, built for one replica",
-        ),
-        (
             &["--scheduler", "vllm-v1", "--pp-latency-us", "5"][..],
             "give --pp 2 or more",
         ),
@@ -4327,7 +4442,7 @@ fn a_pipelined_replica_overlaps_batches_replays_and_refuses_what_it_does_not_mod
 }
 
 #[test]
-fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
+fn capacity_searches_pipelined_replicas_with_their_first_stages_ceiling() {
     let dir = tempfile::tempdir().unwrap();
     let w = first_splitwise_requests(200, dir.path());
     let out = dir.path().join("cap");
@@ -4358,8 +4473,7 @@ fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
         .skip(1)
         .map(|l| l.split(',').collect())
         .collect();
-    // (scheduler, pp) in configuration order, M per stage GPU, a rate for each, a
-    // ceiling only for the replicas running one batch at a time.
+    // (scheduler, pp) in configuration order, M per stage GPU, a rate for each.
     let who: Vec<(&str, &str)> = rows.iter().map(|r| (r[1], r[5])).collect();
     assert_eq!(
         who,
@@ -4375,28 +4489,24 @@ fn capacity_searches_pipelined_replicas_without_claiming_a_ceiling() {
     for r in &rows {
         assert_eq!(r[10], "found", "{text}");
     }
-    assert!(!rows[0][17].is_empty() && rows[2][17].is_empty() && rows[3][17].is_empty());
+    // Each configuration's ceiling lies above the rate it sustains; a pipeline's (its
+    // first stage's, at half the time per batch) above one replica's.
+    let x = |r: &Vec<&str>, k: usize| r[k].parse::<f64>().unwrap();
+    for r in &rows {
+        assert!(x(r, 17) >= x(r, 11), "{text}");
+    }
+    assert!(x(&rows[2], 17) > x(&rows[0], 17), "{text}");
     assert!(
-        stdout(&o).contains("vllm-v1, 2 pipeline stages each")
-            && stdout(&o)
-                .contains("no ceiling (its argument covers replicas running one batch at a time)"),
+        stdout(&o).contains("vllm-v1, 2 pipeline stages each") && stdout(&o).contains("(ceiling)"),
         "{}",
         stdout(&o)
     );
     // Refused before anything runs.
     let bad = dir.path().join("bad");
-    for (extra, expect) in [
-        (&["--scheduler", "orca", "--pp", "2"][..], "not orca"),
-        (
-            &["--scheduler", "vllm", "--pp", "2", "--disaggregate", "1:1"][..],
-            "virtual engines, built for one replica",
-        ),
-    ] {
-        let a = args(extra, &bad);
-        assert_fails(
-            &a.iter().map(String::as_str).collect::<Vec<_>>(),
-            &bad,
-            &[expect],
-        );
-    }
+    let a = args(&["--scheduler", "orca", "--pp", "2"], &bad);
+    assert_fails(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        &bad,
+        &["not orca"],
+    );
 }

@@ -126,6 +126,14 @@ proptest! {
             let r = replay_disaggregated(&w, &limits, &cost, &link, &sim.prefill.routing, &schedules(&sim.prefill), &sim.decode.routing, &schedules(&sim.decode))
                 .map_err(|e| TestCaseError::fail(format!("{router} {prefill}:{decode}: {e}")))?;
             prop_assert_eq!(r.cluster.replicas.len(), prefill + decode);
+            // The prefill replicas keep each prompt's KV while it is sent: the simulator
+            // counts the KV the replay counts, batch by batch.
+            for (one, replayed) in sim.prefill.replicas.iter().zip(&r.prefill.replicas) {
+                let kv = |b: &infersched::core::BatchRecord| b.kv_tokens;
+                let replayed: Vec<u64> = replayed.iter().flat_map(|x| x.batches.iter().map(kv)).collect();
+                let simulated: Vec<u64> = one.accounts.iter().map(|a| a.kv_tokens).collect();
+                prop_assert_eq!(replayed, simulated, "{}", router);
+            }
             for (i, (rec, req)) in r.cluster.merged.requests.iter().zip(w.requests()).enumerate() {
                 let pre = &r.prefill.merged.requests[i];
                 // Its KV leaves when the prefill side's token is out and arrives a transfer later,
@@ -191,6 +199,36 @@ proptest! {
             };
             prop_assert_eq!(sched(&plain), sched(&one));
             prop_assert_eq!(plain.routing, one.routing);
+        }
+    }
+
+    /// vLLM v0's virtual engines on every replica of a cluster: every request served once,
+    /// every replica's schedule replays on its pipeline under the engines' limits together.
+    #[test]
+    fn replicas_of_virtual_engines_serve_every_request_once_and_replay(
+        (w, knobs) in arb_case(),
+        replicas in 1u32..4,
+        stages in 2u32..4,
+    ) {
+        let cost = preset("llama3-70b-tp4-a100").unwrap();
+        let kind = SchedulerKind::Vllm;
+        let limits = kind.limits(&knobs, &w);
+        let pipeline = Pipeline { stages, send_latency_s: 1e-5, send_s_per_token: 1e-7 };
+        for router in ROUTERS {
+            let mut engines = kind.cluster_policies(&knobs, &w, replicas, &pipeline);
+            let sim = match simulate_cluster_on(&w, &limits, &mut engines, (&cost, &pipeline), router) {
+                Ok(s) => s,
+                Err(e) => {
+                    prop_assert!(kind.simulate_on(&w, &knobs, &cost, &pipeline).is_err(), "{router}: {e}");
+                    continue;
+                }
+            };
+            prop_assert_eq!(sim.replicas.len(), replicas as usize);
+            let schedules: Vec<_> = sim.replicas.iter().map(|s| s.schedule.clone()).collect();
+            replay_cluster_on(&w, &sim.replicas[0].limits, (&cost, &pipeline), &sim.routing, &schedules)
+                .map_err(|e| TestCaseError::fail(format!("{router} x{replicas}: {e}")))?;
+            let members = sim.routing.members();
+            prop_assert_eq!(members.iter().map(Vec::len).sum::<usize>(), w.len());
         }
     }
 }

@@ -57,13 +57,7 @@ fn case_knobs(cfg: &CaseConfig, reserve_full_isl: bool, prefix_caching: bool) ->
 }
 
 fn cases() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("config.json").is_file())
-        .collect();
-    dirs.sort();
-    dirs
+    infersched_test_kit::fixture_cases(FIXTURES)
 }
 
 use infersched_test_kit::normalized_batch as normalized;

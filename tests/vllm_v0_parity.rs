@@ -37,13 +37,7 @@ fn case_knobs(dir: &Path) -> Knobs {
 }
 
 fn cases() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(FIXTURES)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("config.json").is_file())
-        .collect();
-    dirs.sort();
-    dirs
+    infersched_test_kit::fixture_cases(FIXTURES)
 }
 
 fn evictions(s: &Schedule) -> usize {

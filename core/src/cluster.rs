@@ -87,6 +87,9 @@ pub enum ClusterError {
     /// hands it (e.g. KV ready past the latest time accepted).
     #[error("the decode replicas' requests: {0}")]
     DecodeSide(crate::WorkloadError),
+    /// A disaggregated cluster's KV link is not valid.
+    #[error("the KV link: {0}")]
+    KvLink(crate::disaggregation::DisaggregationError),
     /// A line of a routing file is not `request,replica,routed_at_s`.
     #[error("{path}, line {line}: {reason}")]
     RoutingFile {

@@ -2,7 +2,8 @@
 //! prefill and decode"), as vLLM serves it with a KV connector behind its proxy: every
 //! request goes first to one of P *prefill replicas* as a request for one output token;
 //! when that token is out, its prompt's KV moves over a link to one of D *decode
-//! replicas*, where the request arrives (at `first token + transfer time`) with the KV of
+//! replicas* (the prefill replica keeps it until sent), where the request arrives (at
+//! `first token + transfer time`) with the KV of
 //! its `I` prompt tokens, takes `I - 1` of them at admission, computes its last prompt
 //! token again (the decode side's first token, the one the client sees) and decodes the
 //! rest. Each side is a cluster of its own ([`crate::cluster`]); the replay checks both and
@@ -17,8 +18,9 @@ use crate::schedule::Schedule;
 use crate::{CostModel, Limits};
 
 /// The prefill side's workload: every request asks for one output token (vLLM's proxy
-/// sends the prompt to the prefill instance with `max_tokens = 1`).
-pub fn prefill_workload(w: &Workload) -> Workload {
+/// sends the prompt to the prefill instance with `max_tokens = 1`) and keeps its KV while
+/// it is sent over `link` after that token (`link.transfer_s(I)`).
+pub fn prefill_workload(w: &Workload, link: &KvLink) -> Workload {
     let reqs = w
         .requests()
         .iter()
@@ -27,7 +29,14 @@ pub fn prefill_workload(w: &Workload) -> Workload {
             ..*r
         })
         .collect();
-    Workload::new(reqs).expect("the requests of a valid workload")
+    let hold = w
+        .requests()
+        .iter()
+        .map(|r| link.transfer_s(r.input_tokens))
+        .collect();
+    Workload::new(reqs)
+        .and_then(|p| p.with_kv_hold(hold))
+        .expect("the requests of a valid workload and a validated link")
 }
 
 /// The decode side's workload: request `i` arrives at `ready_s[i]` with the KV of its
@@ -108,8 +117,9 @@ pub fn replay_disaggregated_on(
             source: Box::new(e),
         }
     };
+    link.validate().map_err(ClusterError::KvLink)?;
     let prefill = replay_cluster_on(
-        &prefill_workload(workload),
+        &prefill_workload(workload, link),
         limits,
         (cost, pipeline),
         prefill_routing,

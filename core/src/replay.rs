@@ -473,7 +473,10 @@ fn times_agree(a: f64, b: f64) -> bool {
 
 /// Replays `schedule` for `workload` under `limits` with batch times from `cost`.
 ///
-/// Checks every rule of `semantics.md`; see [`ReplayError`] for the list.
+/// Checks every rule of `semantics.md`; see [`ReplayError`] for the list. Where the
+/// workload has KV holds ([`Workload::with_kv_hold`]), a finished request's KV is free
+/// for the batches starting at or after its completion plus its hold, and a batch may
+/// start at a later claimed start (a scheduler waiting for held KV).
 pub fn replay(
     workload: &Workload,
     limits: &Limits,
@@ -565,9 +568,10 @@ fn replay_timed(
     for (j, batch) in schedule.batches.iter().enumerate() {
         step.clear();
         let mut earliest = clock.earliest_start();
-        if r.pipelined {
-            // A pipelined scheduler may wait past that for a batch in flight to complete
-            // and release KV: a later claimed start is taken (and checked below).
+        if r.pipelined || !r.hold_s.is_empty() {
+            // A scheduler may wait past that for a batch in flight to complete or a
+            // request's KV to be sent, to release KV: a later claimed start is taken (and
+            // checked below).
             let claimed = batch.start_s.filter(|t| t.is_finite()).unwrap_or(0.0);
             earliest = earliest.max(r.ready_s(batch)).max(claimed);
             r.release_until(earliest);
@@ -585,6 +589,17 @@ fn replay_timed(
         r.batches.push(record);
     }
     r.finish(schedule.batches.len())
+}
+
+/// What ends when a finished request's entry in [`Replayer::unreleased`] comes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// It stops running and frees its KV (its last batch completed on a pipeline).
+    Both,
+    /// It stops running; its KV stays for its hold.
+    RunningOnly,
+    /// Its hold ends: its KV is free.
+    KvOnly,
 }
 
 /// What one batch did so far, entry by entry.
@@ -631,8 +646,11 @@ struct Replayer<'a> {
     /// More than one pipeline stage: entries wait for their requests' batches in flight
     /// and finished requests release their KV at their last batch's completion.
     pipelined: bool,
-    /// Finished requests whose KV is still held: (completion, request, batch).
-    unreleased: Vec<(f64, usize, usize)>,
+    /// Finished requests still running or holding KV: (when that ends, request, batch,
+    /// what ends then).
+    unreleased: Vec<(f64, usize, usize, Release)>,
+    /// Per request, seconds it keeps its KV after its last token (empty: none does).
+    hold_s: Vec<f64>,
 }
 
 impl<'a> Replayer<'a> {
@@ -677,6 +695,11 @@ impl<'a> Replayer<'a> {
             },
             pipelined: false,
             unreleased: Vec::new(),
+            hold_s: if workload.has_kv_hold() {
+                (0..n).map(|i| workload.kv_hold_s(i)).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -685,6 +708,9 @@ impl<'a> Replayer<'a> {
     /// generated its last one (its next entry needs it). A prompt chunk may follow the
     /// one before it while that one is in flight. (Unknown ids are refused when applied.)
     fn ready_s(&self, batch: &crate::schedule::Batch) -> f64 {
+        if !self.pipelined {
+            return 0.0;
+        }
         let n = self.reqs.len();
         batch
             .entries
@@ -702,19 +728,46 @@ impl<'a> Replayer<'a> {
             .fold(0.0, f64::max)
     }
 
-    /// Releases the KV of the finished requests whose last batch completed by `t_s`, in
-    /// the order they finished, counting it in their batches' records.
+    /// Releases the KV of the finished requests whose release time (their last batch's
+    /// completion, plus their hold) is at most `t_s`, in the order they finished,
+    /// counting it in their batches' records.
     fn release_until(&mut self, t_s: f64) {
         let mut unreleased = std::mem::take(&mut self.unreleased);
-        unreleased.retain(|&(end_s, i, j)| {
+        unreleased.retain(|&(end_s, i, j, what)| {
             if end_s > t_s {
                 return true;
             }
-            let released = self.release(i);
-            self.batches[j].kv_tokens_released += released;
+            if what != Release::KvOnly {
+                self.running -= 1;
+            }
+            if what != Release::RunningOnly {
+                let released = self.release(i);
+                self.batches[j].kv_tokens_released += released;
+            }
             false
         });
         self.unreleased = unreleased;
+    }
+
+    /// Finished request `i` (in batch `j`, ending at `end_s`) stops running and frees its
+    /// KV: at once, at the batch's completion on a pipeline, its KV after its hold.
+    /// Returns the KV tokens freed at once.
+    fn finish_request(&mut self, i: usize, j: usize, end_s: f64) -> u64 {
+        let hold_s = self.hold_s.get(i).copied().unwrap_or(0.0);
+        match (self.pipelined, hold_s > 0.0) {
+            (false, false) => {
+                self.running -= 1;
+                return self.release(i);
+            }
+            (false, true) => self.running -= 1,
+            (true, false) => self.unreleased.push((end_s, i, j, Release::Both)),
+            (true, true) => self.unreleased.push((end_s, i, j, Release::RunningOnly)),
+        }
+        if hold_s > 0.0 {
+            self.unreleased
+                .push((end_s + hold_s, i, j, Release::KvOnly));
+        }
+        0
     }
 
     /// Releases finished request `i`'s KV; returns the tokens freed (with the prefix
@@ -729,7 +782,6 @@ impl<'a> Replayer<'a> {
             self.kv_used = cache.used_tokens();
             released = before - self.kv_used;
         }
-        self.running -= 1;
         self.state[i].held = 0;
         released
     }
@@ -1091,11 +1143,7 @@ impl<'a> Replayer<'a> {
             if self.state[i].generated == self.reqs[i].output_tokens {
                 rec.completion_s = end_s;
                 finished += 1;
-                if self.pipelined {
-                    self.unreleased.push((end_s, i, j));
-                } else {
-                    kv_released += self.release(i);
-                }
+                kv_released += self.finish_request(i, j, end_s);
             }
         }
         BatchRecord {
@@ -1373,6 +1421,46 @@ mod tests {
             replay_pipelined(&w, &Limits::unlimited(), &TestCost, &bad, &s),
             Err(ReplayError::Pipeline(_))
         ));
+    }
+
+    #[test]
+    fn a_held_kv_is_free_only_after_its_hold() {
+        // M = 4, request 0 (2 tokens, O = 1) holds its KV for 0.5 s after its token at
+        // 1.2 s (b0: 1 + 0.1 x 2 + 0.001 x 4 = 1.204 s): request 1's 3-token prompt fits
+        // only in a batch starting at 1.704 s or later.
+        let w = workload(&[(2, 1, 0.0), (3, 1, 0.0)])
+            .with_kv_hold(vec![0.5, 0.0])
+            .unwrap();
+        let m4 = Limits {
+            kv_capacity: Some(4),
+            block_size: 1,
+            ..Limits::unlimited()
+        };
+        let s = sched(vec![vec![E::process(0, 2)], vec![E::process(1, 3)]]);
+        assert!(matches!(
+            replay(&w, &m4, &TestCost, &s),
+            Err(ReplayError::KvCapacity {
+                batch: 1,
+                used: 5,
+                ..
+            })
+        ));
+        // A scheduler waiting for the hold claims the later start; the replay takes it.
+        let mut waited = s.clone();
+        waited.batches[1].start_s = Some(1.704);
+        let r = replay(&w, &m4, &TestCost, &waited).unwrap();
+        assert!(close(r.batches[1].start_s, 1.704));
+        assert_eq!(r.batches[0].kv_tokens_released, 2);
+        // The request is done at its token; only its KV waits.
+        assert!(close(r.requests[0].completion_s, 1.204));
+        // Without the hold the same schedule fits back to back.
+        let plain = workload(&[(2, 1, 0.0), (3, 1, 0.0)]);
+        let r = replay(&plain, &m4, &TestCost, &s).unwrap();
+        assert!(close(r.batches[1].start_s, 1.204));
+        // A claimed start earlier than the hold allows is refused.
+        let mut early = s.clone();
+        early.batches[1].start_s = Some(1.3);
+        assert!(replay(&w, &m4, &TestCost, &early).is_err());
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct Workload {
     prefix: Option<std::sync::Arc<crate::prefix::PrefixIds>>,
     /// Per request, prompt tokens whose KV arrives with it, computed elsewhere.
     transferred: Option<std::sync::Arc<Vec<u32>>>,
+    /// Per request, seconds it keeps its KV after its last token (while sending it).
+    kv_hold_s: Option<std::sync::Arc<Vec<f64>>>,
 }
 
 impl Workload {
@@ -113,6 +115,7 @@ impl Workload {
             requests,
             prefix: None,
             transferred: None,
+            kv_hold_s: None,
         })
     }
 
@@ -190,8 +193,41 @@ impl Workload {
         self.transferred.is_some()
     }
 
-    /// The requests `ids` (in that order, renumbered 0..), with their prefix ids and
-    /// transferred KV.
+    /// The workload whose request `i` keeps its KV for `hold_s[i]` seconds after its last
+    /// token (a disaggregated prefill replica's requests, sending their prompt's KV;
+    /// semantics.md, "Disaggregated prefill and decode"). Each finite and `>= 0`.
+    pub fn with_kv_hold(mut self, hold_s: Vec<f64>) -> Result<Self, WorkloadError> {
+        let invalid = |index, reason: String| WorkloadError::InvalidField {
+            index,
+            field: "kv_hold_s",
+            reason,
+        };
+        if hold_s.len() != self.requests.len() {
+            let reason = format!("{} values for {} requests", hold_s.len(), self.len());
+            return Err(invalid(0, reason));
+        }
+        if let Some(i) = hold_s.iter().position(|h| !(h.is_finite() && *h >= 0.0)) {
+            return Err(invalid(
+                i,
+                format!("must be finite and >= 0, got {}", hold_s[i]),
+            ));
+        }
+        self.kv_hold_s = Some(std::sync::Arc::new(hold_s));
+        Ok(self)
+    }
+
+    /// Seconds request `i` keeps its KV after its last token (0 without a hold).
+    pub fn kv_hold_s(&self, i: usize) -> f64 {
+        self.kv_hold_s.as_ref().map_or(0.0, |h| h[i])
+    }
+
+    /// Whether any request keeps its KV after its last token.
+    pub fn has_kv_hold(&self) -> bool {
+        self.kv_hold_s.is_some()
+    }
+
+    /// The requests `ids` (in that order, renumbered 0..), with their prefix ids,
+    /// transferred KV and KV holds.
     pub fn members(&self, ids: &[u32]) -> Result<Workload, WorkloadError> {
         let reqs = ids.iter().map(|&g| self.requests[g as usize]).collect();
         let mut sub = Workload::new(reqs)?;
@@ -205,6 +241,9 @@ impl Workload {
         if self.has_transferred() {
             sub =
                 sub.with_transferred(ids.iter().map(|&g| self.transferred(g as usize)).collect())?;
+        }
+        if self.has_kv_hold() {
+            sub = sub.with_kv_hold(ids.iter().map(|&g| self.kv_hold_s(g as usize)).collect())?;
         }
         Ok(sub)
     }
@@ -286,6 +325,22 @@ mod tests {
         let one = t.members(&[1]).unwrap();
         assert_eq!((one.len(), one.transferred(0)), (1, 2));
         assert_eq!(one.requests()[0].input_tokens, 3);
+    }
+
+    #[test]
+    fn kv_holds_are_checked_and_kept_by_members() {
+        let w = Workload::new(vec![req(4, 1, 0.0), req(3, 1, 1.0)]).unwrap();
+        assert_eq!(w.kv_hold_s(1), 0.0);
+        let e = w.clone().with_kv_hold(vec![0.5]).unwrap_err();
+        assert!(e.to_string().contains("1 values for 2 requests"), "{e}");
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = w.clone().with_kv_hold(vec![0.0, bad]).unwrap_err();
+            assert!(e.to_string().contains("request 1: kv_hold_s"), "{e}");
+        }
+        let h = w.with_kv_hold(vec![0.25, 0.5]).unwrap();
+        assert!(h.has_kv_hold());
+        let one = h.members(&[1]).unwrap();
+        assert_eq!((one.len(), one.kv_hold_s(0)), (1, 0.5));
     }
 
     #[test]

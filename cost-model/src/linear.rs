@@ -257,6 +257,19 @@ impl LinearCostModel {
     pub fn theta(&self, feature: Feature) -> f64 {
         self.theta_s[feature as usize]
     }
+
+    /// One stage of a pipeline of `stages` stages: every coefficient divided by `stages`,
+    /// so a batch takes `1 / stages` of its time (semantics.md, "Pipeline parallelism").
+    /// Every pipelined schedule's stage 0 is a schedule of one machine at this speed,
+    /// each token out no later than on the pipeline: bounds computed with it hold there.
+    pub fn stage_of(&self, stages: u32) -> LinearCostModel {
+        let p = f64::from(stages.max(1));
+        LinearCostModel {
+            name: format!("{} (1 of {stages} pipeline stages)", self.name),
+            theta_s: self.theta_s.map(|t| t / p),
+            file: self.file.clone(),
+        }
+    }
 }
 
 impl CostModel for LinearCostModel {

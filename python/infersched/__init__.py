@@ -662,7 +662,8 @@ def capacity(
     --disaggregate``: P prefill and D decode replicas behind ``router``, KV over
     ``kv_bandwidth`` GB/s, the GPU's NVLink by default; vllm-v1; no ceiling); ``pp`` > 1
     makes each replica a pipeline of that many stages (``capacity --pp``; vllm-v1,
-    vllm and sarathi; no ceiling)."""
+    vllm and sarathi; the ceiling is the first stage's, a machine at ``1 / pp`` of each
+    batch's time)."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,

@@ -289,6 +289,38 @@ impl ClusterKwargs {
             .map_err(|e| err(format!("router: {e}")))?;
         Ok((self.replicas > 1).then_some((self.replicas, router)))
     }
+
+    /// `compare`'s cluster: `router` may list several, comma-separated (every heuristic
+    /// runs behind each); None with one replica.
+    pub(crate) fn cluster_of_routers(&self) -> PyResult<Option<infersched::compare::ClusterRun>> {
+        let routers = self
+            .router
+            .split(',')
+            .map(|r| {
+                r.trim()
+                    .parse::<Router>()
+                    .map_err(|e| err(format!("router: {e}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let one = ClusterKwargs {
+            replicas: self.replicas,
+            router: self
+                .router
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        if one.cluster()?.is_none() && routers.len() > 1 {
+            return Err(err(format!(
+                "router lists {} routers: they spread requests over replicas=2 or more",
+                routers.len()
+            )));
+        }
+        Ok(one
+            .cluster()?
+            .map(|(replicas, _)| infersched::compare::ClusterRun { replicas, routers }))
+    }
 }
 
 /// Where and how a comparison runs, beside its settings.

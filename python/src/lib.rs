@@ -51,8 +51,7 @@ fn simulate(
         .map_or(infersched::capacity::Replicas::ONE, |(count, router)| {
             infersched::capacity::Replicas { count, router }
         });
-    let clustered = split.disaggregate.is_some() || cluster.replicas > 1;
-    check_pipelined(&pipeline, kind, clustered)?;
+    check_pipelined(&pipeline, kind)?;
     if let Some(split) = disaggregation(&split, &cost, &cluster, replicas)? {
         let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
         let slo = slos(&slo)?;
@@ -75,12 +74,8 @@ fn simulate(
     Ok(PyRun::new(with_slo(outcome, &slo), None, kind.name(), w))
 }
 
-/// `pp` above 1 only where modelled: pipelined schedulers, colocated replicas.
-fn check_pipelined(
-    pipeline: &infersched::core::Pipeline,
-    kind: SchedulerKind,
-    clustered: bool,
-) -> PyResult<()> {
+/// `pp` above 1 only where modelled: pipelined schedulers.
+fn check_pipelined(pipeline: &infersched::core::Pipeline, kind: SchedulerKind) -> PyResult<()> {
     if !pipeline.is_pipelined() {
         return Ok(());
     }
@@ -88,12 +83,6 @@ fn check_pipelined(
         return Err(err(format!(
             "pp = {}: pipeline parallelism is modelled for vllm-v1, vllm and sarathi, not {}",
             pipeline.stages,
-            kind.name()
-        )));
-    }
-    if clustered && !kind.pipelines_on_replicas() {
-        return Err(err(format!(
-            "pp with replicas or disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
             kind.name()
         )));
     }
@@ -266,7 +255,7 @@ fn compare(
         Contender::parse_list(&how.schedulers).map_err(|e| err(format!("schedulers: {e}")))?;
     let explicit = limits.explicit_limits(&cost)?;
     let watch = Arc::new(Watch::default());
-    let cluster = how.cluster.cluster()?;
+    let cluster = how.cluster.cluster_of_routers()?;
     let spec = CompareSpec {
         contenders,
         objective,
@@ -277,7 +266,7 @@ fn compare(
             ..solve_kwargs.options()?
         },
         slos: slos(&slo)?,
-        cluster,
+        cluster: cluster.clone(),
     };
     let setting = Setting {
         workload: workload.source.clone(),
@@ -286,9 +275,9 @@ fn compare(
         objective,
         limits: explicit,
         time_limit_s: solve_kwargs.time_limit,
-        cluster: cluster.map(|(replicas, router)| ClusterSetting {
-            replicas,
-            router: router.name(),
+        cluster: cluster.as_ref().map(|c| ClusterSetting {
+            replicas: c.replicas,
+            router: how.cluster.router.clone(),
         }),
     };
     let (w2, c2) = (w.clone(), cost.clone());
@@ -315,11 +304,14 @@ fn contended(
     objective: Objective,
     w: &Workload,
 ) -> Vec<Contended> {
-    let runs = c.results.into_iter().map(|(contender, result)| {
-        let name = contender.to_string();
-        match result {
+    let runs = c.results.into_iter().map(|run| {
+        let name = match run.router {
+            Some(r) => format!("{}@{r}", run.contender),
+            None => run.contender.to_string(),
+        };
+        match run.result {
             Ok(outcome) => {
-                let objective = contender.is_solver().then_some(objective);
+                let objective = run.contender.is_solver().then_some(objective);
                 let run = PyRun::new(outcome, objective, name.clone(), w);
                 (name, Some(run), None)
             }
@@ -350,8 +342,7 @@ fn capacity(
     let cost = cost_model(cost_model_spec)?;
     let w = &workload.inner;
     let pipeline = infersched::settings::pipeline(&cost, search.pp, None, None).map_err(err)?;
-    let clustered = search.disaggregate.is_some() || cluster.replicas > 1;
-    check_pipelined(&pipeline, kind, clustered)?;
+    check_pipelined(&pipeline, kind)?;
     let knobs = knobs_on(w, &cost, &limits, &knob_kwargs, pipeline.stages)?;
     let spec = search.spec(slos(&slo)?)?;
     let replicas = cluster
@@ -380,7 +371,9 @@ fn capacity(
                 let found =
                     infersched::capacity::pipelined_capacity(w, on, kind, &knobs, replicas, &spec)
                         .map_err(err)?;
-                return Ok((found, None, None));
+                let ceiling = infersched::ceiling::ceiling_on(w, &lim, on, replicas.count, &spec)
+                    .map_err(err)?;
+                return Ok((found, ceiling, None));
             }
             let found = infersched::capacity::capacity(w, &cost, kind, &knobs, replicas, &spec)
                 .map_err(err)?;

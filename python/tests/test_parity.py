@@ -129,6 +129,25 @@ def test_compare_writes_the_commands_folder(cli, tmp_path):
     assert bool(c.table.set_index("scheduler").loc["mcsf", "clairvoyant"])
 
 
+def test_compare_behind_several_routers_matches_the_command(cli, tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,300,6\n0,120,12\n"
+                    "0.01,40,3\n0.02,500,2\n0.03,64,9\n")
+    run_cli(cli, "compare", "--workload", str(path), "--schedulers", "vllm-v1,sarathi",
+            "--kv-capacity", "2048", "--replicas", "2", "--router", "round-robin,least-kv",
+            "--no-plots", "--out", str(tmp_path / "cli"))
+    c = isd.compare(isd.Workload.read(str(path)), ["vllm-v1", "sarathi"], "makespan",
+                    kv_capacity=2048, replicas=2, router="round-robin,least-kv", plots=False,
+                    out=tmp_path / "py")
+    assert_same_files(tmp_path / "cli", tmp_path / "py", ["comparison.csv"])
+    names = ["vllm-v1@round-robin", "vllm-v1@least-kv", "sarathi@round-robin", "sarathi@least-kv"]
+    assert list(c.table["scheduler"]) == names
+    assert set(c.runs) == set(names) and not c.failures
+    with pytest.raises(isd.InferschedError, match="router lists 2 routers"):
+        isd.compare(isd.Workload.read(str(path)), ["vllm-v1"], "makespan",
+                    router="round-robin,least-kv", plots=False)
+
+
 def all_files(root: Path):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
@@ -268,11 +287,15 @@ def test_a_pipelined_capacity_matches_the_command(cli, trace_head, tmp_path):
                        pp=2, replicas=2, router="least-outstanding")
     assert got["result"] == rows[1]["result"] == "found"
     assert got["max_rate_per_s"] == float(rows[1]["max_rate_per_s"])
-    assert got["ceiling_per_s"] is None and rows[1]["ceiling_per_s"] == ""
+    # A pipeline's ceiling is its first stage's (a machine at 1 / P of each batch's time),
+    # the command's (None where not proven at the highest rate).
+    want = float(rows[1]["ceiling_per_s"]) if rows[1]["ceiling_per_s"] else None
+    assert got["ceiling_per_s"] == want
+    assert want is None or want >= got["max_rate_per_s"]
     assert got["max_rate_per_s"] != float(rows[0]["max_rate_per_s"])
     with pytest.raises(isd.InferschedError, match="not orca$"):
         isd.capacity(trace_head, "orca", ["ttft-p90=2s"], cost_model="llama3-8b-h100", pp=2)
-    with pytest.raises(isd.InferschedError, match="virtual engines, built for one replica"):
+    with pytest.raises(isd.InferschedError, match="vllm does not take KV computed elsewhere"):
         isd.capacity(trace_head, "vllm", ["ttft-p90=2s"], cost_model="llama3-8b-h100",
                      pp=2, disaggregate="1:1")
 

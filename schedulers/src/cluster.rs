@@ -8,211 +8,13 @@
 //! each replica as it is at `t`: the requests it has not finished (those finishing in a
 //! batch still running at `t` count as unfinished), its waiting queue, its KV blocks.
 
-use crate::sim::{Run, Simulation, Simulator, Step, check_servable};
+pub use crate::router::{ROUTER_NAMES, Router};
+use crate::router::{RouterState, load_at};
+pub use crate::sim::ClusterSimulation;
+use crate::sim::{Brings, Run, Simulator, Step, check_servable};
 use crate::{Policy, SimError};
 use infersched_core::cluster::MAX_REPLICAS;
 use infersched_core::{BlockKeys, CostModel, Limits, Pipeline, Routing, Workload};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::fmt;
-
-/// How arriving requests are spread over the replicas. Ties go to the lowest index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Router {
-    /// Requests in arrival order to replicas 0, 1, ..., N - 1, 0, ... (Vidur's round robin).
-    RoundRobin,
-    /// To the replica with the fewest requests routed to it and not finished.
-    LeastOutstanding,
-    /// To the replica with the fewest requests waiting (routed and not yet admitted, or
-    /// evicted): Vidur's "least outstanding requests" (LOR), which counts its replica
-    /// schedulers' request queues.
-    LeastWaiting,
-    /// To the replica with the fewest KV blocks allocated.
-    LeastKv,
-    /// vLLM V1's data-parallel load balancer (`DPLBAsyncMPClient`): the least
-    /// `4 x waiting + running`.
-    VllmDp,
-    /// Two distinct replicas drawn at random; the one with fewer unfinished requests.
-    PowerOfTwo {
-        /// Seed of the draws.
-        seed: u64,
-    },
-    /// A replica drawn uniformly at random.
-    Random {
-        /// Seed of the draws.
-        seed: u64,
-    },
-}
-
-/// The names `--router` accepts (`power-of-two` and `random` take `:SEED`, default 0).
-pub const ROUTER_NAMES: &[&str] = &[
-    "round-robin",
-    "least-outstanding",
-    "least-waiting",
-    "least-kv",
-    "vllm-dp",
-    "power-of-two[:SEED]",
-    "random[:SEED]",
-];
-
-impl Router {
-    /// The name, with the seed where it has one (`random:7`).
-    pub fn name(self) -> String {
-        self.to_string()
-    }
-}
-
-impl fmt::Display for Router {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Router::RoundRobin => f.write_str("round-robin"),
-            Router::LeastOutstanding => f.write_str("least-outstanding"),
-            Router::LeastWaiting => f.write_str("least-waiting"),
-            Router::LeastKv => f.write_str("least-kv"),
-            Router::VllmDp => f.write_str("vllm-dp"),
-            Router::PowerOfTwo { seed } => write!(f, "power-of-two:{seed}"),
-            Router::Random { seed } => write!(f, "random:{seed}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Router {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (name, seed) = match s.split_once(':') {
-            Some((n, seed)) => (n, Some(seed)),
-            None => (s, None),
-        };
-        let seeded = || -> Result<u64, String> {
-            seed.map_or(Ok(0), |t| {
-                t.parse().map_err(|_| {
-                    format!("router {name}: seed \"{t}\" is not a non-negative integer")
-                })
-            })
-        };
-        let plain = |r: Router| match seed {
-            None => Ok(r),
-            Some(_) => Err(format!("router {name} takes no seed")),
-        };
-        match name {
-            "round-robin" => plain(Router::RoundRobin),
-            "least-outstanding" => plain(Router::LeastOutstanding),
-            "least-waiting" => plain(Router::LeastWaiting),
-            "least-kv" => plain(Router::LeastKv),
-            "vllm-dp" => plain(Router::VllmDp),
-            "power-of-two" => Ok(Router::PowerOfTwo { seed: seeded()? }),
-            "random" => Ok(Router::Random { seed: seeded()? }),
-            _ => Err(format!(
-                "unknown router \"{}\": expected one of {}",
-                s.chars().take(80).collect::<String>(),
-                ROUTER_NAMES.join(", ")
-            )),
-        }
-    }
-}
-
-/// A simulated cluster: where each request went and each replica's simulation.
-#[derive(Debug, Clone)]
-pub struct ClusterSimulation {
-    /// The replica of each request (routed at its arrival).
-    pub routing: Routing,
-    /// Per replica, its simulation; schedules name requests by the workload's ids.
-    pub replicas: Vec<Simulation>,
-}
-
-/// One replica as the router sees it at time `t`.
-struct Load {
-    unfinished: usize,
-    waiting: usize,
-    running: usize,
-    kv_blocks: u64,
-}
-
-fn load_at(run: &Run<'_>, t: f64) -> Load {
-    // A request freed at a batch's completion after `t` was not yet finished then, and
-    // held its KV.
-    let (late, late_blocks) = run
-        .recent_frees
-        .iter()
-        .filter(|&&(end_s, _)| end_s > t)
-        .fold((0, 0), |(n, b), &(_, blocks)| (n + 1, b + blocks));
-    let sim = &run.sim;
-    Load {
-        unfinished: sim.requests().len() - run.finished + late,
-        waiting: sim.waiting().len() + sim.pending_count(),
-        running: sim.running().len() + late,
-        kv_blocks: sim.total_blocks() - sim.free_blocks() + late_blocks,
-    }
-}
-
-impl Router {
-    /// A load-based router's score of a replica (the least wins); 0 for the others.
-    fn score(self, l: &Load) -> u64 {
-        let n = |x: usize| x as u64;
-        match self {
-            Router::LeastOutstanding => n(l.unfinished),
-            Router::LeastWaiting => n(l.waiting),
-            Router::LeastKv => l.kv_blocks,
-            Router::VllmDp => 4 * n(l.waiting) + n(l.running),
-            _ => 0,
-        }
-    }
-}
-
-/// The index of the least `key` (the first of equals).
-fn least<K: Ord>(keys: impl Iterator<Item = K>) -> usize {
-    keys.enumerate()
-        .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)))
-        .map_or(0, |(i, _)| i)
-}
-
-struct RouterState {
-    router: Router,
-    next: usize,
-    rng: ChaCha8Rng,
-}
-
-impl RouterState {
-    fn new(router: Router) -> Self {
-        let seed = match router {
-            Router::PowerOfTwo { seed } | Router::Random { seed } => seed,
-            _ => 0,
-        };
-        Self {
-            router,
-            next: 0,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-        }
-    }
-
-    /// The replica for a request arriving at `t`.
-    fn pick(&mut self, runs: &[Run<'_>], t: f64) -> usize {
-        let n = runs.len();
-        let loads = || runs.iter().map(move |r| load_at(r, t));
-        match self.router {
-            Router::RoundRobin => {
-                let r = self.next % n;
-                self.next += 1;
-                r
-            }
-            Router::LeastOutstanding | Router::LeastWaiting | Router::LeastKv | Router::VllmDp => {
-                least(loads().map(|l| self.router.score(&l)))
-            }
-            Router::Random { .. } => self.rng.random_range(0..n),
-            Router::PowerOfTwo { .. } if n == 1 => 0,
-            Router::PowerOfTwo { .. } => {
-                let a = self.rng.random_range(0..n);
-                let b = (a + 1 + self.rng.random_range(0..n - 1)) % n;
-                let (a, b) = (a.min(b), a.max(b));
-                if load_at(&runs[b], t).unfinished < load_at(&runs[a], t).unfinished {
-                    b
-                } else {
-                    a
-                }
-            }
-        }
-    }
-}
 
 /// Runs `run` on until its next batch would start at or after `until` (or, with `None`,
 /// until every request given to it has finished).
@@ -247,6 +49,10 @@ pub fn simulate_cluster(
 /// [`simulate_cluster`] with every replica a pipeline of `pipeline.stages` stages
 /// ([`crate::simulate_pipelined`]; a load-based router reads a replica's load at a
 /// request's arrival, a request finished in a batch completing later counted as not).
+/// A policy that runs on a pipeline as vLLM v0's virtual engines takes one policy per
+/// engine, `pipeline.stages` per replica
+/// ([`crate::virtual_engines::simulate_virtual_engine_cluster`];
+/// [`crate::SchedulerKind::cluster_policies`] builds them).
 pub fn simulate_cluster_on(
     workload: &Workload,
     limits: &Limits,
@@ -275,7 +81,13 @@ pub fn simulate_cluster_on(
         });
     }
     if pipeline.is_pipelined() && first.virtual_engines() {
-        return Err(SimError::VirtualEnginesOnReplicas);
+        return crate::virtual_engines::simulate_virtual_engine_cluster(
+            workload,
+            limits,
+            policies,
+            (cost, pipeline),
+            router,
+        );
     }
     let keys = (first.prefix_caching() && !workload.has_transferred())
         .then(|| BlockKeys::new(workload, limits.block_size));
@@ -306,11 +118,16 @@ pub fn simulate_cluster_on(
             advance(run, policy.as_mut(), cost, Some(request.arrival_s))
                 .map_err(replica_error(r))?;
         }
-        let r = state.pick(&runs, request.arrival_s);
+        let t = request.arrival_s;
+        let r = state.pick(runs.len(), &|r| load_at(&runs[r], t));
         let chains = keys
             .as_ref()
             .map_or_else(Vec::new, |k| k.chains_of(g).to_vec());
-        runs[r].add_request(request, chains, workload.transferred(g as usize));
+        let brings = Brings {
+            transferred: workload.transferred(g as usize),
+            kv_hold_s: workload.kv_hold_s(g as usize),
+        };
+        runs[r].add_request(request, chains, brings);
         members[r].push(g);
         replica_of[g as usize] = r as u32;
     }
@@ -360,31 +177,6 @@ mod tests {
         let mut policies: Vec<_> = (0..replicas).map(|_| kind.policy(&knobs, &w)).collect();
         let c = simulate_cluster(&w, &limits, &mut policies, &Second, router).unwrap();
         c.routing.replica_of().to_vec()
-    }
-
-    #[test]
-    fn routers_parse_and_print_their_names() {
-        for s in [
-            "round-robin",
-            "vllm-dp",
-            "least-outstanding",
-            "least-waiting",
-            "least-kv",
-            "random:7",
-            "power-of-two:0",
-        ] {
-            assert_eq!(s.parse::<Router>().unwrap().name(), s);
-        }
-        assert_eq!("random".parse::<Router>(), Ok(Router::Random { seed: 0 }));
-        let e = "round-robin:3".parse::<Router>().unwrap_err();
-        assert!(e.contains("takes no seed"), "{e}");
-        let e = "random:x".parse::<Router>().unwrap_err();
-        assert!(e.contains("seed \"x\""), "{e}");
-        let e = "fastest".parse::<Router>().unwrap_err();
-        assert!(
-            e.contains("unknown router \"fastest\"") && e.contains("least-kv"),
-            "{e}"
-        );
     }
 
     #[test]
@@ -459,24 +251,6 @@ mod tests {
             (1, 1, 0.5),
         ];
         assert_eq!(run(&reqs, 2, Router::VllmDp), [0, 1, 0, 1, 0]);
-        // Three running and none waiting beats one running and one waiting (3 < 5), where
-        // least-outstanding prefers the latter (2 < 3).
-        let busy = Load {
-            unfinished: 3,
-            waiting: 0,
-            running: 3,
-            kv_blocks: 9,
-        };
-        let queued = Load {
-            unfinished: 2,
-            waiting: 1,
-            running: 1,
-            kv_blocks: 4,
-        };
-        assert!(Router::VllmDp.score(&busy) < Router::VllmDp.score(&queued));
-        assert!(Router::LeastOutstanding.score(&busy) > Router::LeastOutstanding.score(&queued));
-        assert!(Router::LeastKv.score(&busy) > Router::LeastKv.score(&queued));
-        assert!(Router::LeastWaiting.score(&busy) < Router::LeastWaiting.score(&queued));
     }
 
     #[test]

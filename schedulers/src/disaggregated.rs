@@ -63,7 +63,7 @@ pub fn simulate_disaggregated_on(
     if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
         return Err(SimError::TransferredKv { policy: p.name() });
     }
-    let first = prefill_workload(workload);
+    let first = prefill_workload(workload, link);
     let prefill_side = simulate_cluster_on(&first, limits, prefill, (cost, pipeline), router)?;
     let schedules: Vec<_> = prefill_side
         .replicas
@@ -113,6 +113,29 @@ mod tests {
         (0..n).map(|_| kind.policy(&Knobs::default(), w)).collect()
     }
 
+    /// The independent replay of a simulated disaggregated cluster (one-second batches).
+    fn replayed(
+        w: &Workload,
+        limits: &Limits,
+        lk: &KvLink,
+        sim: &DisaggregatedSimulation,
+    ) -> infersched_core::disaggregated::DisaggregatedReplay {
+        let schedules = |c: &crate::ClusterSimulation| -> Vec<_> {
+            c.replicas.iter().map(|s| s.schedule.clone()).collect()
+        };
+        replay_disaggregated(
+            w,
+            limits,
+            &Second,
+            lk,
+            &sim.prefill.routing,
+            &schedules(&sim.prefill),
+            &sim.decode.routing,
+            &schedules(&sim.decode),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn a_request_prefills_on_one_side_and_decodes_on_the_other() {
         // One request (I = 4, O = 3) at 0: prefilled in [0, 1] (first token at 1), its KV
@@ -137,20 +160,7 @@ mod tests {
         assert!((sim.kv_ready_s[0] - 1.5).abs() < 1e-9);
         let first = &sim.decode.replicas[0].schedule.batches[0].entries[0];
         assert_eq!((first.cached, first.action), (3, Action::Process(1)));
-        let schedules = |c: &crate::ClusterSimulation| -> Vec<_> {
-            c.replicas.iter().map(|s| s.schedule.clone()).collect()
-        };
-        let r = replay_disaggregated(
-            &w,
-            &limits,
-            &Second,
-            &lk,
-            &sim.prefill.routing,
-            &schedules(&sim.prefill),
-            &sim.decode.routing,
-            &schedules(&sim.decode),
-        )
-        .unwrap();
+        let r = replayed(&w, &limits, &lk, &sim);
         let rec = &r.cluster.merged.requests[0];
         assert_eq!(rec.arrival_s, 0.0);
         assert!((rec.first_token_s - 2.5).abs() < 1e-9);
@@ -161,6 +171,54 @@ mod tests {
         let c = s.cluster.as_ref().unwrap();
         assert_eq!((c.replicas, c.prefill_replicas), (2, Some(1)));
         assert_eq!(s.batches, 4);
+    }
+
+    #[test]
+    fn a_prefill_replica_keeps_a_prompts_kv_until_it_is_sent() {
+        // Two prompts of 5 tokens at 0, M = 8 in blocks of 1 (each batch 1 s): the first
+        // prompt's KV stays on the prefill replica until its send ends (0.5 s after its
+        // token at 1 s), so the second prompt, which does not fit beside it, starts at
+        // 1.5 s rather than 1 s; the replay takes that start and the same KV.
+        let w = infersched_test_kit::workload(&[(5, 2, 0.0), (5, 2, 0.0)]);
+        let kind = SchedulerKind::VllmV1;
+        let knobs = Knobs {
+            kv_capacity: Some(8),
+            block_size: Some(1),
+            ..Knobs::default()
+        };
+        let limits = kind.limits(&knobs, &w);
+        let run = |latency_s| {
+            let side = || -> Vec<Box<dyn Policy>> { vec![kind.policy(&knobs, &w)] };
+            let (mut p, mut d) = (side(), side());
+            let lk = link(latency_s);
+            let sim = simulate_disaggregated(
+                &w,
+                &limits,
+                &mut p,
+                &mut d,
+                &Second,
+                Router::RoundRobin,
+                &lk,
+            )
+            .unwrap();
+            let r = replayed(&w, &limits, &lk, &sim);
+            let kv: Vec<u64> = r
+                .prefill
+                .merged
+                .batches
+                .iter()
+                .map(|b| b.kv_tokens)
+                .collect();
+            let accounts: Vec<u64> = sim.prefill.replicas[0]
+                .accounts
+                .iter()
+                .map(|a| a.kv_tokens)
+                .collect();
+            assert_eq!(kv, accounts, "the simulator's KV is the replay's");
+            r.prefill.merged.batches[1].start_s
+        };
+        assert!((run(0.5) - 1.5).abs() < 1e-9);
+        assert!((run(0.0) - 1.0).abs() < 1e-9);
     }
 
     #[test]

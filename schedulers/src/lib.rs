@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod disaggregated;
 pub mod policies;
+pub mod router;
 pub mod sim;
 pub mod virtual_engines;
 
@@ -262,10 +263,25 @@ impl SchedulerKind {
         matches!(self, Self::VllmV1 | Self::Vllm | Self::Sarathi)
     }
 
-    /// Whether several replicas of it run on pipelines (vLLM v0's virtual engines are
-    /// built for one replica).
-    pub fn pipelines_on_replicas(self) -> bool {
-        self.pipelines() && self != Self::Vllm
+    /// The policies a cluster of `replicas` replicas of it runs
+    /// ([`simulate_cluster_on`]): one per replica, or where it runs on `pipeline` as vLLM
+    /// v0's virtual engines, one per engine (`pipeline.stages` per replica).
+    pub fn cluster_policies(
+        self,
+        knobs: &Knobs,
+        workload: &Workload,
+        replicas: u32,
+        pipeline: &infersched_core::Pipeline,
+    ) -> Vec<Box<dyn Policy>> {
+        let per_replica =
+            if pipeline.is_pipelined() && self.policy(knobs, workload).virtual_engines() {
+                pipeline.stages
+            } else {
+                1
+            };
+        (0..u64::from(replicas) * u64::from(per_replica))
+            .map(|_| self.policy(knobs, workload))
+            .collect()
     }
 
     /// Simulates this scheduler on `workload` with `knobs` and batch times from `cost`.

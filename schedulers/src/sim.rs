@@ -77,11 +77,6 @@ pub enum SimError {
         /// Policy name.
         policy: String,
     },
-    /// vLLM v0's virtual engines on several replicas.
-    #[error(
-        "vllm on a pipeline runs vLLM v0's virtual engines, built for one replica: vllm with --pp and --replicas is not modelled yet"
-    )]
-    VirtualEnginesOnReplicas,
     /// The simulation stopped making progress.
     #[error("{policy} made no progress at t = {time_s} s after {batches} batches: {state}")]
     Stalled {
@@ -161,6 +156,8 @@ pub struct Simulator<'w> {
     reserved_unfilled: u64,
     /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
     transferred: Vec<u32>,
+    /// Per request, seconds it keeps its KV after its last token (empty: none does).
+    kv_hold_s: Vec<f64>,
     /// On a pipeline of several stages, per request, the completion of the batch it
     /// waits for (empty: one stage): the one that generated its last token, or with
     /// [`Policy::holds_requests_in_flight`] the last one it was in.
@@ -168,6 +165,15 @@ pub struct Simulator<'w> {
     /// On a pipeline, the most processing entries of one batch (a micro-batch's share of
     /// R_max, [`Policy::caps_micro_batches`]); `u64::MAX` otherwise.
     micro_batch_cap: u64,
+}
+
+/// A simulated cluster: where each request went and each replica's simulation.
+#[derive(Debug, Clone)]
+pub struct ClusterSimulation {
+    /// The replica of each request (routed at its arrival).
+    pub routing: infersched_core::Routing,
+    /// Per replica, its simulation; schedules name requests by the workload's ids.
+    pub replicas: Vec<Simulation>,
 }
 
 /// What one simulated batch left behind, for checking against the replay.
@@ -246,6 +252,9 @@ impl<'w> Simulator<'w> {
                 .map(|i| workload.transferred(i))
                 .collect();
         }
+        if workload.has_kv_hold() {
+            sim.kv_hold_s = (0..workload.len()).map(|i| workload.kv_hold_s(i)).collect();
+        }
         sim
     }
 
@@ -275,6 +284,7 @@ impl<'w> Simulator<'w> {
             cache: None,
             reserved_unfilled: 0,
             transferred: Vec::new(),
+            kv_hold_s: Vec::new(),
             ready_s: Vec::new(),
             micro_batch_cap: u64::MAX,
         }
@@ -480,6 +490,10 @@ impl<'w> Simulator<'w> {
     /// Whether `i` is in the running set (holds KV).
     pub fn is_running(&self, i: u32) -> bool {
         self.st[i as usize].status == Status::Running
+    }
+    /// Seconds request `i` keeps its KV after its last token (0: none).
+    pub fn kv_hold_s(&self, i: u32) -> f64 {
+        self.kv_hold_s.get(i as usize).copied().unwrap_or(0.0)
     }
     /// Whether `i` has generated all its tokens.
     pub fn is_finished(&self, i: u32) -> bool {
@@ -726,6 +740,27 @@ pub(crate) enum Step {
     Idle,
 }
 
+/// A request finishing, or a finished request's KV freed, as a router looking back at an
+/// earlier time sees it ([`Run::recent_frees`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Freed {
+    /// When (a batch's completion, or a hold's end).
+    pub(crate) at_s: f64,
+    /// KV blocks freed then.
+    pub(crate) blocks: u64,
+    /// Whether a request finished then (else only its held KV was freed).
+    pub(crate) request: bool,
+}
+
+/// What a request given to a replica ([`Run::add_request`]) brings besides itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Brings {
+    /// Prompt tokens whose KV it brings (a disaggregated decode replica's request).
+    pub(crate) transferred: u32,
+    /// Seconds it keeps its KV after its last token (a prefill replica's, sending it).
+    pub(crate) kv_hold_s: f64,
+}
+
 /// A simulation in progress: the simulator, the batches so far and the loop's guards.
 pub(crate) struct Run<'w> {
     pub(crate) sim: Simulator<'w>,
@@ -736,14 +771,16 @@ pub(crate) struct Run<'w> {
     processed_total: u64,
     pub(crate) finished: usize,
     idle_rounds: u32,
-    /// The requests freed since the last batch was built: the completion of the batch
-    /// that finished each, and the KV blocks it freed.
-    pub(crate) recent_frees: Vec<(f64, u64)>,
+    /// What finished or freed KV since the last batch was built.
+    pub(crate) recent_frees: Vec<Freed>,
     /// Times batches through the replica's pipeline stages.
     clock: PipelineClock,
-    /// On a pipeline: finished requests still holding KV, with their last batch's
+    /// On a pipeline: finished requests whose last batch is in flight, with its
     /// completion, in the order they finished.
     unreleased: Vec<(f64, u32)>,
+    /// Finished requests keeping their KV (a hold, [`Simulator::kv_hold_s`]), with the
+    /// time it is free, in the order they finished.
+    held_kv: Vec<(f64, u32)>,
     /// On a pipeline: every request of a batch waits for its completion.
     holds_in_flight: bool,
     /// One of vLLM v0's virtual engines: its batches are timed by the pipeline's clock,
@@ -764,6 +801,7 @@ impl<'w> Run<'w> {
             recent_frees: Vec::new(),
             clock: PipelineClock::new(Pipeline::none()),
             unreleased: Vec::new(),
+            held_kv: Vec::new(),
             holds_in_flight: false,
             shared_clock: None,
         }
@@ -789,7 +827,11 @@ impl<'w> Run<'w> {
     /// Requests given to this run and not finished at `t_s` (one freed at a batch's
     /// completion after `t_s` counts as unfinished).
     pub(crate) fn unfinished_at(&self, t_s: f64) -> usize {
-        let late = self.recent_frees.iter().filter(|f| f.0 > t_s).count();
+        let late = self
+            .recent_frees
+            .iter()
+            .filter(|f| f.request && f.at_s > t_s)
+            .count();
         self.sim.reqs.len() - self.finished + late
     }
 
@@ -813,11 +855,15 @@ impl<'w> Run<'w> {
 
     /// Adds request `r` (a cluster's replica): it arrives at `r.arrival_s`, which is no
     /// earlier than any request added before. Returns its id in this simulation.
-    pub(crate) fn add_request(&mut self, r: Request, chains: Vec<u32>, transferred: u32) -> u32 {
+    pub(crate) fn add_request(&mut self, r: Request, chains: Vec<u32>, brings: Brings) -> u32 {
         let id = self.sim.reqs.len() as u32;
-        if transferred > 0 || !self.sim.transferred.is_empty() {
+        if brings.transferred > 0 || !self.sim.transferred.is_empty() {
             self.sim.transferred.resize(id as usize, 0);
-            self.sim.transferred.push(transferred);
+            self.sim.transferred.push(brings.transferred);
+        }
+        if brings.kv_hold_s > 0.0 || !self.sim.kv_hold_s.is_empty() {
+            self.sim.kv_hold_s.resize(id as usize, 0.0);
+            self.sim.kv_hold_s.push(brings.kv_hold_s);
         }
         if let Some(cache) = &mut self.sim.cache {
             cache.push(r.input_tokens, chains);
@@ -838,6 +884,7 @@ impl<'w> Run<'w> {
         policy: &mut dyn Policy,
         cost: &dyn CostModel,
     ) -> Result<Step, SimError> {
+        self.release_due();
         let sim = &mut self.sim;
         sim.admit_arrivals();
         if sim.waiting.is_empty() && sim.running.is_empty() && sim.next_pending == sim.pending.len()
@@ -946,7 +993,7 @@ impl<'w> Run<'w> {
                 if pipelined {
                     self.unreleased.push((end, i));
                 } else {
-                    self.free_finished(i, end);
+                    self.complete(i, end);
                 }
             }
         }
@@ -964,28 +1011,47 @@ impl<'w> Run<'w> {
         }
     }
 
-    /// Frees request `i`, finished in the batch completing at `end_s`: its KV and
-    /// allocation, and its place in the running set.
-    fn free_finished(&mut self, i: u32, end_s: f64) {
+    /// Request `i` finished in the batch completing at `end_s`: it leaves the running set
+    /// and frees its KV and allocation, or keeps them for its hold.
+    fn complete(&mut self, i: u32, end_s: f64) {
+        let sim = &mut self.sim;
+        sim.st[i as usize].status = Status::Finished;
+        sim.running.retain(|&r| r != i);
+        self.finished += 1;
+        let hold = sim.kv_hold_s(i);
+        let blocks = if hold > 0.0 {
+            self.held_kv.push((end_s + hold, i));
+            0
+        } else {
+            self.release_kv(i)
+        };
+        self.recent_frees.push(Freed {
+            at_s: end_s,
+            blocks,
+            request: true,
+        });
+    }
+
+    /// Frees finished request `i`'s KV and allocation; returns the blocks freed.
+    fn release_kv(&mut self, i: u32) -> u64 {
         let sim = &mut self.sim;
         let idx = i as usize;
-        sim.st[idx].status = Status::Finished;
-        sim.used_blocks -= sim.st[idx].alloc_blocks;
-        self.recent_frees.push((end_s, sim.st[idx].alloc_blocks));
+        let blocks = sim.st[idx].alloc_blocks;
+        sim.used_blocks -= blocks;
         sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
         if let Some(cache) = &mut sim.cache {
-            sim.reserved_unfilled -= sim.st[idx].alloc_blocks - cache.held[idx].len() as u64;
+            sim.reserved_unfilled -= blocks - cache.held[idx].len() as u64;
             cache.free(i, false);
             sim.actual_kv = cache.used_tokens();
         }
         sim.st[idx].alloc_blocks = 0;
         sim.st[idx].held = 0;
-        sim.running.retain(|&r| r != i);
-        self.finished += 1;
+        blocks
     }
 
-    /// On a pipeline: frees the finished requests whose last batch has completed by now,
-    /// in the order they finished (as the replay releases them).
+    /// Completes the finished requests whose last batch has completed by now (on a
+    /// pipeline), then frees the KV whose hold is over, each in the order they finished
+    /// (as the replay releases them).
     fn release_due(&mut self) {
         let now = self.sim.now;
         let mut unreleased = std::mem::take(&mut self.unreleased);
@@ -993,22 +1059,46 @@ impl<'w> Run<'w> {
             if end_s > now {
                 return true;
             }
-            self.free_finished(i, end_s);
+            self.complete(i, end_s);
             false
         });
         self.unreleased = unreleased;
+        let mut held = std::mem::take(&mut self.held_kv);
+        held.retain(|&(free_s, i)| {
+            if free_s > now {
+                return true;
+            }
+            let blocks = self.release_kv(i);
+            self.recent_frees.push(Freed {
+                at_s: free_s,
+                blocks,
+                request: false,
+            });
+            false
+        });
+        self.held_kv = held;
     }
 
-    /// On a pipeline with a batch in flight: the next time something can change (a batch
-    /// completes or a request arrives); `None` otherwise.
+    /// With a batch in flight (on a pipeline) or KV held: the next time something can
+    /// change (a batch completes, a hold ends or a request arrives); `None` otherwise.
     fn next_in_flight_event(&self) -> Option<f64> {
         let sim = &self.sim;
-        let completion = self.clock.next_completion_after(sim.now)?;
+        let completion = self.clock.next_completion_after(sim.now);
+        let hold_end = self
+            .held_kv
+            .iter()
+            .map(|h| h.0)
+            .filter(|&t| t > sim.now)
+            .min_by(f64::total_cmp);
+        let event = completion
+            .into_iter()
+            .chain(hold_end)
+            .min_by(f64::total_cmp)?;
         let arrival = sim
             .pending
             .get(sim.next_pending)
             .map_or(f64::INFINITY, |&i| sim.reqs[i as usize].arrival_s);
-        Some(completion.min(arrival))
+        Some(event.min(arrival))
     }
 
     /// The finished simulation.

@@ -11,9 +11,13 @@
 //! one [`PipelineClock`] shared by all; the engine whose next decision comes first builds
 //! next. The schedule is every engine's batches in that order, in the workload's ids.
 
-use crate::sim::{Run, Simulation, Simulator, Step, check_servable};
+use crate::router::{Router, RouterState, replica_load_at};
+use crate::sim::{Brings, ClusterSimulation, Run, Simulation, Simulator, Step, check_servable};
 use crate::{Policy, SimError};
-use infersched_core::{Batch, CostModel, Limits, Pipeline, PipelineClock, Schedule, Workload};
+use infersched_core::cluster::MAX_REPLICAS;
+use infersched_core::{
+    Batch, CostModel, Limits, Pipeline, PipelineClock, Routing, Schedule, Workload,
+};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -38,11 +42,51 @@ pub fn simulate_virtual_engines(
     cost: &dyn CostModel,
     pipeline: &Pipeline,
 ) -> Result<Simulation, SimError> {
+    let mut c = engine_cluster(workload, limits, engines, (cost, pipeline), None)?;
+    let mut one = c.replicas.pop().expect("one replica");
+    one.schedule.meta = Some(serde_json::json!({
+        "producer": engines[0].name(),
+        "virtual_engines": pipeline.stages,
+    }));
+    Ok(one)
+}
+
+/// [`simulate_virtual_engines`] on `engines.len() / pipeline.stages` replicas behind
+/// `router` (`engines[r * P + v]` is engine `v` of replica `r`): a request goes to a
+/// replica by the router, reading each replica's engines' loads together, then to that
+/// replica's engine with the fewest unfinished requests. Every replica's schedule names
+/// requests by the workload's ids and replays under the simulation's limits.
+pub fn simulate_virtual_engine_cluster(
+    workload: &Workload,
+    limits: &Limits,
+    engines: &mut [Box<dyn Policy>],
+    (cost, pipeline): (&dyn CostModel, &Pipeline),
+    router: Router,
+) -> Result<ClusterSimulation, SimError> {
+    engine_cluster(workload, limits, engines, (cost, pipeline), Some(router))
+}
+
+/// The engines' cluster; without a router, one replica (errors then name the engine).
+fn engine_cluster(
+    workload: &Workload,
+    limits: &Limits,
+    engines: &mut [Box<dyn Policy>],
+    (cost, pipeline): (&dyn CostModel, &Pipeline),
+    router: Option<Router>,
+) -> Result<ClusterSimulation, SimError> {
     limits.validate()?;
     pipeline.validate()?;
-    let p = engines.len();
-    if p != pipeline.stages as usize || p == 0 {
-        return Err(SimError::Replicas(p));
+    let p = pipeline.stages as usize;
+    let replicas = engines.len() / p.max(1);
+    if p == 0
+        || replicas == 0
+        || !engines.len().is_multiple_of(p)
+        || (router.is_none() && replicas != 1)
+    {
+        return Err(SimError::Replicas(engines.len()));
+    }
+    if replicas > MAX_REPLICAS as usize {
+        return Err(SimError::Replicas(replicas));
     }
     let one = engine_limits(limits, p as u64);
     if one.kv_capacity == Some(0) {
@@ -63,16 +107,17 @@ pub fn simulate_virtual_engines(
         engines[0].as_ref(),
         &Simulator::new(workload, one),
     )?;
-    let clock = Rc::new(RefCell::new(PipelineClock::new(*pipeline)));
-    let mut runs: Vec<Run<'_>> = (0..p)
-        .map(|_| {
+    let mut runs: Vec<Run<'_>> = Vec::with_capacity(engines.len());
+    for _ in 0..replicas {
+        let clock = Rc::new(RefCell::new(PipelineClock::new(*pipeline)));
+        for _ in 0..p {
             let mut run = Run::new(Simulator::empty(one), 0);
             run.share_clock(Rc::clone(&clock));
-            run
-        })
-        .collect();
-    let (members, order) = drive(workload, &mut runs, engines, cost)?;
-    let mut per_engine: Vec<Vec<Batch>> = Vec::with_capacity(p);
+            runs.push(run);
+        }
+    }
+    let (members, order, replica_of) = drive(workload, &mut runs, engines, cost, (p, router))?;
+    let mut per_engine: Vec<Vec<Batch>> = Vec::with_capacity(runs.len());
     for ((run, policy), ids) in runs.into_iter().zip(engines.iter()).zip(&members) {
         let mut s = run.finish(policy.as_ref()).schedule;
         for batch in &mut s.batches {
@@ -82,71 +127,101 @@ pub fn simulate_virtual_engines(
         }
         per_engine.push(s.batches);
     }
-    let mut next = vec![0usize; p];
-    let batches = order
+    let sim_limits = Limits {
+        kv_capacity: one.kv_capacity.map(|m| m * p as u64),
+        max_running: limits.max_running.map(|r| r.saturating_mul(p as u64)),
+        ..*limits
+    };
+    let mut next = vec![0usize; per_engine.len()];
+    let replicas = order
         .iter()
-        .map(|&v| {
-            next[v] += 1;
-            std::mem::take(&mut per_engine[v][next[v] - 1])
+        .enumerate()
+        .map(|(r, order)| {
+            let batches = order
+                .iter()
+                .map(|&v| {
+                    next[v] += 1;
+                    std::mem::take(&mut per_engine[v][next[v] - 1])
+                })
+                .collect();
+            let mut schedule = Schedule::new(batches);
+            schedule.meta = Some(serde_json::json!({
+                "producer": engines[0].name(),
+                "virtual_engines": p,
+                "replica": r,
+                "router": router.map(Router::name),
+            }));
+            Simulation {
+                schedule,
+                accounts: Vec::new(),
+                limits: sim_limits,
+            }
         })
         .collect();
-    let mut schedule = Schedule::new(batches);
-    schedule.meta = Some(serde_json::json!({
-        "producer": engines[0].name(),
-        "virtual_engines": p,
-    }));
-    Ok(Simulation {
-        schedule,
-        accounts: Vec::new(),
-        limits: Limits {
-            kv_capacity: one.kv_capacity.map(|m| m * p as u64),
-            max_running: limits.max_running.map(|r| r.saturating_mul(p as u64)),
-            ..*limits
-        },
-    })
+    let routing = Routing::new(order.len() as u32, replica_of)
+        .expect("each request routed to one of the replicas");
+    Ok(ClusterSimulation { routing, replicas })
 }
 
-/// Runs the engines to the end: routes each request at its arrival to the engine with the
-/// fewest unfinished requests then, and steps the engine whose next decision comes first.
-/// Returns each engine's requests (workload ids, in the order given to it) and the engine
-/// of each batch, in the order the batches entered the pipeline.
+/// What [`drive`] returns: each engine's requests (workload ids, in the order given to
+/// it), each replica's batches as the engines (global run indices) that built them, in
+/// the order they entered its pipeline, and each request's replica.
+type Driven = (Vec<Vec<u32>>, Vec<Vec<usize>>, Vec<u32>);
+
+/// Runs the engines (`p` per replica) to the end: routes each request at its arrival to
+/// a replica by `router` (one replica without), then to its engine with the fewest
+/// unfinished requests, and steps the engine whose next decision comes first.
 fn drive(
     workload: &Workload,
     runs: &mut [Run<'_>],
     engines: &mut [Box<dyn Policy>],
     cost: &dyn CostModel,
-) -> Result<(Vec<Vec<u32>>, Vec<usize>), SimError> {
+    (p, router): (usize, Option<Router>),
+) -> Result<Driven, SimError> {
     let arrivals = workload.fcfs_order();
+    let replicas = runs.len() / p;
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); runs.len()];
-    let (mut next, mut order) = (0, Vec::new());
+    let mut order = vec![Vec::new(); replicas];
+    let mut replica_of = vec![0u32; workload.len()];
+    let mut state = RouterState::new(router.unwrap_or(Router::RoundRobin));
+    let mut next = 0;
     loop {
         let due = (0..runs.len())
             .filter_map(|v| runs[v].due_s().map(|t| (t, v)))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         if let Some(&g) = arrivals.get(next) {
             let request = workload.requests()[g as usize];
-            if due.is_none_or(|(t, _)| request.arrival_s <= t) {
-                let v = (0..runs.len())
-                    .min_by_key(|&v| (runs[v].unfinished_at(request.arrival_s), v))
+            let t = request.arrival_s;
+            if due.is_none_or(|(due_t, _)| t <= due_t) {
+                let r = state.pick(replicas, &|r| replica_load_at(&runs[r * p..(r + 1) * p], t));
+                let v = (r * p..(r + 1) * p)
+                    .min_by_key(|&v| (runs[v].unfinished_at(t), v))
                     .expect("at least one engine");
-                runs[v].add_request(request, Vec::new(), workload.transferred(g as usize));
+                let brings = Brings {
+                    transferred: workload.transferred(g as usize),
+                    kv_hold_s: workload.kv_hold_s(g as usize),
+                };
+                runs[v].add_request(request, Vec::new(), brings);
                 members[v].push(g);
+                replica_of[g as usize] = r as u32;
                 next += 1;
                 continue;
             }
         }
         let Some((_, v)) = due else { break };
-        let step = runs[v]
-            .step(engines[v].as_mut(), cost)
-            .map_err(|e| SimError::Replica {
-                replica: v as u32,
+        let step = runs[v].step(engines[v].as_mut(), cost).map_err(|e| {
+            // One replica: the engine; several: the replica.
+            let replica = if router.is_none() { v } else { v / p };
+            SimError::Replica {
+                replica: replica as u32,
                 source: Box::new(e),
-            })?;
+            }
+        })?;
         if step == Step::Batch {
-            order.push(v);
+            order[v / p].push(v);
         }
     }
-    Ok((members, order))
+    Ok((members, order, replica_of))
 }
 
 #[cfg(test)]
@@ -228,5 +303,66 @@ mod tests {
             .simulate_on(&w, &knobs, &Second, &two_stages())
             .unwrap_err();
         assert!(e.to_string().contains("request 0"), "{e}");
+    }
+
+    #[test]
+    fn replicas_of_virtual_engines_route_then_run_their_engines_as_one_replica_would() {
+        // Four requests at 0 behind round robin: 0 and 2 to replica 0, 1 and 3 to replica
+        // 1; in each, one per engine. Each replica's schedule is what one replica of
+        // engines does with its two requests, and the cluster replays on its pipelines.
+        let w =
+            infersched_test_kit::workload(&[(4, 2, 0.0), (3, 2, 0.0), (4, 2, 0.0), (3, 2, 0.0)]);
+        let knobs = Knobs {
+            kv_capacity: Some(64),
+            block_size: Some(1),
+            ..Knobs::default()
+        };
+        let kind = SchedulerKind::Vllm;
+        let limits = kind.limits(&knobs, &w);
+        let p = two_stages();
+        let mut engines = kind.cluster_policies(&knobs, &w, 2, &p);
+        assert_eq!(engines.len(), 4);
+        let c = crate::simulate_cluster_on(
+            &w,
+            &limits,
+            &mut engines,
+            (&Second, &p),
+            super::Router::RoundRobin,
+        )
+        .unwrap();
+        assert_eq!(c.routing.replica_of(), [0, 1, 0, 1]);
+        for (r, ids) in [[0u32, 2], [1, 3]].iter().enumerate() {
+            let own = w.members(ids).unwrap();
+            let alone = kind.simulate_on(&own, &knobs, &Second, &p).unwrap();
+            let mut renamed = alone.schedule.batches.clone();
+            for b in &mut renamed {
+                for e in &mut b.entries {
+                    e.request = ids[e.request as usize];
+                }
+            }
+            assert_eq!(c.replicas[r].schedule.batches, renamed, "replica {r}");
+            assert_eq!(c.replicas[r].limits, alone.limits);
+        }
+        let schedules: Vec<_> = c.replicas.iter().map(|s| s.schedule.clone()).collect();
+        infersched_core::cluster::replay_cluster_on(
+            &w,
+            &c.replicas[0].limits,
+            (&Second, &p),
+            &c.routing,
+            &schedules,
+        )
+        .unwrap();
+        // One replica behind any router is the single replica's engines, batch for batch.
+        let mut one = kind.cluster_policies(&knobs, &w, 1, &p);
+        let c1 = crate::simulate_cluster_on(
+            &w,
+            &limits,
+            &mut one,
+            (&Second, &p),
+            super::Router::LeastKv,
+        )
+        .unwrap();
+        let single = kind.simulate_on(&w, &knobs, &Second, &p).unwrap();
+        assert_eq!(c1.replicas[0].schedule.batches, single.schedule.batches);
     }
 }

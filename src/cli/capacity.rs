@@ -52,8 +52,8 @@ pub(crate) struct CapacityArgs {
     pub(crate) kv: super::KvLinkArgs,
     /// Pipeline stages of each replica, or a comma-separated list (a configuration axis;
     /// as `simulate --pp`: vllm-v1, vllm and sarathi, the stages linked by the GPU's NVLink, M
-    /// each stage GPU's, disaggregated splits' replicas too; no ceiling is given for
-    /// pipelines).
+    /// each stage GPU's, disaggregated splits' replicas too; the ceiling of a pipeline is
+    /// its first stage's, a machine at 1 / P of each batch's time).
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::pipeline::MAX_STAGES)))]
     pub(crate) pp: Vec<u32>,
     /// A service-level objective, METRIC-STATISTIC=TIME (e.g. ttft-p90=2s, tbt-p99=200ms);
@@ -185,8 +185,7 @@ fn configurations<'a>(
     Ok(out)
 }
 
-/// `--pp` above 1 only where modelled: pipelined schedulers, and vllm's virtual engines
-/// on one replica.
+/// `--pp` above 1 only where modelled: pipelined schedulers.
 fn check_pipelines(a: &CapacityArgs) -> Result<()> {
     if !a.pp.iter().any(|&p| p > 1) {
         return Ok(());
@@ -194,13 +193,6 @@ fn check_pipelines(a: &CapacityArgs) -> Result<()> {
     if let Some(k) = a.scheduler.iter().find(|k| !k.pipelines()) {
         bail!(
             "--pp: pipeline parallelism is modelled for vllm-v1, vllm and sarathi, not {}",
-            k.name()
-        );
-    }
-    let clusters = a.replicas.iter().any(|&r| r > 1) || !a.disaggregate.is_empty();
-    if clusters && let Some(k) = a.scheduler.iter().find(|k| !k.pipelines_on_replicas()) {
-        bail!(
-            "--pp with --replicas or --disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
             k.name()
         );
     }
@@ -387,7 +379,8 @@ fn search(
     if c.pipeline.is_pipelined() {
         let on = (c.cost, &c.pipeline);
         let found = pipelined_capacity(w, on, c.kind, &c.knobs, c.replicas, spec)?;
-        return Ok((found, None, None));
+        let ceiling = infersched::ceiling::ceiling_on(w, &c.limits, on, c.replicas.count, spec)?;
+        return Ok((found, ceiling, None));
     }
     let found = capacity(w, c.cost, c.kind, &c.knobs, c.replicas, spec)?;
     let ceiling = infersched::ceiling::ceiling(w, &c.limits, c.cost, c.replicas.count, spec)?;
@@ -541,10 +534,6 @@ fn configuration_answer(
                 }
                 (None, Some(_)) => {
                     "; no ceiling (its argument covers colocated replicas)".to_string()
-                }
-                (None, None) if c.pipeline.is_pipelined() => {
-                    "; no ceiling (its argument covers replicas running one batch at a time)"
-                        .to_string()
                 }
                 (None, None) => String::new(),
             };

@@ -50,12 +50,25 @@ pub(crate) struct CompareArgs {
     /// cluster's (routing.csv, replica-K/).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(infersched::core::cluster::MAX_REPLICAS)))]
     pub(crate) replicas: u32,
-    /// How the heuristics' requests are spread over the replicas (as `simulate`'s).
-    #[arg(long, default_value = "round-robin", requires = "replicas")]
-    pub(crate) router: infersched::schedulers::Router,
+    /// How the heuristics' requests are spread over the replicas (as `simulate`'s), or a
+    /// comma-separated list: every heuristic then runs behind each, its rows, folders and
+    /// plot series named `SCHEDULER@ROUTER`.
+    #[arg(
+        long,
+        default_value = "round-robin",
+        value_delimiter = ',',
+        requires = "replicas"
+    )]
+    pub(crate) router: Vec<infersched::schedulers::Router>,
     /// Output directory.
     #[arg(long)]
     pub(crate) out: PathBuf,
+}
+
+/// The routers, comma-separated.
+fn routers(a: &CompareArgs) -> String {
+    let names: Vec<String> = a.router.iter().map(|r| r.name()).collect();
+    names.join(",")
 }
 
 pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
@@ -69,7 +82,7 @@ pub(crate) fn cmd_compare(a: &CompareArgs) -> Result<()> {
         cost.name,
         a.objective.name(),
         if a.replicas > 1 {
-            format!(", {} replicas behind {}", a.replicas, a.router)
+            format!(", {} replicas behind {}", a.replicas, routers(a))
         } else {
             String::new()
         }
@@ -124,7 +137,13 @@ fn spec_and_setting(
     infersched::compare::CompareSpec,
     infersched::compare::Setting,
 )> {
-    use infersched::compare::{ClusterSetting, CompareSpec, Contender, Setting};
+    use infersched::compare::{ClusterRun, ClusterSetting, CompareSpec, Contender, Setting};
+    if a.replicas == 1 && a.router.len() > 1 {
+        bail!(
+            "--router lists {} routers: they spread requests over --replicas 2 or more",
+            a.router.len()
+        );
+    }
     let knobs = a.knobs.knobs(w, cost)?;
     let limits = a.knobs.explicit_limits(cost)?;
     let contenders = Contender::parse_list(&a.schedulers)
@@ -156,7 +175,10 @@ fn spec_and_setting(
         knobs,
         solve,
         slos: a.slo.clone(),
-        cluster: (a.replicas > 1).then_some((a.replicas, a.router)),
+        cluster: (a.replicas > 1).then(|| ClusterRun {
+            replicas: a.replicas,
+            routers: a.router.clone(),
+        }),
     };
     let setting = Setting {
         workload: a.workload.display().to_string(),
@@ -167,7 +189,7 @@ fn spec_and_setting(
         time_limit_s: a.milp.time_limit,
         cluster: (a.replicas > 1).then(|| ClusterSetting {
             replicas: a.replicas,
-            router: a.router.name(),
+            router: routers(a),
         }),
     };
     Ok((spec, setting))
@@ -196,7 +218,7 @@ fn print_results(a: &CompareArgs, c: &infersched::compare::Comparison) -> Result
                 "no schedule at all has more than {most} of the {} requests meet every SLO (proven: the machine relaxation on TTFT and E2E deadlines); \"of best\" is each scheduler's share of that, at least its share of the best possible goodput",
                 c.results
                     .iter()
-                    .find_map(|(_, r)| r.as_ref().ok())
+                    .find_map(|run| run.result.as_ref().ok())
                     .map_or(0, |o| o.summary.requests)
             );
         }

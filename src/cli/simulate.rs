@@ -85,7 +85,7 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     super::refuse_repeated_schedulers(kinds)?;
     super::check_prefix_caching(&a.knobs, kinds)?;
     let pipeline = a.pipeline.pipeline(&cost)?;
-    check_pipelined(a, kinds, &pipeline)?;
+    check_pipelined(kinds, &pipeline)?;
     let knobs = a.knobs.knobs_on(&w, &cost, pipeline.stages)?;
     let jobs = parallel_jobs(a, &w, kinds, &knobs)?;
     if a.router.is_some() && a.replicas == 1 && a.disaggregate.is_none() {
@@ -162,28 +162,14 @@ pub(crate) fn cmd_simulate(a: &SimulateArgs) -> Result<()> {
     Ok(())
 }
 
-/// Refuses `--pp` above 1 where it is not modelled: schedulers that do not pipeline, and
-/// vllm's virtual engines on several replicas.
-fn check_pipelined(
-    a: &SimulateArgs,
-    kinds: &[SchedulerKind],
-    pipeline: &infersched::core::Pipeline,
-) -> Result<()> {
+/// Refuses `--pp` above 1 where it is not modelled: schedulers that do not pipeline.
+fn check_pipelined(kinds: &[SchedulerKind], pipeline: &infersched::core::Pipeline) -> Result<()> {
     if !pipeline.is_pipelined() {
         return Ok(());
     }
     if let Some(k) = kinds.iter().find(|k| !k.pipelines()) {
         bail!(
             "--pp {}: pipeline parallelism is modelled for vllm-v1 (vLLM V1's batch queue), vllm (vLLM v0's virtual engines) and sarathi (Vidur's micro-batches), not {}",
-            pipeline.stages,
-            k.name()
-        );
-    }
-    if (a.replicas > 1 || a.disaggregate.is_some())
-        && let Some(k) = kinds.iter().find(|k| !k.pipelines_on_replicas())
-    {
-        bail!(
-            "--pp {} with --replicas or --disaggregate: {} on a pipeline runs vLLM v0's virtual engines, built for one replica",
             pipeline.stages,
             k.name()
         );

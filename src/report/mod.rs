@@ -764,7 +764,7 @@ fn limits_html(rows: &[ComparisonRow], c: &Comparison) -> String {
             let _ = writeln!(
                 h,
                 "<li class=\"err\"><b>{}</b>: {}</li>",
-                html_escape(n),
+                html_escape(&n),
                 html_escape(e)
             );
         }
@@ -913,6 +913,7 @@ pub fn write_comparison_parts(
     let mut links = Vec::new();
     let parts_traces = parts.traces;
     for (name, o) in c.succeeded() {
+        let name = name.as_str();
         let sub = dir.join(name);
         std::fs::create_dir_all(&sub)?;
         if let Some(parts) = &o.cluster {

@@ -493,11 +493,21 @@ schedulers = ["vllm-v1"]"#,
             (row.disaggregate.as_deref(), row.pp),
             (Some("1:1"), Some(2))
         );
-        let e = with("clusters = [{ replicas = 2, pp = 2 }]\nschedulers = [\"vllm\"]");
-        assert!(
-            e.contains("vllm on a pipeline runs vLLM v0's virtual engines, built for one replica"),
-            "{e}"
-        );
+        // vLLM v0's virtual engines on every replica.
+        let engines = Sweep::parse(
+            &spec
+                .replace(
+                    "clusters = [{ replicas = 2 }, { replicas = 1, pp = 2 }]",
+                    "clusters = [{ replicas = 2, pp = 2 }]",
+                )
+                .replace("schedulers = [\"vllm-v1\"]", "schedulers = [\"vllm\"]"),
+            Path::new("."),
+        )
+        .unwrap();
+        let row = engines.run_point(&engines.points[0]);
+        assert!(!row.failed(), "{row:?}");
+        assert_eq!((row.replicas, row.pp), (Some(2), Some(2)));
+        assert!(row.mean_e2e_s.is_some_and(|s| s > 0.0));
         let e = with("clusters = [{ replicas = 1, pp = 0 }]\nschedulers = [\"vllm-v1\"]");
         assert!(
             e.contains("grid.clusters[0].pp: expected 1 to 64, got 0"),

@@ -944,20 +944,6 @@ fn clusters_and_routers(g: &GridSection) -> Result<ClusterAxes> {
             .is_ok_and(|k| !k.pipelines())
             || s.starts_with(crate::produce::OPTIMAL)
     });
-    let single = g.schedulers.iter().find(|s| {
-        s.parse::<crate::schedulers::SchedulerKind>()
-            .is_ok_and(|k| k.pipelines() && !k.pipelines_on_replicas())
-    });
-    if let (Some(k), Some(s)) = (
-        clusters.iter().position(|c| c.pp > 1 && c.replicas > 1),
-        single,
-    ) {
-        bail!(
-            "grid.schedulers: {s} on grid.clusters[{k}], {} replicas of {} stages: {s} on a pipeline runs vLLM v0's virtual engines, built for one replica",
-            clusters[k].replicas,
-            clusters[k].pp
-        );
-    }
     if let (Some(k), Some(s)) = (clusters.iter().position(|c| c.pp > 1), not_pipelined) {
         bail!(
             "grid.schedulers: {s} on grid.clusters[{k}], whose replicas are pipelines of {} stages: pipeline parallelism is modelled for vllm-v1, vllm and sarathi only",

@@ -88,3 +88,15 @@ pub fn normalized_batch(b: &infersched_core::Batch) -> (Vec<u32>, Vec<(u32, u32,
     processed.sort_unstable();
     (evicted, processed)
 }
+
+/// The recorded cases under `dir` (each a folder with a `config.json`), sorted (the
+/// parity tests' fixtures).
+pub fn fixture_cases(dir: &str) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("config.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
