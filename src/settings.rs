@@ -109,6 +109,7 @@ pub fn kv_link(
         bytes_per_token: model.kv_bytes_per_token(f.tensor_parallel) as f64,
         bandwidth_bytes_per_s: gbps * 1e9,
         latency_s: latency_us * 1e-6,
+        connector: crate::core::disaggregated::KvConnector::default(),
     };
     link.validate()?;
     Ok(link)

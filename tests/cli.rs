@@ -4064,31 +4064,54 @@ fn a_disaggregated_cluster_prefills_on_one_side_decodes_on_the_other_and_replays
     }
     assert_eq!(decoded_on[0] + decoded_on[1], 40);
     assert!(decoded_on.iter().all(|&n| n > 0), "{decoded_on:?}");
-    // On the decode side each request's first entry takes all but its last prompt token.
+    // On the decode side each request first receives all but its last prompt token
+    // (pulled, nixl: a receive entry, then that token computed), or takes them pushed
+    // (p2p-nccl: one entry computing the last prompt token).
     let prompts: Vec<u64> = requests
         .lines()
         .skip(1)
         .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
         .collect();
-    for k in 0..2 {
-        let path = run_dir.join(format!("decode/replica-{k}/schedule.json"));
-        let s: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        assert_eq!(s["meta"]["side"], "decode");
-        let mut seen = std::collections::HashSet::new();
-        for e in s["batches"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|b| b["entries"].as_array().unwrap())
-        {
-            let id = e["request"].as_u64().unwrap();
-            if seen.insert(id) {
-                assert_eq!(e["cached"].as_u64(), Some(prompts[id as usize] - 1), "{e}");
-                assert_eq!(e["tokens"].as_u64(), Some(1), "{e}");
+    let first_entries = |run_dir: &Path| -> Vec<(u64, serde_json::Value)> {
+        let mut firsts = Vec::new();
+        for k in 0..2 {
+            let path = run_dir.join(format!("decode/replica-{k}/schedule.json"));
+            let s: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            assert_eq!(s["meta"]["side"], "decode");
+            let mut seen = std::collections::HashMap::new();
+            for e in s["batches"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|b| b["entries"].as_array().unwrap())
+            {
+                let id = e["request"].as_u64().unwrap();
+                let n = seen.entry(id).or_insert(0);
+                *n += 1;
+                if *n <= 2 {
+                    firsts.push((id, e.clone()));
+                }
             }
         }
+        firsts
+    };
+    let mut received = 0;
+    for (id, e) in first_entries(&run_dir) {
+        let prompt = prompts[id as usize];
+        match e["receive"].as_u64() {
+            Some(h) => {
+                assert_eq!(h, prompt - 1, "{e}");
+                received += 1;
+            }
+            None => assert_eq!(
+                (e["tokens"].as_u64(), e.get("cached")),
+                (Some(1), None),
+                "{e}"
+            ),
+        }
     }
+    assert_eq!(received, 40);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
             .unwrap();
@@ -4132,6 +4155,33 @@ fn a_disaggregated_cluster_prefills_on_one_side_decodes_on_the_other_and_replays
         &bad,
         &slower,
         &["not a valid disaggregated cluster", "the decode side"],
+    );
+    // Pushed (p2p-nccl): the decode side takes the KV at its first processing entry, and
+    // its folder replays too (the replay reads which from the schedules).
+    let pushed = dir.path().join("pushed");
+    let mut push = args.clone();
+    push[10] = pushed.to_str().unwrap();
+    push.extend_from_slice(&["--kv-connector", "p2p-nccl"]);
+    let o = run(&push);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pushed_dir = pushed.join("vllm-v1");
+    let mut seen = std::collections::HashSet::new();
+    for (id, e) in first_entries(&pushed_dir) {
+        if seen.insert(id) {
+            assert_eq!(e["cached"].as_u64(), Some(prompts[id as usize] - 1), "{e}");
+            assert_eq!(e["tokens"].as_u64(), Some(1), "{e}");
+        }
+    }
+    assert_eq!(seen.len(), 40);
+    let again = dir.path().join("pushed-again");
+    let mut replay = replay.clone();
+    replay[4] = pushed_dir.to_str().unwrap();
+    replay[6] = again.to_str().unwrap();
+    let o = run(&replay);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(pushed_dir.join("requests.csv")).unwrap(),
+        std::fs::read(again.join("requests.csv")).unwrap()
     );
 }
 

@@ -104,12 +104,14 @@ proptest! {
         prefill in 1usize..3,
         decode in 1usize..4,
         latency_us in 0.0f64..500.0,
+        pull in proptest::bool::ANY,
     ) {
-        use infersched::core::disaggregated::{KvLink, replay_disaggregated};
+        use infersched::core::disaggregated::{KvConnector, KvLink, replay_disaggregated};
         let cost = preset("llama3-70b-tp4-a100").unwrap();
         let kind = SchedulerKind::VllmV1;
         let limits = kind.limits(&knobs, &w);
-        let link = KvLink { bytes_per_token: 81_920.0, bandwidth_bytes_per_s: 300e9, latency_s: latency_us * 1e-6 };
+        let connector = if pull { KvConnector::Nixl } else { KvConnector::P2pNccl };
+        let link = KvLink { bytes_per_token: 81_920.0, bandwidth_bytes_per_s: 300e9, latency_s: latency_us * 1e-6, connector };
         for router in [Router::RoundRobin, Router::LeastKv, Router::PowerOfTwo { seed: 3 }] {
             let side = |n: usize| -> Vec<_> { (0..n).map(|_| kind.policy(&knobs, &w)).collect() };
             let (mut p, mut d) = (side(prefill), side(decode));
@@ -128,17 +130,27 @@ proptest! {
             prop_assert_eq!(r.cluster.replicas.len(), prefill + decode);
             // The prefill replicas keep each prompt's KV while it is sent: the simulator
             // counts the KV the replay counts, batch by batch.
-            for (one, replayed) in sim.prefill.replicas.iter().zip(&r.prefill.replicas) {
-                let kv = |b: &infersched::core::BatchRecord| b.kv_tokens;
-                let replayed: Vec<u64> = replayed.iter().flat_map(|x| x.batches.iter().map(kv)).collect();
-                let simulated: Vec<u64> = one.accounts.iter().map(|a| a.kv_tokens).collect();
+            // Where the KV is pulled, the decode replicas hold it from the receive, not
+            // running: the simulator counts KV and running requests as the replay does.
+            let sides = [(&sim.prefill, &r.prefill), (&sim.decode, &r.decode)];
+            for (one, replayed) in sides.iter().flat_map(|(s, r)| s.replicas.iter().zip(&r.replicas)) {
+                let kv = |b: &infersched::core::BatchRecord| (b.kv_tokens, b.running);
+                let replayed: Vec<(u64, u64)> = replayed.iter().flat_map(|x| x.batches.iter().map(kv)).collect();
+                let simulated: Vec<(u64, u64)> = one.accounts.iter().map(|a| (a.kv_tokens, a.running)).collect();
                 prop_assert_eq!(replayed, simulated, "{}", router);
             }
+            prop_assert_eq!(&sim.kv_ready_s, &r.kv_ready_s);
             for (i, (rec, req)) in r.cluster.merged.requests.iter().zip(w.requests()).enumerate() {
                 let pre = &r.prefill.merged.requests[i];
-                // Its KV leaves when the prefill side's token is out and arrives a transfer later,
-                // before the decode side's first token.
-                prop_assert!((r.kv_ready_s[i] - pre.first_token_s - link.transfer_s(req.input_tokens)).abs() < 1e-12);
+                // Its KV leaves when the prefill side's token is out and arrives a transfer later
+                // (pushed) or from when the decode replica received it (pulled), before the
+                // decode side's first token.
+                let sent = pre.first_token_s + link.transfer_s(req.input_tokens);
+                if pull {
+                    prop_assert!(r.kv_ready_s[i] >= sent - 1e-12);
+                } else {
+                    prop_assert!((r.kv_ready_s[i] - sent).abs() < 1e-12);
+                }
                 prop_assert!(rec.first_token_s > r.kv_ready_s[i]);
                 prop_assert_eq!(rec.arrival_s, req.arrival_s);
                 // I prompt tokens on the prefill side, then the last prompt token again and the
@@ -189,6 +201,11 @@ proptest! {
             prop_assert_eq!(s.pipeline, Some(pipeline));
             for l in &s.cluster.unwrap().per_replica {
                 prop_assert!(l.busy_s <= l.makespan_s + 1e-12, "{l:?}");
+            }
+            // One pipelined replica behind any router is the pipelined replica alone.
+            if replicas == 1 {
+                let alone = kind.simulate_on(&w, &knobs, &cost, &pipeline).unwrap();
+                prop_assert_eq!(&sim.replicas[0].schedule.batches, &alone.schedule.batches, "{}", router);
             }
             // On one stage the pipelined entry points are the plain cluster.
             let none = Pipeline::none();

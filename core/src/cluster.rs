@@ -90,6 +90,19 @@ pub enum ClusterError {
     /// A disaggregated cluster's KV link is not valid.
     #[error("the KV link: {0}")]
     KvLink(crate::disaggregation::DisaggregationError),
+    /// A decode replica's schedule pulls the KV (receive entries) but request `request`
+    /// does not receive it before it runs, or takes it pushed.
+    #[error("the decode side, replica {replica}, batch {batch}: request {request} {reason}")]
+    Pull {
+        /// The decode replica.
+        replica: u32,
+        /// Batch index in its schedule.
+        batch: usize,
+        /// Request id (the workload's).
+        request: u32,
+        /// What it did.
+        reason: String,
+    },
     /// A line of a routing file is not `request,replica,routed_at_s`.
     #[error("{path}, line {line}: {reason}")]
     RoutingFile {

@@ -11,7 +11,7 @@
 //! producer's claim.
 
 use crate::cluster::{ClusterError, ClusterReplay, Routing, replay_cluster_on};
-pub use crate::disaggregation::{Disaggregation, DisaggregationError, KvLink};
+pub use crate::disaggregation::{Disaggregation, DisaggregationError, KvConnector, KvLink};
 use crate::replay::Replay;
 use crate::request::{Request, Workload};
 use crate::schedule::Schedule;
@@ -49,6 +49,33 @@ pub fn decode_workload(w: &Workload, ready_s: &[f64]) -> Result<Workload, crate:
         .map(|(r, &t)| Request { arrival_s: t, ..*r })
         .collect();
     Workload::new(reqs)?.with_transferred(w.requests().iter().map(|r| r.input_tokens).collect())
+}
+
+/// The decode side's workload where the KV is pulled (vLLM's NixlConnector): request `i`
+/// arrives at `first_token_s[i]` with the KV of its whole prompt still on the prefill
+/// replica, to be received (a receive entry) and then moved in `link.transfer_s(I)`.
+pub fn pulled_decode_workload(
+    w: &Workload,
+    first_token_s: &[f64],
+    link: &KvLink,
+) -> Result<Workload, crate::WorkloadError> {
+    let transfer = w
+        .requests()
+        .iter()
+        .map(|r| link.transfer_s(r.input_tokens))
+        .collect();
+    decode_workload(w, first_token_s)?.with_transfer_s(transfer)
+}
+
+/// Whether the decode side's schedules pull the KV (a receive entry allocates it, the
+/// transfer follows: vLLM's NixlConnector) rather than take it pushed, at the first
+/// processing entry (vLLM's P2pNcclConnector).
+pub fn pulls(decode_schedules: &[Schedule]) -> bool {
+    decode_schedules
+        .iter()
+        .flat_map(|s| &s.batches)
+        .flat_map(|b| &b.entries)
+        .any(|e| e.action == crate::schedule::Action::Receive)
 }
 
 /// When each request's KV is at its decode replica: its first token on the prefill side
@@ -118,16 +145,31 @@ pub fn replay_disaggregated_on(
         }
     };
     link.validate().map_err(ClusterError::KvLink)?;
-    let prefill = replay_cluster_on(
-        &prefill_workload(workload, link),
-        limits,
-        (cost, pipeline),
-        prefill_routing,
-        prefill_schedules,
-    )
-    .map_err(side("prefill"))?;
-    let ready = kv_ready_s(workload, &prefill, link);
-    let decode_w = decode_workload(workload, &ready).map_err(ClusterError::DecodeSide)?;
+    let prefill_side = |w: &Workload| {
+        replay_cluster_on(
+            w,
+            limits,
+            (cost, pipeline),
+            prefill_routing,
+            prefill_schedules,
+        )
+        .map_err(side("prefill"))
+    };
+    // Each prompt's KV is held at least while it is sent (pushed at its first token).
+    let prefill = prefill_side(&prefill_workload(workload, link))?;
+    let pull = link.connector == KvConnector::Nixl;
+    let decode_w = if pull {
+        let first: Vec<f64> = prefill
+            .merged
+            .requests
+            .iter()
+            .map(|r| r.first_token_s)
+            .collect();
+        pulled_decode_workload(workload, &first, link)
+    } else {
+        decode_workload(workload, &kv_ready_s(workload, &prefill, link))
+    }
+    .map_err(ClusterError::DecodeSide)?;
     let decode = replay_cluster_on(
         &decode_w,
         limits,
@@ -136,6 +178,22 @@ pub fn replay_disaggregated_on(
         decode_schedules,
     )
     .map_err(side("decode"))?;
+    let (prefill, ready) = if pull {
+        // Pulled: held on the prefill replica until the decode replica has read it.
+        let ready = pulled_ready_s(&decode_w, decode_schedules, &decode).map_err(side("decode"))?;
+        let hold = ready
+            .iter()
+            .zip(&prefill.merged.requests)
+            .map(|(&r, rec)| hold_until(rec.first_token_s, r))
+            .collect();
+        let held = prefill_workload(workload, link)
+            .with_kv_hold(hold)
+            .map_err(ClusterError::DecodeSide)?;
+        (prefill_side(&held)?, ready)
+    } else {
+        let ready = kv_ready_s(workload, &prefill, link);
+        (prefill, ready)
+    };
     let cluster = joined(workload, &prefill, &decode);
     Ok(DisaggregatedReplay {
         prefill,
@@ -143,6 +201,55 @@ pub fn replay_disaggregated_on(
         kv_ready_s: ready,
         cluster,
     })
+}
+
+/// The hold after a last token at `end_s` that frees the KV at `ready_s`: the largest
+/// `h` with `end_s + h <= ready_s` in floating point (`ready_s - end_s` may round up, and
+/// the KV would then be free a step later than the batch that takes it).
+fn hold_until(end_s: f64, ready_s: f64) -> f64 {
+    let mut h = (ready_s - end_s).max(0.0);
+    while h > 0.0 && end_s + h > ready_s {
+        h = h.next_down();
+    }
+    h
+}
+
+/// Where the KV is pulled: when each request's KV was at its decode replica, the start of
+/// the batch that received it plus its transfer. Every request receives it (once, by the
+/// replay's rules) and none takes it pushed, at a processing entry.
+fn pulled_ready_s(
+    decode_w: &Workload,
+    schedules: &[Schedule],
+    decode: &ClusterReplay,
+) -> Result<Vec<f64>, ClusterError> {
+    let mut ready = vec![f64::NAN; decode_w.len()];
+    for (r, (s, replay)) in schedules.iter().zip(&decode.replicas).enumerate() {
+        let Some(replay) = replay else { continue };
+        for (j, b) in s.batches.iter().enumerate() {
+            for e in &b.entries {
+                let i = e.request as usize;
+                let refuse = |reason: &str| ClusterError::Pull {
+                    replica: r as u32,
+                    batch: j,
+                    request: e.request,
+                    reason: reason.into(),
+                };
+                match e.action {
+                    crate::schedule::Action::Receive => {
+                        ready[i] = replay.batches[j].start_s + decode_w.transfer_s(i);
+                    }
+                    crate::schedule::Action::Process(_) if e.cached > 0 => {
+                        return Err(refuse("takes pushed KV where the others pull theirs"));
+                    }
+                    _ if ready[i].is_nan() => {
+                        return Err(refuse("runs before receiving its KV"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(ready)
 }
 
 /// Both sides as one cluster (see [`DisaggregatedReplay::cluster`]).
@@ -173,6 +280,91 @@ fn joined(workload: &Workload, prefill: &ClusterReplay, decode: &ClusterReplay) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Batch;
+
+    /// Every batch with tokens lasts 1 s; a batch of receives only, none.
+    struct OneSecond;
+    impl CostModel for OneSecond {
+        fn batch_time_s(&self, f: &crate::BatchFeatures) -> f64 {
+            if f.tokens > 0 { 1.0 } else { 0.0 }
+        }
+    }
+
+    #[test]
+    fn pulled_kv_is_held_on_the_prefill_replica_until_the_decode_replica_has_read_it() {
+        // Two prompts of 4 tokens (O = 2) at 0, M = 6 in blocks of 1, a link of 0.5 s.
+        // Prefill: request 0 in [0, 1]. Its decode replica receives it late, at 2 s (a
+        // claimed start), reads it by 2.5 s, so request 1's prompt, which does not fit
+        // beside request 0's KV, runs on the prefill replica from 2.5 s, not 1 s.
+        let w = Workload::new(vec![
+            Request {
+                input_tokens: 4,
+                output_tokens: 2,
+                arrival_s: 0.0,
+            },
+            Request {
+                input_tokens: 4,
+                output_tokens: 2,
+                arrival_s: 0.0,
+            },
+        ])
+        .unwrap();
+        let limits = Limits {
+            kv_capacity: Some(6),
+            block_size: 1,
+            ..Limits::unlimited()
+        };
+        // 4 tokens of 1 byte at 8 bytes/s: 0.5 s each transfer.
+        let link = KvLink {
+            bytes_per_token: 1.0,
+            bandwidth_bytes_per_s: 8.0,
+            latency_s: 0.0,
+            connector: KvConnector::Nixl,
+        };
+        let at = |start: f64, entries: Vec<crate::schedule::Entry>| crate::schedule::Batch {
+            entries,
+            start_s: Some(start),
+            end_s: None,
+        };
+        use crate::schedule::Entry as E;
+        let prefill = |second: f64| {
+            Schedule::new(vec![
+                at(0.0, vec![E::process(0, 4)]),
+                at(second, vec![E::process(1, 4)]),
+            ])
+        };
+        let decode = Schedule::new(vec![
+            at(2.0, vec![E::receive(0, 3)]),
+            Batch::new(vec![E::process(0, 1)]),
+            Batch::new(vec![E::process(0, 1)]),
+            Batch::new(vec![E::receive(1, 3)]),
+            Batch::new(vec![E::process(1, 1)]),
+            Batch::new(vec![E::process(1, 1)]),
+        ]);
+        let one = Routing::new(1, vec![0, 0]).unwrap();
+        let run = |p: Schedule, d: Schedule| {
+            replay_disaggregated(&w, &limits, &OneSecond, &link, &one, &[p], &one, &[d])
+        };
+        let r = run(prefill(2.5), decode.clone()).unwrap();
+        assert_eq!(r.kv_ready_s, vec![2.5, 5.0]);
+        assert_eq!(r.prefill.merged.batches[1].start_s, 2.5);
+        let rec = &r.cluster.merged.requests[0];
+        assert_eq!((rec.first_token_s, rec.completion_s), (3.5, 4.5));
+        // Had it run at 1 s, request 0's KV would still be on the prefill replica.
+        let e = run(prefill(1.0), decode.clone()).unwrap_err().to_string();
+        assert!(e.contains("the prefill side") && e.contains("M = 6"), "{e}");
+        // Pulled KV is received before the request runs, and none is pushed beside it.
+        let mut early = decode.clone();
+        early.batches[3].entries = vec![E::process(1, 4)];
+        early.batches.truncate(5);
+        let e = run(prefill(2.5), early).unwrap_err().to_string();
+        assert!(e.contains("request 1 runs before receiving its KV"), "{e}");
+        let mut mixed = decode;
+        mixed.batches[3].entries = vec![E::cached_process(1, 3, 1)];
+        mixed.batches.truncate(5);
+        let e = run(prefill(2.5), mixed).unwrap_err().to_string();
+        assert!(e.contains("takes pushed KV"), "{e}");
+    }
 
     #[test]
     fn the_spec_and_the_link_are_checked() {
@@ -186,6 +378,7 @@ mod tests {
             bytes_per_token: 131_072.0,
             bandwidth_bytes_per_s: 450e9,
             latency_s: 1e-5,
+            connector: KvConnector::Nixl,
         };
         link.validate().unwrap();
         // 4,096 tokens of 128 KiB over 450 GB/s: 1.19 ms, plus 10 us.

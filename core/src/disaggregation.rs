@@ -6,6 +6,56 @@
 use serde::Serialize;
 use thiserror::Error;
 
+/// How a prompt's KV gets from its prefill replica to its decode replica (vLLM's KV
+/// connectors; semantics.md, "Disaggregated prefill and decode").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvConnector {
+    /// Pulled (vLLM's NixlConnector): the decode replica's scheduler admits the request,
+    /// allocating its blocks (a receive entry), then reads the KV; the prefill replica
+    /// keeps it until then.
+    #[default]
+    Nixl,
+    /// Pushed (vLLM's P2pNcclConnector): the prefill replica sends the KV as soon as the
+    /// first token is out, keeping it until sent, into the decode instance's own buffer;
+    /// the decode replica takes it at admission.
+    P2pNccl,
+}
+
+/// The names `--kv-connector` accepts.
+pub const KV_CONNECTOR_NAMES: &[&str] = &["nixl", "p2p-nccl"];
+
+impl KvConnector {
+    /// The name, as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvConnector::Nixl => "nixl",
+            KvConnector::P2pNccl => "p2p-nccl",
+        }
+    }
+}
+
+impl std::fmt::Display for KvConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvConnector {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nixl" => Ok(KvConnector::Nixl),
+            "p2p-nccl" => Ok(KvConnector::P2pNccl),
+            _ => Err(format!(
+                "unknown KV connector \"{}\": expected one of {}",
+                s.chars().take(40).collect::<String>(),
+                KV_CONNECTOR_NAMES.join(", ")
+            )),
+        }
+    }
+}
+
 /// The link KV moves over, from a prefill replica to a decode replica.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct KvLink {
@@ -16,6 +66,8 @@ pub struct KvLink {
     pub bandwidth_bytes_per_s: f64,
     /// Fixed time per transfer (s).
     pub latency_s: f64,
+    /// How the KV is moved: pulled by the decode replica, or pushed by the prefill one.
+    pub connector: KvConnector,
 }
 
 /// Why a disaggregated cluster's settings are not valid.

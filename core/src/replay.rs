@@ -398,6 +398,8 @@ pub enum EntryKind {
     Prefill,
     /// Processed the one token after the last generated one (a decode step).
     Decode,
+    /// Received the KV of prompt tokens computed elsewhere (`cached` of them).
+    Receive,
 }
 
 /// One classified entry: request, kind, tokens processed (0 for an eviction).
@@ -440,6 +442,16 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                                 kind: EntryKind::Evict,
                                 tokens: 0,
                                 cached: 0,
+                                generated_token: false,
+                            }
+                        }
+                        Action::Receive => {
+                            state[i].held = u64::from(e.cached);
+                            ClassifiedEntry {
+                                request: e.request,
+                                kind: EntryKind::Receive,
+                                tokens: 0,
+                                cached: e.cached,
                                 generated_token: false,
                             }
                         }
@@ -568,7 +580,7 @@ fn replay_timed(
     for (j, batch) in schedule.batches.iter().enumerate() {
         step.clear();
         let mut earliest = clock.earliest_start();
-        if r.pipelined || !r.hold_s.is_empty() {
+        if r.pipelined || !r.hold_s.is_empty() || !r.transfer_s.is_empty() {
             // A scheduler may wait past that for a batch in flight to complete or a
             // request's KV to be sent, to release KV: a later claimed start is taken (and
             // checked below).
@@ -585,6 +597,9 @@ fn replay_timed(
         }
         let end_s = clock.run(start_s, time_s, step.features.tokens);
         check_claims(j, batch, start_s, end_s, &step, r.reqs)?;
+        for &i in &step.received {
+            r.receive_ready_s[i] = start_s + r.transfer_s.get(i).copied().unwrap_or(0.0);
+        }
         let record = r.emit_tokens(j, start_s, end_s, &step);
         r.batches.push(record);
     }
@@ -613,14 +628,19 @@ struct BatchStep {
     last_grown: Option<u32>,
     /// (request, generated a token) for each processing entry.
     processed: Vec<(usize, bool)>,
+    /// Requests that received their KV in this batch.
+    received: Vec<usize>,
 }
 
 impl BatchStep {
     fn clear(&mut self) {
         let mut processed = std::mem::take(&mut self.processed);
+        let mut received = std::mem::take(&mut self.received);
         processed.clear();
+        received.clear();
         *self = BatchStep {
             processed,
+            received,
             ..BatchStep::default()
         };
     }
@@ -651,6 +671,11 @@ struct Replayer<'a> {
     unreleased: Vec<(f64, usize, usize, Release)>,
     /// Per request, seconds it keeps its KV after its last token (empty: none does).
     hold_s: Vec<f64>,
+    /// Per request, seconds its received KV takes to arrive (empty: none is received).
+    transfer_s: Vec<f64>,
+    /// Per request that received its KV and has not processed since: when the KV is there
+    /// (NaN otherwise; infinite within the batch that receives it).
+    receive_ready_s: Vec<f64>,
 }
 
 impl<'a> Replayer<'a> {
@@ -700,6 +725,12 @@ impl<'a> Replayer<'a> {
             } else {
                 Vec::new()
             },
+            transfer_s: if workload.pulls_kv() {
+                (0..n).map(|i| workload.transfer_s(i)).collect()
+            } else {
+                Vec::new()
+            },
+            receive_ready_s: vec![f64::NAN; n],
         }
     }
 
@@ -708,9 +739,6 @@ impl<'a> Replayer<'a> {
     /// generated its last one (its next entry needs it). A prompt chunk may follow the
     /// one before it while that one is in flight. (Unknown ids are refused when applied.)
     fn ready_s(&self, batch: &crate::schedule::Batch) -> f64 {
-        if !self.pipelined {
-            return 0.0;
-        }
         let n = self.reqs.len();
         batch
             .entries
@@ -718,12 +746,15 @@ impl<'a> Replayer<'a> {
             .map(|e| e.request as usize)
             .filter(|&i| i < n)
             .map(|i| {
-                let own = if self.state[i].generated >= 1 {
+                let own = if self.pipelined && self.state[i].generated >= 1 {
                     self.last_token_s[i]
                 } else {
                     0.0
                 };
-                own.max(self.reqs[i].arrival_s)
+                // A request that received its KV waits for it to arrive.
+                let received = self.receive_ready_s[i];
+                let received = if received.is_nan() { 0.0 } else { received };
+                own.max(received).max(self.reqs[i].arrival_s)
             })
             .fold(0.0, f64::max)
     }
@@ -832,6 +863,7 @@ impl<'a> Replayer<'a> {
                 reason: "an eviction takes nothing from the cache".into(),
             }),
             Action::Evict => self.evict(j, id, step),
+            Action::Receive => self.receive(j, id, u64::from(entry.cached), step),
             Action::Process(c) => {
                 if entry.cached > 0 && !self.transferred.is_empty() {
                     self.take_transferred(j, id, u64::from(entry.cached))?;
@@ -900,6 +932,16 @@ impl<'a> Replayer<'a> {
                 request: id,
             });
         }
+        if !self.receive_ready_s[i].is_nan() {
+            return Err(ReplayError::Transferred {
+                batch: j,
+                request: id,
+                tokens: self.state[i].held,
+                reason:
+                    "it is receiving them, not running: it cannot be evicted before it processes"
+                        .into(),
+            });
+        }
         match &mut self.cache {
             // The pool counts shared blocks once.
             Some(cache) => {
@@ -949,8 +991,10 @@ impl<'a> Replayer<'a> {
             step.features.add_prefill(c, before);
             step.prefill_tokens += c;
         }
-        if before == 0 {
+        // A request that received its KV starts running with its first processing entry.
+        if before == 0 || !self.receive_ready_s[i].is_nan() {
             self.running += 1;
+            self.receive_ready_s[i] = f64::NAN;
         }
         let grown = self.limits.occupied(after) - self.limits.occupied(before);
         if grown > 0 {
@@ -1038,6 +1082,58 @@ impl<'a> Replayer<'a> {
         Ok(())
     }
 
+    /// Request `id` receives the KV of its first `tokens` prompt tokens, computed on a
+    /// prefill replica: it has not been admitted here, holds none, brought at least that
+    /// many and leaves the last known token to process. It holds them from this batch on
+    /// (not running until it processes, which waits for the transfer).
+    fn receive(
+        &mut self,
+        j: usize,
+        id: u32,
+        tokens: u64,
+        step: &mut BatchStep,
+    ) -> Result<(), ReplayError> {
+        let i = id as usize;
+        let fail = |reason: String| ReplayError::Transferred {
+            batch: j,
+            request: id,
+            tokens,
+            reason,
+        };
+        if self.transferred.is_empty() || self.transferred[i] == 0 {
+            return Err(fail("it brought no KV to receive".into()));
+        }
+        if self.transfer_s.is_empty() {
+            return Err(fail(
+                "its KV is pushed here (p2p-nccl): taken at its first processing entry, not received"
+                    .into(),
+            ));
+        }
+        let record = &self.records[i];
+        if record.processed_tokens > 0 || record.evictions > 0 || self.state[i].held > 0 {
+            return Err(fail(
+                "it was admitted before (the transferred KV is received at the first admission only)"
+                    .into(),
+            ));
+        }
+        let brought = u64::from(self.transferred[i]);
+        let known = self.state[i].known(&self.reqs[i]);
+        if tokens > brought || tokens >= known {
+            return Err(fail(format!(
+                "it brought {brought} and knows {known} (a receive takes at most {}; a prompt of one token keeps none and computes it again)",
+                brought.min(known - 1)
+            )));
+        }
+        self.kv_used += self.limits.occupied(tokens);
+        self.state[i].held = tokens;
+        self.records[i].cached_tokens += tokens;
+        self.receive_ready_s[i] = f64::INFINITY;
+        step.last_grown = Some(id);
+        step.latest_arrival = step.latest_arrival.max(self.reqs[i].arrival_s);
+        step.received.push(i);
+        Ok(())
+    }
+
     /// Request `id` takes the KV of its first `tokens` prompt tokens that came with it:
     /// at its first admission only (an eviction loses it), at most what it brought, and
     /// leaving at least the last known token to process.
@@ -1050,7 +1146,7 @@ impl<'a> Replayer<'a> {
             reason,
         };
         let record = &self.records[i];
-        if record.processed_tokens > 0 || record.evictions > 0 {
+        if record.processed_tokens > 0 || record.evictions > 0 || self.state[i].held > 0 {
             return Err(fail(
                 "it was admitted before (the transferred KV is taken at the first admission only)"
                     .into(),
@@ -1545,6 +1641,84 @@ mod tests {
             e.contains("batch 2") && e.contains("admitted before"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn received_kv_is_held_from_the_receive_and_waits_for_its_transfer() {
+        // Request 0 (I = 4, O = 2) brought its prompt's KV, which takes 0.5 s to move once
+        // received. b0 receives 3 tokens (a batch of no work: 0 s), holding them (not
+        // running); b1 computes the last prompt token, waiting for the KV: it starts at
+        // 0.5 s and lasts 1 + 0.1 + 0.001 x (1 + 2 x 3) = 1.107 s; b2 decodes.
+        let w = workload(&[(4, 2, 0.0), (2, 1, 0.0)])
+            .with_transferred(vec![4, 2])
+            .unwrap()
+            .with_transfer_s(vec![0.5, 0.5])
+            .unwrap();
+        let one = |m: Option<u64>, r: Option<u64>| Limits {
+            kv_capacity: m,
+            max_running: r,
+            block_size: 1,
+            ..Limits::unlimited()
+        };
+        let s = sched(vec![
+            vec![E::receive(0, 3)],
+            vec![E::process(0, 1)],
+            vec![E::process(0, 1)],
+            vec![E::receive(1, 1)],
+            vec![E::process(1, 1)],
+        ]);
+        let r = replay(&w, &one(None, None), &TestCost, &s).unwrap();
+        assert_eq!((r.batches[0].start_s, r.batches[0].end_s), (0.0, 0.0));
+        assert_eq!((r.batches[0].kv_tokens, r.batches[0].running), (3, 0));
+        assert!(close(r.batches[1].start_s, 0.5) && close(r.batches[1].end_s, 1.607));
+        assert_eq!(r.batches[1].running, 1);
+        assert!(close(r.requests[0].first_token_s, 1.607));
+        assert_eq!(
+            (r.requests[0].cached_tokens, r.requests[0].processed_tokens),
+            (3, 2)
+        );
+        // Its receive counts in M, not in R_max: two received at once under R_max = 1.
+        let both = sched(vec![
+            vec![E::receive(0, 3), E::receive(1, 1)],
+            vec![E::process(0, 1)],
+            vec![E::process(0, 1)],
+            vec![E::process(1, 1)],
+        ]);
+        assert!(replay(&w, &one(Some(6), Some(1)), &TestCost, &both).is_ok());
+        // ... its KV counted from the receive on: request 1's token beside request 0's 5.
+        let e = err(&w, one(Some(5), None), both.clone()).to_string();
+        assert!(e.contains("batch 2") && e.contains("6 tokens"), "{e}");
+        // A claimed start before the KV is there is refused.
+        let mut early = s.clone();
+        early.batches[1].start_s = Some(0.2);
+        assert!(replay(&w, &one(None, None), &TestCost, &early).is_err());
+        // More than it brought or knows, twice, evicted while receiving, or nothing
+        // brought: refused.
+        let nothing = workload(&[(4, 2, 0.0)]).with_transferred(vec![0]).unwrap();
+        let pushed = workload(&[(4, 2, 0.0)]).with_transferred(vec![4]).unwrap();
+        let cases = [
+            (&pushed, sched(vec![vec![E::receive(0, 3)]]), "pushed here"),
+            (&w, sched(vec![vec![E::receive(0, 4)]]), "knows 4"),
+            (
+                &w,
+                sched(vec![vec![E::receive(0, 3)], vec![E::receive(0, 3)]]),
+                "admitted before",
+            ),
+            (
+                &w,
+                sched(vec![vec![E::receive(0, 3)], vec![E::evict(0)]]),
+                "cannot be evicted",
+            ),
+            (
+                &nothing,
+                sched(vec![vec![E::receive(0, 1)]]),
+                "brought no KV",
+            ),
+        ];
+        for (wl, bad, why) in cases {
+            let e = err(wl, one(None, None), bad).to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 
     /// Two 8-token prompts sharing their first 4 tokens (ids in blocks of 4: [1, 2] and

@@ -73,6 +73,8 @@ pub struct Workload {
     transferred: Option<std::sync::Arc<Vec<u32>>>,
     /// Per request, seconds it keeps its KV after its last token (while sending it).
     kv_hold_s: Option<std::sync::Arc<Vec<f64>>>,
+    /// Per request, seconds its transferred KV takes to arrive after it is received.
+    transfer_s: Option<std::sync::Arc<Vec<f64>>>,
 }
 
 impl Workload {
@@ -116,6 +118,7 @@ impl Workload {
             prefix: None,
             transferred: None,
             kv_hold_s: None,
+            transfer_s: None,
         })
     }
 
@@ -216,6 +219,39 @@ impl Workload {
         Ok(self)
     }
 
+    /// The workload whose request `i`'s transferred KV ([`Self::with_transferred`]) takes
+    /// `seconds[i]` to arrive once a receive entry has allocated it (a pulled transfer,
+    /// semantics.md "Disaggregated prefill and decode"). Each finite and `>= 0`.
+    pub fn with_transfer_s(mut self, seconds: Vec<f64>) -> Result<Self, WorkloadError> {
+        let invalid = |index, reason: String| WorkloadError::InvalidField {
+            index,
+            field: "transfer_s",
+            reason,
+        };
+        if seconds.len() != self.requests.len() {
+            let reason = format!("{} values for {} requests", seconds.len(), self.len());
+            return Err(invalid(0, reason));
+        }
+        if let Some(i) = seconds.iter().position(|t| !(t.is_finite() && *t >= 0.0)) {
+            return Err(invalid(
+                i,
+                format!("must be finite and >= 0, got {}", seconds[i]),
+            ));
+        }
+        self.transfer_s = Some(std::sync::Arc::new(seconds));
+        Ok(self)
+    }
+
+    /// Whether transferred KV is pulled ([`Self::with_transfer_s`]): received, then moved.
+    pub fn pulls_kv(&self) -> bool {
+        self.transfer_s.is_some()
+    }
+
+    /// Seconds request `i`'s received KV takes to arrive (0 without).
+    pub fn transfer_s(&self, i: usize) -> f64 {
+        self.transfer_s.as_ref().map_or(0.0, |t| t[i])
+    }
+
     /// Seconds request `i` keeps its KV after its last token (0 without a hold).
     pub fn kv_hold_s(&self, i: usize) -> f64 {
         self.kv_hold_s.as_ref().map_or(0.0, |h| h[i])
@@ -244,6 +280,10 @@ impl Workload {
         }
         if self.has_kv_hold() {
             sub = sub.with_kv_hold(ids.iter().map(|&g| self.kv_hold_s(g as usize)).collect())?;
+        }
+        if self.transfer_s.is_some() {
+            sub =
+                sub.with_transfer_s(ids.iter().map(|&g| self.transfer_s(g as usize)).collect())?;
         }
         Ok(sub)
     }

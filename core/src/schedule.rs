@@ -13,6 +13,9 @@
 //! CSV: header `batch,request,tokens`, one row per entry, `tokens` a positive integer or
 //! the word `evict`; batch indices are 0-based and non-decreasing (gaps are empty batches,
 //! at most as many as the file has lines, so a stray index cannot allocate without bound).
+//! A fourth column `cached` gives the tokens an entry takes without computing them: from
+//! the prefix cache before processing, or, with `tokens` the word `receive`, the KV a
+//! disaggregated decode replica receives (`{"request": 3, "receive": 511}` in JSON).
 
 use serde::Deserialize;
 use std::fmt::Write as _;
@@ -30,6 +33,11 @@ pub enum Action {
     Evict,
     /// Process this many tokens (>= 1).
     Process(u32),
+    /// Receive the KV of the entry's `cached` prompt tokens, computed on a prefill replica
+    /// (a disaggregated decode replica's admission, vLLM's NixlConnector: the blocks are
+    /// allocated now, the transfer runs, the request processes once it has ended);
+    /// processes nothing.
+    Receive,
 }
 
 /// One request's step in a batch.
@@ -39,13 +47,14 @@ pub struct Entry {
     pub request: u32,
     /// Evict or process tokens.
     pub action: Action,
-    /// Tokens taken from the prefix cache before processing (whole KV blocks; only when
-    /// the request holds no KV, so only with [`Action::Process`]; 0: none).
+    /// Tokens taken without computing them: from the prefix cache before processing
+    /// (whole KV blocks; only when the request holds no KV), or received with
+    /// [`Action::Receive`]; 0 for an eviction.
     pub cached: u32,
 }
 
 /// Compact text: `3:128` (request 3 processes 128 tokens), `3:hit512+128` (it takes 512
-/// tokens from the prefix cache, then processes 128) or `3:evict`.
+/// tokens from the prefix cache, then processes 128), `3:receive511` or `3:evict`.
 impl std::fmt::Display for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.action {
@@ -54,6 +63,7 @@ impl std::fmt::Display for Entry {
             }
             Action::Process(c) => write!(f, "{}:{c}", self.request),
             Action::Evict => write!(f, "{}:evict", self.request),
+            Action::Receive => write!(f, "{}:receive{}", self.request, self.cached),
         }
     }
 }
@@ -97,6 +107,15 @@ impl Entry {
             request,
             action: Action::Evict,
             cached: 0,
+        }
+    }
+
+    /// An entry in which `request` receives the KV of `tokens` prompt tokens.
+    pub fn receive(request: u32, tokens: u32) -> Self {
+        Self {
+            request,
+            action: Action::Receive,
+            cached: tokens,
         }
     }
 }
@@ -197,6 +216,48 @@ struct EntryRepr {
     evict: Option<bool>,
     #[serde(default)]
     cached: Option<u64>,
+    #[serde(default)]
+    receive: Option<u64>,
+}
+
+impl EntryRepr {
+    /// The entry this JSON object describes, or what is wrong with it.
+    fn entry(self) -> Result<Entry, String> {
+        let too_large = |name: &str, v: u64| format!("\"{name}\" = {v} is larger than 4294967295");
+        if let Some(h) = self.receive {
+            if self.tokens.is_some() || self.evict.is_some() || self.cached.is_some() {
+                return Err(
+                    "a receive is {\"request\": R, \"receive\": N} (N tokens), nothing else".into(),
+                );
+            }
+            let h = u32::try_from(h).map_err(|_| too_large("receive", h))?;
+            return Ok(Entry::receive(self.request, h));
+        }
+        let action = match (self.tokens, self.evict) {
+            (Some(_), Some(true)) => {
+                return Err(
+                    "has both \"tokens\" and \"evict\": an entry either evicts or processes".into(),
+                );
+            }
+            (Some(t), _) => Action::Process(u32::try_from(t).map_err(|_| too_large("tokens", t))?),
+            (None, Some(true)) => Action::Evict,
+            (None, _) => return Err("expected \"tokens\": N (N >= 1) or \"evict\": true".into()),
+        };
+        let cached = match (self.cached, action) {
+            (None, _) => 0,
+            (Some(h), Action::Process(_)) => {
+                u32::try_from(h).map_err(|_| too_large("cached", h))?
+            }
+            (Some(_), Action::Evict | Action::Receive) => {
+                return Err("has \"cached\" on an eviction: only a processing entry takes tokens from the prefix cache".into());
+            }
+        };
+        Ok(Entry {
+            request: self.request,
+            action,
+            cached,
+        })
+    }
 }
 
 /// One CSV row's batch index and entry; an error names the column and what was expected.
@@ -220,19 +281,19 @@ fn csv_entry(fields: &[&str]) -> Result<(usize, Entry), (&'static str, String)> 
             ),
         )
     })?;
-    let action = if fields[2] == "evict" {
-        Action::Evict
-    } else {
-        Action::Process(fields[2].parse().map_err(|_| {
+    let action = match fields[2] {
+        "evict" => Action::Evict,
+        "receive" => Action::Receive,
+        text => Action::Process(text.parse().map_err(|_| {
             (
                 "tokens",
                 format!(
-                    "expected a token count from 1 to {} or \"evict\", got \"{}\"",
+                    "expected a token count from 1 to {}, \"evict\" or \"receive\", got \"{}\"",
                     u32::MAX,
-                    crate::io::excerpt(fields[2])
+                    crate::io::excerpt(text)
                 ),
             )
-        })?)
+        })?),
     };
     let cached = csv_cached(fields, action).map_err(|reason| ("cached", reason))?;
     Ok((
@@ -245,9 +306,13 @@ fn csv_entry(fields: &[&str]) -> Result<(usize, Entry), (&'static str, String)> 
     ))
 }
 
-/// The CSV `cached` column of an entry (absent: 0; only on processing entries).
+/// The CSV `cached` column of an entry (absent: 0; not on evictions; a receive's tokens,
+/// at least 1).
 fn csv_cached(fields: &[&str], action: Action) -> Result<u32, String> {
     let Some(text) = fields.get(3) else {
+        if action == Action::Receive {
+            return Err("a receive names the tokens it receives in a fourth column, cached".into());
+        }
         return Ok(0);
     };
     let h: u32 = text.parse().map_err(|_| {
@@ -272,11 +337,14 @@ impl Schedule {
         }
     }
 
-    /// Whether any entry takes tokens from the prefix cache.
+    /// Whether any entry takes tokens without computing them (from the prefix cache, or
+    /// received).
     pub fn has_cache_hits(&self) -> bool {
-        self.batches
-            .iter()
-            .any(|b| b.entries.iter().any(|e| e.cached > 0))
+        self.batches.iter().any(|b| {
+            b.entries
+                .iter()
+                .any(|e| e.cached > 0 || e.action == Action::Receive)
+        })
     }
 
     /// Total number of entries over all batches.
@@ -337,43 +405,10 @@ impl Schedule {
             }
             let mut entries = Vec::with_capacity(b.entries.len());
             for (k, e) in b.entries.into_iter().enumerate() {
-                let loc = || format!("batches[{j}].entries[{k}]");
-                let action = match (e.tokens, e.evict) {
-                    (Some(_), Some(true)) => {
-                        return Err(invalid(
-                            loc(),
-                            "has both \"tokens\" and \"evict\": an entry either evicts or processes"
-                                .into(),
-                        ));
-                    }
-                    (Some(t), _) => Action::Process(u32::try_from(t).map_err(|_| {
-                        invalid(loc(), format!("\"tokens\" = {t} is larger than 4294967295"))
-                    })?),
-                    (None, Some(true)) => Action::Evict,
-                    (None, _) => {
-                        return Err(invalid(
-                            loc(),
-                            "expected \"tokens\": N (N >= 1) or \"evict\": true".into(),
-                        ));
-                    }
-                };
-                let cached = match (e.cached, action) {
-                    (None, _) => 0,
-                    (Some(h), Action::Process(_)) => u32::try_from(h).map_err(|_| {
-                        invalid(loc(), format!("\"cached\" = {h} is larger than 4294967295"))
-                    })?,
-                    (Some(_), Action::Evict) => {
-                        return Err(invalid(
-                            loc(),
-                            "has \"cached\" on an eviction: only a processing entry takes tokens from the prefix cache".into(),
-                        ));
-                    }
-                };
-                entries.push(Entry {
-                    request: e.request,
-                    action,
-                    cached,
-                });
+                let entry = e
+                    .entry()
+                    .map_err(|reason| invalid(format!("batches[{j}].entries[{k}]"), reason))?;
+                entries.push(entry);
             }
             batches.push(Batch {
                 entries,
@@ -489,6 +524,13 @@ impl Schedule {
                     Action::Evict => {
                         let _ = write!(line, "{{\"request\":{},\"evict\":true}}", e.request);
                     }
+                    Action::Receive => {
+                        let _ = write!(
+                            line,
+                            "{{\"request\":{},\"receive\":{}}}",
+                            e.request, e.cached
+                        );
+                    }
                 }
             }
             line.push(']');
@@ -516,6 +558,7 @@ impl Schedule {
                 match e.action {
                     Action::Process(c) => write!(w, "{j},{},{c}", e.request)?,
                     Action::Evict => write!(w, "{j},{},evict", e.request)?,
+                    Action::Receive => write!(w, "{j},{},receive", e.request)?,
                 }
                 if hits {
                     write!(w, ",{}", e.cached)?;
@@ -654,6 +697,44 @@ mod tests {
         assert_eq!(back.batches.len(), 3);
         assert!(back.batches[1].entries.is_empty());
         assert_eq!(back.batches[2].entries, s.batches[2].entries);
+    }
+
+    #[test]
+    fn receives_round_trip_in_both_forms_and_bad_ones_are_named() {
+        let s = Schedule::new(vec![
+            Batch::new(vec![Entry::receive(0, 31), Entry::process(1, 2)]),
+            Batch::new(vec![Entry::process(0, 1), Entry::receive(2, 0)]),
+        ]);
+        assert!(s.has_cache_hits());
+        let mut json = Vec::new();
+        s.write_json(&mut json).unwrap();
+        let text = String::from_utf8(json).unwrap();
+        assert!(text.contains(r#"{"request":0,"receive":31}"#), "{text}");
+        assert_eq!(Schedule::from_json_str(&text, p()).unwrap(), s);
+        let mut csv = Vec::new();
+        s.write_csv(&mut csv).unwrap();
+        let text = String::from_utf8(csv).unwrap();
+        assert_eq!(
+            text,
+            "batch,request,tokens,cached\n0,0,receive,31\n0,1,2,0\n1,0,1,0\n1,2,receive,0\n"
+        );
+        assert_eq!(
+            Schedule::from_csv_str(&text, p()).unwrap().batches,
+            s.batches
+        );
+        assert_eq!(s.batches[0].to_string(), "0:receive31 1:2");
+        // A receive names its tokens: the fourth column, or nothing but them in JSON.
+        let e = Schedule::from_csv_str("batch,request,tokens\n0,0,receive\n", p()).unwrap_err();
+        assert!(e.to_string().contains("fourth column"), "{e}");
+        let e = Schedule::from_json_str(
+            r#"{"format": "infersched-schedule/1", "batches": [{"entries": [{"request": 0, "receive": 3, "tokens": 1}]}]}"#,
+            p(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("entries[0]") && e.to_string().contains("nothing else"),
+            "{e}"
+        );
     }
 
     #[test]

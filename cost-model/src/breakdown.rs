@@ -80,6 +80,9 @@ impl TimeBreakdown {
                     owed[i] -= owed[i].min(hit);
                 }
                 match (entry.action, c.kind) {
+                    (Action::Receive, _) | (_, EntryKind::Receive) => {
+                        held[i] = u64::from(entry.cached);
+                    }
                     (Action::Evict, _) | (_, EntryKind::Evict) => {
                         owed[i] += held[i];
                         held[i] = 0;

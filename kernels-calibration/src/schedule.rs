@@ -60,6 +60,8 @@ pub fn batch_work(workload: &Workload, schedule: &Schedule) -> Vec<BatchWork> {
                     held[i] = e.cached;
                 }
                 match e.kind {
+                    // Received KV (computed elsewhere) is just there, as a cache hit's is.
+                    EntryKind::Receive => {}
                     EntryKind::Evict => {
                         held[i] = 0;
                         w.evicted.push(e.request);

@@ -386,6 +386,7 @@ def simulate(
     disaggregate: Optional[str] = None,
     kv_bandwidth: Optional[float] = None,
     kv_latency_us: float = 0.0,
+    kv_connector: str = "nixl",
 ) -> Run:
     """Runs one heuristic scheduler (see :func:`schedulers`) on ``workload`` (a
     :class:`Workload`, a trace path or a DataFrame), replays its schedule and measures it:
@@ -400,9 +401,10 @@ def simulate(
     ``pp_bandwidth`` GB/s (default: the GPU's NVLink) with ``pp_latency_us`` per send.
     ``disaggregate="P:D"`` runs P prefill and D decode replicas behind ``router``
     (``--disaggregate``; vllm-v1), the prompts' KV moved at ``kv_bandwidth`` GB/s
-    (default: the GPU's NVLink) plus ``kv_latency_us`` each; ``write`` then gives the
-    command's prefill/ and decode/ folders, and ``time_split`` is None. The simulation runs
-    without the GIL."""
+    (default: the GPU's NVLink) plus ``kv_latency_us`` each, pulled by the decode replica
+    (``kv_connector="nixl"``) or pushed by the prefill one (``"p2p-nccl"``;
+    ``--kv-connector``); ``write`` then gives the command's prefill/ and decode/ folders,
+    and ``time_split`` is None. The simulation runs without the GIL."""
     limits = _limits(token_budget, prefill_budget, kv_capacity, num_gpu_blocks,
                      gpu_memory_utilization, max_running, block_size, watermark)
     knobs = _knobs(no_preemption, victim, max_model_len, mcsf_order, scheduler_reserve_full_isl,
@@ -411,7 +413,7 @@ def simulate(
     cluster = dict(replicas=int(replicas), router=router)
     pipeline = dict(pp=int(pp), pp_bandwidth=pp_bandwidth, pp_latency_us=pp_latency_us)
     split = dict(disaggregate=disaggregate, kv_bandwidth=kv_bandwidth,
-                 kv_latency_us=float(kv_latency_us))
+                 kv_latency_us=float(kv_latency_us), kv_connector=kv_connector)
     inner = _infersched.simulate(_workload(workload), scheduler, cost_model, limits, knobs,
                                  list(slo), cluster, pipeline, split)
     return Run(inner)
@@ -625,6 +627,7 @@ def capacity(
     disaggregate: Optional[str] = None,
     kv_bandwidth: Optional[float] = None,
     kv_latency_us: float = 0.0,
+    kv_connector: str = "nixl",
     pp: int = 1,
     cost_model: str = DEFAULT_COST_MODEL,
     token_budget: Optional[int] = None,
@@ -673,7 +676,7 @@ def capacity(
                   max_rate=float(max_rate), tolerance=float(tolerance), max_probes=int(max_probes),
                   best_found=bool(best_found), arrivals=str(arrivals), pp=int(pp),
                   disaggregate=disaggregate, kv_bandwidth=kv_bandwidth,
-                  kv_latency_us=float(kv_latency_us))
+                  kv_latency_us=float(kv_latency_us), kv_connector=kv_connector)
     cluster = dict(replicas=int(replicas), router=router)
     text = _infersched.capacity(_workload(workload), scheduler, cost_model, limits, knobs,
                                 list(slo), cluster, search)

@@ -254,6 +254,8 @@ pub(crate) struct SplitKwargs {
     pub(crate) kv_bandwidth: Option<f64>,
     /// A fixed time per KV transfer in microseconds.
     pub(crate) kv_latency_us: f64,
+    /// How the KV moves: `nixl` (pulled) or `p2p-nccl` (pushed).
+    pub(crate) kv_connector: String,
 }
 
 /// Each replica's pipeline (`simulate`'s `pp`, `pp_bandwidth`, `pp_latency_us`).
@@ -355,6 +357,8 @@ pub(crate) struct CapacityKwargs {
     pub(crate) kv_bandwidth: Option<f64>,
     /// A fixed time per KV transfer in microseconds (`--kv-latency-us`).
     pub(crate) kv_latency_us: f64,
+    /// `nixl` or `p2p-nccl` (`--kv-connector`).
+    pub(crate) kv_connector: String,
     /// Pipeline stages of each replica (`--pp`).
     pub(crate) pp: u32,
 }
@@ -366,6 +370,7 @@ impl CapacityKwargs {
             disaggregate: self.disaggregate.clone(),
             kv_bandwidth: self.kv_bandwidth,
             kv_latency_us: self.kv_latency_us,
+            kv_connector: self.kv_connector.clone(),
         }
     }
 

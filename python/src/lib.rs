@@ -455,6 +455,11 @@ fn disaggregation(
         .map_err(|e| err(format!("router: {e}")))?;
     let link = infersched::settings::kv_link(cost, split.kv_bandwidth, split.kv_latency_us)
         .map_err(err)?;
+    let connector = split
+        .kv_connector
+        .parse()
+        .map_err(|e| err(format!("kv_connector: {e}")))?;
+    let link = infersched::core::disaggregated::KvLink { connector, ..link };
     Ok(Some((d, router, link)))
 }
 

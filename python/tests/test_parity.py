@@ -221,6 +221,16 @@ def test_a_disaggregated_cluster_writes_the_commands_folders(cli, trace_head, tm
         isd.simulate(trace_head, "vllm-v1", disaggregate="0:2")
     with pytest.raises(isd.InferschedError, match="either replicas or a prefill:decode split"):
         isd.simulate(trace_head, "vllm-v1", disaggregate="1:1", replicas=2)
+    # The KV pushed instead of pulled: the command's folders with --kv-connector p2p-nccl.
+    run_cli(cli, "simulate", "--workload", str(trace_head), "--scheduler", "vllm-v1",
+            "--disaggregate", "1:2", "--kv-connector", "p2p-nccl", "--out", str(tmp_path / "cli2"))
+    pushed = isd.simulate(trace_head, "vllm-v1", disaggregate="1:2", kv_connector="p2p-nccl")
+    pushed.write(tmp_path / "py2")
+    assert_same_files(tmp_path / "cli2" / "vllm-v1", tmp_path / "py2", names)
+    assert pushed.summary["cluster"]["kv_link"]["connector"] == "p2p-nccl"
+    assert run.summary["cluster"]["kv_link"]["connector"] == "nixl"
+    with pytest.raises(isd.InferschedError, match="unknown KV connector"):
+        isd.simulate(trace_head, "vllm-v1", disaggregate="1:1", kv_connector="nccl")
 
 
 def test_capacity_finds_the_commands_rate_and_ceiling(cli, trace_head, tmp_path):

@@ -115,6 +115,7 @@ pub fn simulate_cluster_on(
     for g in workload.fcfs_order() {
         let request = workload.requests()[g as usize];
         for (r, (run, policy)) in runs.iter_mut().zip(policies.iter_mut()).enumerate() {
+            run.set_horizon(request.arrival_s);
             advance(run, policy.as_mut(), cost, Some(request.arrival_s))
                 .map_err(replica_error(r))?;
         }
@@ -126,19 +127,31 @@ pub fn simulate_cluster_on(
         let brings = Brings {
             transferred: workload.transferred(g as usize),
             kv_hold_s: workload.kv_hold_s(g as usize),
+            transfer_s: workload.pulls_kv().then(|| workload.transfer_s(g as usize)),
         };
         runs[r].add_request(request, chains, brings);
         members[r].push(g);
         replica_of[g as usize] = r as u32;
     }
+    for (r, (run, policy)) in runs.iter_mut().zip(policies.iter_mut()).enumerate() {
+        run.set_horizon(f64::INFINITY);
+        advance(run, policy.as_mut(), cost, None).map_err(replica_error(r))?;
+    }
+    Ok(into_cluster(runs, policies, &members, replica_of, router))
+}
+
+/// The finished replicas as a cluster: each run's schedule in the workload's ids
+/// (`members[r]`: replica `r`'s requests in the order given to it), named by its policy,
+/// replica and `router`.
+pub(crate) fn into_cluster(
+    runs: Vec<Run<'_>>,
+    policies: &[Box<dyn Policy>],
+    members: &[Vec<u32>],
+    replica_of: Vec<u32>,
+    router: Router,
+) -> ClusterSimulation {
     let mut replicas = Vec::with_capacity(runs.len());
-    for (r, ((mut run, policy), ids)) in runs
-        .into_iter()
-        .zip(policies.iter_mut())
-        .zip(&members)
-        .enumerate()
-    {
-        advance(&mut run, policy.as_mut(), cost, None).map_err(replica_error(r))?;
+    for (r, ((run, policy), ids)) in runs.into_iter().zip(policies).zip(members).enumerate() {
         let mut simulation = run.finish(policy.as_ref());
         simulation.schedule.meta = Some(serde_json::json!({
             "producer": policy.name(),
@@ -154,7 +167,7 @@ pub fn simulate_cluster_on(
     }
     let routing = Routing::new(replicas.len() as u32, replica_of)
         .expect("each request routed to one of the replicas");
-    Ok(ClusterSimulation { routing, replicas })
+    ClusterSimulation { routing, replicas }
 }
 
 #[cfg(test)]

@@ -4,11 +4,15 @@
 //! Each side is a cluster behind the same router rule ([`crate::cluster`]); the decode
 //! side's arrivals come from the independent replay of the prefill side's schedules.
 
-use crate::cluster::{ClusterSimulation, Router, simulate_cluster_on};
+use crate::cluster::{ClusterSimulation, Router, into_cluster, simulate_cluster_on};
+use crate::router::{RouterState, load_at};
+use crate::sim::{Brings, Run, Simulator, Step, check_servable};
 use crate::{Policy, SimError};
 use infersched_core::cluster::replay_cluster_on;
-use infersched_core::disaggregated::{KvLink, decode_workload, kv_ready_s, prefill_workload};
-use infersched_core::{CostModel, Limits, Pipeline, Workload};
+use infersched_core::disaggregated::{
+    KvConnector, KvLink, decode_workload, kv_ready_s, prefill_workload,
+};
+use infersched_core::{CostModel, Limits, Pipeline, Request, Workload};
 
 /// Each side's policies, one per replica: prefill, then decode.
 pub type Sides<'a> = (&'a mut [Box<dyn Policy>], &'a mut [Box<dyn Policy>]);
@@ -63,6 +67,16 @@ pub fn simulate_disaggregated_on(
     if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
         return Err(SimError::TransferredKv { policy: p.name() });
     }
+    if link.connector == KvConnector::Nixl {
+        return simulate_disaggregated_pulled(
+            workload,
+            limits,
+            (prefill, decode),
+            (cost, pipeline),
+            router,
+            link,
+        );
+    }
     let first = prefill_workload(workload, link);
     let prefill_side = simulate_cluster_on(&first, limits, prefill, (cost, pipeline), router)?;
     let schedules: Vec<_> = prefill_side
@@ -92,6 +106,351 @@ pub fn simulate_disaggregated_on(
     })
 }
 
+/// Where the KV is pulled: a request's decode replica receives it (allocating its blocks)
+/// when its scheduler admits the request, the transfer follows, and the prefill replica
+/// keeps it until then (vLLM's NixlConnector). Both sides are simulated together, in time
+/// order, since each waits on the other.
+pub fn simulate_disaggregated_pulled(
+    workload: &Workload,
+    limits: &Limits,
+    (prefill, decode): Sides<'_>,
+    (cost, pipeline): (&dyn CostModel, &Pipeline),
+    router: Router,
+    link: &KvLink,
+) -> Result<DisaggregatedSimulation, SimError> {
+    link.validate()
+        .map_err(|e| SimError::Disaggregated(e.to_string()))?;
+    limits.validate()?;
+    pipeline.validate()?;
+    if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
+        return Err(SimError::TransferredKv { policy: p.name() });
+    }
+    let first = prefill_workload(workload, link);
+    let (Some(p0), Some(d0)) = (prefill.first(), decode.first()) else {
+        return Err(SimError::Replicas(0));
+    };
+    check_servable(
+        &first,
+        limits,
+        p0.as_ref(),
+        &Simulator::new(&first, *limits),
+    )?;
+    check_servable(
+        workload,
+        limits,
+        d0.as_ref(),
+        &Simulator::new(workload, *limits),
+    )?;
+    let mut co = CoSimulation::new(workload, limits, (prefill, decode), pipeline, router, link);
+    co.run(cost)?;
+    Ok(co.finish())
+}
+
+/// The state of a pulled disaggregated simulation: both sides' replicas, where each
+/// request went, and the events between them.
+struct CoSimulation<'a, 'w> {
+    workload: &'w Workload,
+    link: &'a KvLink,
+    router: Router,
+    policies: Sides<'a>,
+    prefill: Side<'w>,
+    decode: Side<'w>,
+    /// Requests whose prefill token is out, by when (their decode-side arrival).
+    handed: std::collections::BinaryHeap<std::cmp::Reverse<Handed>>,
+    /// Prefill arrivals routed so far (in FCFS order).
+    next_arrival: usize,
+    arrivals: Vec<u32>,
+    /// When each request's KV reached its decode replica (receive + transfer).
+    kv_ready_s: Vec<f64>,
+}
+
+/// One side's replicas and bookkeeping.
+struct Side<'w> {
+    runs: Vec<Run<'w>>,
+    routing: RouterState,
+    members: Vec<Vec<u32>>,
+    replica_of: Vec<u32>,
+    local: Vec<u32>,
+    blocked: Vec<bool>,
+}
+
+impl<'w> Side<'w> {
+    fn new(
+        replicas: usize,
+        n: usize,
+        limits: &Limits,
+        pipeline: &Pipeline,
+        policy: &dyn Policy,
+        router: Router,
+    ) -> Self {
+        let runs = (0..replicas)
+            .map(|_| {
+                let mut run = Run::new(Simulator::empty(*limits), 0);
+                run.set_pipeline(*pipeline, policy);
+                run
+            })
+            .collect();
+        Self {
+            runs,
+            routing: RouterState::new(router),
+            members: vec![Vec::new(); replicas],
+            replica_of: vec![0; n],
+            local: vec![0; n],
+            blocked: vec![false; replicas],
+        }
+    }
+
+    /// Routes request `g` (arriving at `r.arrival_s`) to a replica and gives it there.
+    fn route(&mut self, g: u32, r: Request, brings: Brings) {
+        let t = r.arrival_s;
+        let runs = &self.runs;
+        let k = self.routing.pick(runs.len(), &|k| load_at(&runs[k], t));
+        self.local[g as usize] = self.runs[k].add_request(r, Vec::new(), brings);
+        self.members[k].push(g);
+        self.replica_of[g as usize] = k as u32;
+        self.blocked[k] = false;
+    }
+
+    /// The replica whose next decision comes first (not blocked), with when.
+    fn due(&self) -> Option<(f64, usize)> {
+        (0..self.runs.len())
+            .filter(|&k| !self.blocked[k])
+            .filter_map(|k| self.runs[k].due_s().map(|t| (t, k)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+    }
+}
+
+/// A request handed from the prefill side to the decode side at `at_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Handed {
+    at_s: f64,
+    request: u32,
+}
+
+impl Eq for Handed {}
+impl PartialOrd for Handed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Handed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.at_s
+            .total_cmp(&other.at_s)
+            .then(self.request.cmp(&other.request))
+    }
+}
+
+/// What happens next in a co-simulation (ties in this order: arrivals before batches).
+enum Next {
+    Arrival(u32),
+    Handed(Handed),
+    PrefillStep(usize),
+    DecodeStep(usize),
+}
+
+impl<'a, 'w> CoSimulation<'a, 'w> {
+    fn new(
+        workload: &'w Workload,
+        limits: &Limits,
+        policies: Sides<'a>,
+        pipeline: &Pipeline,
+        router: Router,
+        link: &'a KvLink,
+    ) -> Self {
+        let n = workload.len();
+        let prefill = Side::new(
+            policies.0.len(),
+            n,
+            limits,
+            pipeline,
+            policies.0[0].as_ref(),
+            router,
+        );
+        let decode = Side::new(
+            policies.1.len(),
+            n,
+            limits,
+            pipeline,
+            policies.1[0].as_ref(),
+            router,
+        );
+        Self {
+            workload,
+            link,
+            router,
+            policies,
+            prefill,
+            decode,
+            handed: std::collections::BinaryHeap::new(),
+            next_arrival: 0,
+            arrivals: workload.fcfs_order(),
+            kv_ready_s: vec![f64::NAN; n],
+        }
+    }
+
+    /// The earliest event: an arrival at the cluster, a request handed over, or a
+    /// replica's next batch.
+    fn next(&self) -> Option<Next> {
+        let reqs = self.workload.requests();
+        let arrival = self
+            .arrivals
+            .get(self.next_arrival)
+            .map(|&g| (reqs[g as usize].arrival_s, Next::Arrival(g)));
+        let handed = self.handed.peek().map(|h| (h.0.at_s, Next::Handed(h.0)));
+        let p = self.prefill.due().map(|(t, k)| (t, Next::PrefillStep(k)));
+        let d = self.decode.due().map(|(t, k)| (t, Next::DecodeStep(k)));
+        [arrival, handed, p, d]
+            .into_iter()
+            .flatten()
+            .reduce(|a, b| if b.0 < a.0 { b } else { a })
+            .map(|(_, e)| e)
+    }
+
+    fn run(&mut self, cost: &dyn CostModel) -> Result<(), SimError> {
+        while let Some(event) = self.next() {
+            match event {
+                Next::Arrival(g) => self.arrive(g),
+                Next::Handed(h) => self.hand_over(h),
+                Next::PrefillStep(k) => self.prefill_step(k, cost)?,
+                Next::DecodeStep(k) => self.decode_step(k, cost)?,
+            }
+        }
+        if let Some(k) = (0..self.prefill.runs.len()).find(|&k| self.prefill.blocked[k]) {
+            let reason = "its KV is full of prompts their decode replicas never receive";
+            return Err(SimError::Replica {
+                replica: k as u32,
+                source: Box::new(SimError::Disaggregated(format!(
+                    "the prefill side: {reason}"
+                ))),
+            });
+        }
+        Ok(())
+    }
+
+    fn arrive(&mut self, g: u32) {
+        self.next_arrival += 1;
+        let r = Request {
+            output_tokens: 1,
+            ..self.workload.requests()[g as usize]
+        };
+        let hold = Brings {
+            transferred: 0,
+            kv_hold_s: f64::INFINITY,
+            transfer_s: None,
+        };
+        self.prefill.route(g, r, hold);
+    }
+
+    fn hand_over(&mut self, h: Handed) {
+        self.handed.pop();
+        let r = Request {
+            arrival_s: h.at_s,
+            ..self.workload.requests()[h.request as usize]
+        };
+        let brings = Brings {
+            transferred: r.input_tokens,
+            kv_hold_s: 0.0,
+            transfer_s: Some(self.link.transfer_s(r.input_tokens)),
+        };
+        self.decode.route(h.request, r, brings);
+    }
+
+    fn prefill_step(&mut self, k: usize, cost: &dyn CostModel) -> Result<(), SimError> {
+        let reqs = self.workload.requests();
+        let horizon = self
+            .arrivals
+            .get(self.next_arrival)
+            .map_or(f64::INFINITY, |&g| reqs[g as usize].arrival_s);
+        self.prefill.runs[k].set_horizon(horizon);
+        let step = self.prefill.runs[k]
+            .step(self.policies.0[k].as_mut(), cost)
+            .map_err(|e| side_error("prefill", k, e))?;
+        self.prefill.blocked[k] = step == Step::Blocked;
+        for (i, end_s) in std::mem::take(&mut self.prefill.runs[k].completed) {
+            let request = self.prefill.members[k][i as usize];
+            self.handed.push(std::cmp::Reverse(Handed {
+                at_s: end_s,
+                request,
+            }));
+        }
+        Ok(())
+    }
+
+    fn decode_step(&mut self, k: usize, cost: &dyn CostModel) -> Result<(), SimError> {
+        // A request may be handed over no earlier than the next known hand-over or the
+        // next prefill batch (which ends after it starts).
+        let handed = self.handed.peek().map_or(f64::INFINITY, |h| h.0.at_s);
+        let prefill = self.prefill.due().map_or(f64::INFINITY, |(t, _)| t);
+        self.decode.runs[k].set_horizon(handed.min(prefill));
+        let run = &mut self.decode.runs[k];
+        let step = run
+            .step(self.policies.1[k].as_mut(), cost)
+            .map_err(|e| side_error("decode", k, e))?;
+        if step != Step::Batch {
+            return Ok(());
+        }
+        let batch = run.last_batch().expect("a batch was run");
+        let start = batch.start_s.unwrap_or(0.0);
+        let received: Vec<u32> = batch
+            .entries
+            .iter()
+            .filter(|e| e.action == infersched_core::Action::Receive)
+            .map(|e| self.decode.members[k][e.request as usize])
+            .collect();
+        for g in received {
+            let ready = start
+                + self
+                    .link
+                    .transfer_s(self.workload.requests()[g as usize].input_tokens);
+            self.kv_ready_s[g as usize] = ready;
+            let p = self.prefill.replica_of[g as usize] as usize;
+            self.prefill.runs[p].release_at(self.prefill.local[g as usize], ready);
+            self.prefill.blocked[p] = false;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> DisaggregatedSimulation {
+        let mark = |mut c: ClusterSimulation, side: &str| {
+            for s in &mut c.replicas {
+                if let Some(serde_json::Value::Object(meta)) = &mut s.schedule.meta {
+                    meta.insert("side".into(), side.into());
+                }
+            }
+            c
+        };
+        let (p, d) = (self.prefill, self.decode);
+        let prefill = into_cluster(
+            p.runs,
+            self.policies.0,
+            &p.members,
+            p.replica_of,
+            self.router,
+        );
+        let decode = into_cluster(
+            d.runs,
+            self.policies.1,
+            &d.members,
+            d.replica_of,
+            self.router,
+        );
+        DisaggregatedSimulation {
+            prefill: mark(prefill, "prefill"),
+            decode: mark(decode, "decode"),
+            kv_ready_s: self.kv_ready_s,
+        }
+    }
+}
+
+/// An error of replica `k` of one side.
+fn side_error(side: &str, k: usize, e: SimError) -> SimError {
+    SimError::Replica {
+        replica: k as u32,
+        source: Box::new(SimError::Disaggregated(format!("the {side} side: {e}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,11 +460,13 @@ mod tests {
 
     use infersched_test_kit::EverySecond as Second;
 
+    /// A link of `latency_s` per transfer (and next to no time per token), pushing.
     fn link(latency_s: f64) -> KvLink {
         KvLink {
             bytes_per_token: 1.0,
             bandwidth_bytes_per_s: 1e12,
             latency_s,
+            connector: KvConnector::P2pNccl,
         }
     }
 

@@ -325,10 +325,17 @@ fn v1_watermark_blocks(sim: &Simulator<'_>) -> u64 {
 /// chunk starts after them, and the cached blocks no request holds count against the free
 /// blocks in both checks (taking them removes them from the free queue).
 fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions, per_request_cap: u64) {
+    admit_received_v1(sim, per_request_cap);
     let watermark = v1_watermark_blocks(sim);
     while let Some(&i) = sim.waiting().front() {
         if !sim.running_room() || sim.scheduled(i) {
             break;
+        }
+        if let Some(tokens) = sim.to_receive(i) {
+            if sim.token_room() == 0 || !receive_v1(sim, i, tokens) {
+                break;
+            }
+            continue;
         }
         let (hit, evictable) = sim.cache_hit(i);
         let c = (sim.remaining(i) - hit)
@@ -360,6 +367,51 @@ fn admit_v1(sim: &mut Simulator<'_>, o: PolicyOptions, per_request_cap: u64) {
         sim.admit_front();
         sim.take_cache_hit(i, hit);
         sim.process(i, c, reserve);
+    }
+}
+
+/// vLLM V1 with a KV connector that pulls (NixlConnector), for a waiting request whose
+/// prompt's KV is still on its prefill replica: `allocate_slots` for the external tokens,
+/// none to compute, the blocks of its whole prompt plus the watermark (while some request
+/// runs) against the free blocks; the request then waits in `WAITING_FOR_REMOTE_KVS`
+/// holding them. False where they do not fit (admission stops, as for any request).
+fn receive_v1(sim: &mut Simulator<'_>, i: u32, tokens: u64) -> bool {
+    let watermark = if sim.running().is_empty() {
+        0
+    } else {
+        v1_watermark_blocks(sim)
+    };
+    let whole = sim.known(i);
+    if sim.blocks_for(whole) + watermark > sim.free_blocks() {
+        return false;
+    }
+    sim.receive_front(tokens, whole);
+    true
+}
+
+/// vLLM V1's `kv_holding_waiting` queue, drained before the waiting one: each request whose
+/// received KV has arrived (`_update_waiting_for_remote_kv`) runs what is left of its
+/// prompt, the last token, in its allocated blocks; the others are skipped this step.
+fn admit_received_v1(sim: &mut Simulator<'_>, per_request_cap: u64) {
+    let holding: Vec<u32> = sim.receiving().iter().copied().collect();
+    for i in holding {
+        if !sim.running_room() || sim.token_room() == 0 {
+            break;
+        }
+        if !sim.received(i) || sim.scheduled(i) {
+            continue;
+        }
+        let c = sim
+            .remaining(i)
+            .min(sim.token_room())
+            .min(sim.prefill_room())
+            .min(per_request_cap);
+        let target = sim.held(i) + c;
+        if c == 0 || sim.extra_blocks(i, target) > sim.free_blocks() {
+            break;
+        }
+        sim.admit_received(i);
+        sim.process(i, c, target);
     }
 }
 

@@ -102,6 +102,8 @@ pub enum Status {
     Running,
     /// Generated all its tokens.
     Finished,
+    /// Received its transferred KV, allocated; running once the KV has arrived.
+    Receiving,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +160,16 @@ pub struct Simulator<'w> {
     transferred: Vec<u32>,
     /// Per request, seconds it keeps its KV after its last token (empty: none does).
     kv_hold_s: Vec<f64>,
+    /// Per request, seconds its transferred KV takes to arrive once received (empty: the
+    /// KV is not pulled: taken at the first admission).
+    transfer_s: Vec<f64>,
+    /// Per request that received its KV and has not run since, when the KV is there
+    /// (NaN: none; infinite within the batch that receives it).
+    receive_ready_s: Vec<f64>,
+    /// Requests holding received KV, in the order received (vLLM's `kv_holding_waiting`).
+    receiving: VecDeque<u32>,
+    /// Requests receiving their KV in the batch under construction.
+    received_now: Vec<u32>,
     /// On a pipeline of several stages, per request, the completion of the batch it
     /// waits for (empty: one stage): the one that generated its last token, or with
     /// [`Policy::holds_requests_in_flight`] the last one it was in.
@@ -255,6 +267,12 @@ impl<'w> Simulator<'w> {
         if workload.has_kv_hold() {
             sim.kv_hold_s = (0..workload.len()).map(|i| workload.kv_hold_s(i)).collect();
         }
+        if workload.pulls_kv() {
+            sim.transfer_s = (0..workload.len())
+                .map(|i| workload.transfer_s(i))
+                .collect();
+        }
+        sim.receive_ready_s = vec![f64::NAN; workload.len()];
         sim
     }
 
@@ -285,6 +303,10 @@ impl<'w> Simulator<'w> {
             reserved_unfilled: 0,
             transferred: Vec::new(),
             kv_hold_s: Vec::new(),
+            transfer_s: Vec::new(),
+            receive_ready_s: Vec::new(),
+            receiving: VecDeque::new(),
+            received_now: Vec::new(),
             ready_s: Vec::new(),
             micro_batch_cap: u64::MAX,
         }
@@ -322,8 +344,18 @@ impl<'w> Simulator<'w> {
         }
     }
 
-    /// The transferred KV request `i` takes if admitted now: at its first admission only.
+    /// The transferred KV request `i` takes if admitted now: at its first admission only,
+    /// and only where it is pushed (where it is pulled, [`Self::to_receive`]).
     fn transferred_hit(&self, i: u32) -> Option<u64> {
+        if self.pulls() {
+            return None;
+        }
+        self.fresh_transferred(i)
+    }
+
+    /// The tokens of transferred KV request `i` brought and has not used: at most `K - 1`,
+    /// while it has never been admitted.
+    fn fresh_transferred(&self, i: u32) -> Option<u64> {
         let idx = i as usize;
         let brought = u64::from(*self.transferred.get(idx)?);
         let fresh = self.st[idx].held == 0 && self.st[idx].scheduled_in == usize::MAX;
@@ -491,6 +523,29 @@ impl<'w> Simulator<'w> {
     pub fn is_running(&self, i: u32) -> bool {
         self.st[i as usize].status == Status::Running
     }
+    /// Whether transferred KV is pulled here: received by a receive entry
+    /// ([`Self::receive_front`]), then moved (vLLM's NixlConnector).
+    pub fn pulls(&self) -> bool {
+        !self.transfer_s.is_empty()
+    }
+    /// Where KV is pulled: the tokens waiting request `i` would receive now (at its first
+    /// admission only; at most `K - 1`).
+    pub fn to_receive(&self, i: u32) -> Option<u64> {
+        if !self.pulls() {
+            return None;
+        }
+        self.fresh_transferred(i)
+    }
+    /// Requests holding received KV, in the order received (vLLM's `kv_holding_waiting`).
+    pub fn receiving(&self) -> &VecDeque<u32> {
+        &self.receiving
+    }
+    /// Whether receiving request `i`'s KV has arrived by now.
+    pub fn received(&self, i: u32) -> bool {
+        self.receive_ready_s
+            .get(i as usize)
+            .is_some_and(|&r| r <= self.now)
+    }
     /// Seconds request `i` keeps its KV after its last token (0: none).
     pub fn kv_hold_s(&self, i: u32) -> f64 {
         self.kv_hold_s.get(i as usize).copied().unwrap_or(0.0)
@@ -520,6 +575,45 @@ impl<'w> Simulator<'w> {
         self.st[i as usize].status = Status::Running;
         self.running.push(i);
         i
+    }
+
+    /// The front of the waiting queue receives `tokens` of the KV it brought (a receive
+    /// entry), its blocks allocated for `alloc_tokens`: it leaves the queue for
+    /// [`Self::receiving`], holding the KV (not running) until it has arrived, its
+    /// transfer time after this batch starts. The caller has checked the blocks.
+    pub fn receive_front(&mut self, tokens: u64, alloc_tokens: u64) -> u32 {
+        let i = self
+            .waiting
+            .pop_front()
+            .expect("receive_front on an empty queue");
+        let idx = i as usize;
+        debug_assert_eq!(self.to_receive(i), Some(tokens));
+        let blocks = self.blocks_for(tokens.max(alloc_tokens));
+        assert!(
+            blocks <= self.free_blocks(),
+            "policy over-allocated KV blocks"
+        );
+        self.st[idx].status = Status::Receiving;
+        self.st[idx].held = tokens;
+        self.st[idx].alloc_blocks = blocks;
+        self.st[idx].scheduled_in = self.batch_index;
+        self.used_blocks += blocks;
+        self.actual_kv += self.limits.occupied(tokens);
+        self.receive_ready_s[idx] = f64::INFINITY;
+        self.receiving.push_back(i);
+        self.received_now.push(i);
+        self.entries.push(Entry::receive(i, tokens as u32));
+        i
+    }
+
+    /// Receiving request `i`, whose KV has arrived, moves into the running set (its next
+    /// [`Self::process`] computes what is left of its prompt).
+    pub fn admit_received(&mut self, i: u32) {
+        debug_assert!(self.received(i));
+        self.receiving.retain(|&r| r != i);
+        self.receive_ready_s[i as usize] = f64::NAN;
+        self.st[i as usize].status = Status::Running;
+        self.running.push(i);
     }
 
     /// Moves waiting request `i` (anywhere in the queue) into the running set.
@@ -738,6 +832,9 @@ pub(crate) enum Step {
     Waited,
     /// Every request given to the simulator has finished.
     Idle,
+    /// Nothing can run until KV held for another replica is released
+    /// ([`Run::release_at`]; a disaggregated prefill replica whose KV is pulled).
+    Blocked,
 }
 
 /// A request finishing, or a finished request's KV freed, as a router looking back at an
@@ -757,8 +854,11 @@ pub(crate) struct Freed {
 pub(crate) struct Brings {
     /// Prompt tokens whose KV it brings (a disaggregated decode replica's request).
     pub(crate) transferred: u32,
-    /// Seconds it keeps its KV after its last token (a prefill replica's, sending it).
+    /// Seconds it keeps its KV after its last token (a prefill replica's, sending it;
+    /// infinite: until [`Run::release_at`] says).
     pub(crate) kv_hold_s: f64,
+    /// Where its KV is pulled, the seconds it takes to arrive once received.
+    pub(crate) transfer_s: Option<f64>,
 }
 
 /// A simulation in progress: the simulator, the batches so far and the loop's guards.
@@ -773,6 +873,9 @@ pub(crate) struct Run<'w> {
     idle_rounds: u32,
     /// What finished or freed KV since the last batch was built.
     pub(crate) recent_frees: Vec<Freed>,
+    /// Requests finished (this run's ids) with their last batch's completion, for a
+    /// driver to take ([`std::mem::take`]).
+    pub(crate) completed: Vec<(u32, f64)>,
     /// Times batches through the replica's pipeline stages.
     clock: PipelineClock,
     /// On a pipeline: finished requests whose last batch is in flight, with its
@@ -781,6 +884,10 @@ pub(crate) struct Run<'w> {
     /// Finished requests keeping their KV (a hold, [`Simulator::kv_hold_s`]), with the
     /// time it is free, in the order they finished.
     held_kv: Vec<(f64, u32)>,
+    /// The earliest time a request may still be given to this run (a cluster's next
+    /// arrival): waiting for a batch in flight, held KV or received KV never moves time
+    /// past it (infinite: no more requests come).
+    horizon: f64,
     /// On a pipeline: every request of a batch waits for its completion.
     holds_in_flight: bool,
     /// One of vLLM v0's virtual engines: its batches are timed by the pipeline's clock,
@@ -799,9 +906,11 @@ impl<'w> Run<'w> {
             finished: 0,
             idle_rounds: 0,
             recent_frees: Vec::new(),
+            completed: Vec::new(),
             clock: PipelineClock::new(Pipeline::none()),
             unreleased: Vec::new(),
             held_kv: Vec::new(),
+            horizon: f64::INFINITY,
             holds_in_flight: false,
             shared_clock: None,
         }
@@ -817,7 +926,7 @@ impl<'w> Run<'w> {
     /// the next arrival given to it otherwise; None with nothing left.
     pub(crate) fn due_s(&self) -> Option<f64> {
         let sim = &self.sim;
-        if !sim.waiting.is_empty() || !sim.running.is_empty() {
+        if !sim.waiting.is_empty() || !sim.running.is_empty() || !sim.receiving.is_empty() {
             return Some(sim.now);
         }
         let next = sim.pending.get(sim.next_pending)?;
@@ -865,6 +974,11 @@ impl<'w> Run<'w> {
             self.sim.kv_hold_s.resize(id as usize, 0.0);
             self.sim.kv_hold_s.push(brings.kv_hold_s);
         }
+        if let Some(t) = brings.transfer_s {
+            self.sim.transfer_s.resize(id as usize, 0.0);
+            self.sim.transfer_s.push(t);
+        }
+        self.sim.receive_ready_s.push(f64::NAN);
         if let Some(cache) = &mut self.sim.cache {
             cache.push(r.input_tokens, chains);
         }
@@ -887,7 +1001,10 @@ impl<'w> Run<'w> {
         self.release_due();
         let sim = &mut self.sim;
         sim.admit_arrivals();
-        if sim.waiting.is_empty() && sim.running.is_empty() && sim.next_pending == sim.pending.len()
+        if sim.waiting.is_empty()
+            && sim.running.is_empty()
+            && sim.receiving.is_empty()
+            && sim.next_pending == sim.pending.len()
         {
             return Ok(Step::Idle);
         }
@@ -901,7 +1018,12 @@ impl<'w> Run<'w> {
             if sim.entries.is_empty()
                 && let Some(t) = self.next_in_flight_event()
             {
-                self.sim.now = t;
+                // No further than the horizon: a request given there may run at once.
+                self.sim.now = if self.horizon > self.sim.now {
+                    t.min(self.horizon)
+                } else {
+                    t
+                };
                 self.release_due();
                 return Ok(Step::Waited);
             }
@@ -914,6 +1036,9 @@ impl<'w> Run<'w> {
                         sim.now = sim.now.max(sim.reqs[i as usize].arrival_s);
                         return Ok(Step::Waited);
                     }
+                    _ if self.held_kv.iter().any(|h| h.0.is_infinite()) => {
+                        return Ok(Step::Blocked);
+                    }
                     _ => {
                         return Err(self.stalled(
                             policy,
@@ -922,8 +1047,9 @@ impl<'w> Run<'w> {
                     }
                 }
             }
-            // A batch of evictions only is a legal zero-time step, but not twice in a row.
-            self.idle_rounds += 1;
+            // A batch of evictions only is a legal zero-time step, but not twice in a row (a
+            // batch that receives KV is progress).
+            self.idle_rounds += u32::from(self.sim.received_now.is_empty());
             if self.idle_rounds > 1 {
                 return Err(self.stalled(policy, "two batches in a row evicted without processing"));
             }
@@ -974,6 +1100,10 @@ impl<'w> Run<'w> {
             kv_tokens: self.sim.actual_kv,
             running: self.sim.running.len() as u64,
         });
+        for i in std::mem::take(&mut self.sim.received_now) {
+            let idx = i as usize;
+            self.sim.receive_ready_s[idx] = start + self.sim.transfer_s[idx];
+        }
         self.recent_frees.clear();
         let pipelined = self.pipelined();
         if self.holds_in_flight {
@@ -1018,6 +1148,7 @@ impl<'w> Run<'w> {
         sim.st[i as usize].status = Status::Finished;
         sim.running.retain(|&r| r != i);
         self.finished += 1;
+        self.completed.push((i, end_s));
         let hold = sim.kv_hold_s(i);
         let blocks = if hold > 0.0 {
             self.held_kv.push((end_s + hold, i));
@@ -1079,6 +1210,19 @@ impl<'w> Run<'w> {
         self.held_kv = held;
     }
 
+    /// Sets the earliest time a request may still be given to this run (see `horizon`).
+    pub(crate) fn set_horizon(&mut self, t_s: f64) {
+        self.horizon = t_s;
+    }
+
+    /// Finished request `i` (this run's id), holding its KV until told, frees it at `t_s`
+    /// (its decode replica has read it).
+    pub(crate) fn release_at(&mut self, i: u32, t_s: f64) {
+        if let Some(h) = self.held_kv.iter_mut().find(|h| h.1 == i) {
+            h.0 = t_s;
+        }
+    }
+
     /// With a batch in flight (on a pipeline) or KV held: the next time something can
     /// change (a batch completes, a hold ends or a request arrives); `None` otherwise.
     fn next_in_flight_event(&self) -> Option<f64> {
@@ -1088,17 +1232,29 @@ impl<'w> Run<'w> {
             .held_kv
             .iter()
             .map(|h| h.0)
-            .filter(|&t| t > sim.now)
+            .filter(|&t| t > sim.now && t.is_finite())
+            .min_by(f64::total_cmp);
+        let arrived_kv = sim
+            .receiving
+            .iter()
+            .map(|&i| sim.receive_ready_s[i as usize])
+            .filter(|&t| t > sim.now && t.is_finite())
             .min_by(f64::total_cmp);
         let event = completion
             .into_iter()
             .chain(hold_end)
+            .chain(arrived_kv)
             .min_by(f64::total_cmp)?;
         let arrival = sim
             .pending
             .get(sim.next_pending)
             .map_or(f64::INFINITY, |&i| sim.reqs[i as usize].arrival_s);
         Some(event.min(arrival))
+    }
+
+    /// The last batch run, if any.
+    pub(crate) fn last_batch(&self) -> Option<&Batch> {
+        self.batches.last()
     }
 
     /// The finished simulation.

@@ -200,6 +200,7 @@ fn drive(
                 let brings = Brings {
                     transferred: workload.transferred(g as usize),
                     kv_hold_s: workload.kv_hold_s(g as usize),
+                    transfer_s: workload.pulls_kv().then(|| workload.transfer_s(g as usize)),
                 };
                 runs[v].add_request(request, Vec::new(), brings);
                 members[v].push(g);
@@ -209,6 +210,10 @@ fn drive(
             }
         }
         let Some((_, v)) = due else { break };
+        let horizon = arrivals.get(next).map_or(f64::INFINITY, |&g| {
+            workload.requests()[g as usize].arrival_s
+        });
+        runs[v].set_horizon(horizon);
         let step = runs[v].step(engines[v].as_mut(), cost).map_err(|e| {
             // One replica: the engine; several: the replica.
             let replica = if router.is_none() { v } else { v / p };

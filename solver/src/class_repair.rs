@@ -457,7 +457,7 @@ fn first_chunk_less_one_token(entries: &mut Vec<Entry>, i: u32) -> Option<()> {
             entries.remove(k);
         }
         Action::Process(c) => entries[k].action = Action::Process(c - 1),
-        Action::Evict => return None,
+        Action::Evict | Action::Receive => return None,
     }
     Some(())
 }

@@ -68,6 +68,7 @@ pub fn merge_prefill_chunks(w: &Workload, schedule: &Schedule) -> Schedule {
         for e in &b.entries {
             let i = e.request as usize;
             match e.action {
+                Action::Receive => entries.push(*e),
                 Action::Evict => {
                     state[i].evict();
                     if merged_held[i] > 0 {

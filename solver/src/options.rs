@@ -93,6 +93,8 @@ impl PolicyConstraints {
             for e in &b.entries {
                 let i = e.request as usize;
                 match e.action {
+                    // No policy class covers a disaggregated replica's receives.
+                    infersched_core::Action::Receive => return false,
                     infersched_core::Action::Evict => {
                         if self.no_evict {
                             return false;

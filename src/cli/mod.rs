@@ -508,6 +508,17 @@ pub(crate) struct KvLinkArgs {
         value_name = "US"
     )]
     pub(crate) kv_latency_us: f64,
+    /// With --disaggregate: how the KV moves, as vLLM's KV connectors move it: nixl
+    /// (pulled: the decode replica admits the request, allocating its blocks, then reads
+    /// the KV; the prefill replica keeps it until then) or p2p-nccl (pushed at the first
+    /// token into the decode instance's own buffer, taken at admission).
+    #[arg(
+        long,
+        requires = "disaggregate",
+        default_value = "nixl",
+        value_name = "CONNECTOR"
+    )]
+    pub(crate) kv_connector: infersched::core::disaggregated::KvConnector,
 }
 
 impl KvLinkArgs {
@@ -516,10 +527,10 @@ impl KvLinkArgs {
         &self,
         cost: &infersched::cost_model::LinearCostModel,
     ) -> anyhow::Result<infersched::core::disaggregated::KvLink> {
-        Ok(infersched::settings::kv_link(
-            cost,
-            self.kv_bandwidth,
-            self.kv_latency_us,
-        )?)
+        let link = infersched::settings::kv_link(cost, self.kv_bandwidth, self.kv_latency_us)?;
+        Ok(infersched::core::disaggregated::KvLink {
+            connector: self.kv_connector,
+            ..link
+        })
     }
 }

@@ -197,6 +197,14 @@ fn replay_disaggregated(
     let link = infersched::settings::kv_link(instance.cost(), a.kv_bandwidth, a.kv_latency_us)?;
     let prefill = infersched::cluster::read_cluster(&dir.join("prefill"), w)?;
     let decode = infersched::cluster::read_cluster(&dir.join("decode"), w)?;
+    // Decode schedules that receive the KV pulled it (nixl); the others took it pushed.
+    use infersched::core::disaggregated::{KvConnector, KvLink, pulls};
+    let connector = if pulls(&decode.1) {
+        KvConnector::Nixl
+    } else {
+        KvConnector::P2pNccl
+    };
+    let link = KvLink { connector, ..link };
     let router = routing_rule(&prefill.1);
     let limits = *instance.limits();
     let mut o = infersched::produce::DisaggregatedOutcome::replayed_on(

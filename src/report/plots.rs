@@ -126,6 +126,11 @@ pub fn request_phases(
             let phase = match in_batch[i] {
                 None => idle,
                 Some(e) => match e.kind {
+                    // Holds the KV it received, not in the batch until it has arrived.
+                    EntryKind::Receive => {
+                        held[i] = true;
+                        Phase::Paused
+                    }
                     EntryKind::Evict => {
                         held[i] = false;
                         evicted[i] = true;

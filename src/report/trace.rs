@@ -42,6 +42,7 @@ pub fn chrome_trace_named(
             .map(|e| {
                 let kind = match e.kind {
                     EntryKind::Evict => "evict",
+                    EntryKind::Receive => "receive",
                     EntryKind::Prefill => "prefill",
                     EntryKind::Decode => "decode",
                 };

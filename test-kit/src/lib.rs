@@ -82,6 +82,7 @@ pub fn normalized_batch(b: &infersched_core::Batch) -> (Vec<u32>, Vec<(u32, u32,
         match e.action {
             infersched_core::Action::Evict => evicted.push(e.request),
             infersched_core::Action::Process(t) => processed.push((e.request, t, e.cached)),
+            infersched_core::Action::Receive => processed.push((e.request, 0, e.cached)),
         }
     }
     evicted.sort_unstable();
