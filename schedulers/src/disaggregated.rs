@@ -12,7 +12,7 @@ use infersched_core::cluster::replay_cluster_on;
 use infersched_core::disaggregated::{
     KvConnector, KvLink, decode_workload, kv_ready_s, prefill_workload,
 };
-use infersched_core::{CostModel, Limits, Pipeline, Request, Workload};
+use infersched_core::{BlockKeys, CostModel, Limits, Pipeline, Request, Workload};
 
 /// Each side's policies, one per replica: prefill, then decode.
 pub type Sides<'a> = (&'a mut [Box<dyn Policy>], &'a mut [Box<dyn Policy>]);
@@ -141,7 +141,14 @@ pub fn simulate_disaggregated_pulled(
         d0.as_ref(),
         &Simulator::new(workload, *limits),
     )?;
-    let mut co = CoSimulation::new(workload, limits, (prefill, decode), pipeline, router, link);
+    let mut co = CoSimulation::new(
+        (workload, &first),
+        limits,
+        (prefill, decode),
+        pipeline,
+        router,
+        link,
+    );
     co.run(cost)?;
     Ok(co.finish())
 }
@@ -172,24 +179,35 @@ struct Side<'w> {
     replica_of: Vec<u32>,
     local: Vec<u32>,
     blocked: Vec<bool>,
+    /// With prefix caching, the key chains of the side's requests (as
+    /// [`crate::simulate_cluster_on`] keeps them).
+    keys: Option<BlockKeys>,
 }
 
 impl<'w> Side<'w> {
+    /// `replicas` replicas running `policy` on `pipeline`, for the requests of `w` (with
+    /// its prefix cache where `caching` and the policy keeps one).
     fn new(
-        replicas: usize,
-        n: usize,
+        (replicas, w, caching): (usize, &Workload, bool),
         limits: &Limits,
         pipeline: &Pipeline,
         policy: &dyn Policy,
         router: Router,
     ) -> Self {
+        let keys =
+            (caching && policy.prefix_caching()).then(|| BlockKeys::new(w, limits.block_size));
         let runs = (0..replicas)
             .map(|_| {
-                let mut run = Run::new(Simulator::empty(*limits), 0);
+                let mut sim = Simulator::empty(*limits);
+                if let Some(k) = &keys {
+                    sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
+                }
+                let mut run = Run::new(sim, 0);
                 run.set_pipeline(*pipeline, policy);
                 run
             })
             .collect();
+        let n = w.len();
         Self {
             runs,
             routing: RouterState::new(router),
@@ -197,6 +215,7 @@ impl<'w> Side<'w> {
             replica_of: vec![0; n],
             local: vec![0; n],
             blocked: vec![false; replicas],
+            keys,
         }
     }
 
@@ -205,7 +224,11 @@ impl<'w> Side<'w> {
         let t = r.arrival_s;
         let runs = &self.runs;
         let k = self.routing.pick(runs.len(), &|k| load_at(&runs[k], t));
-        self.local[g as usize] = self.runs[k].add_request(r, Vec::new(), brings);
+        let chains = self
+            .keys
+            .as_ref()
+            .map_or_else(Vec::new, |keys| keys.chains_of(g).to_vec());
+        self.local[g as usize] = self.runs[k].add_request(r, chains, brings);
         self.members[k].push(g);
         self.replica_of[g as usize] = k as u32;
         self.blocked[k] = false;
@@ -250,8 +273,9 @@ enum Next {
 }
 
 impl<'a, 'w> CoSimulation<'a, 'w> {
+    /// Both sides for `workload`, its prefill side's requests `first` (one token each).
     fn new(
-        workload: &'w Workload,
+        (workload, first): (&'w Workload, &Workload),
         limits: &Limits,
         policies: Sides<'a>,
         pipeline: &Pipeline,
@@ -259,20 +283,15 @@ impl<'a, 'w> CoSimulation<'a, 'w> {
         link: &'a KvLink,
     ) -> Self {
         let n = workload.len();
-        let prefill = Side::new(
-            policies.0.len(),
-            n,
-            limits,
-            pipeline,
-            policies.0[0].as_ref(),
-            router,
-        );
+        let (p, d) = (&policies.0[0], &policies.1[0]);
+        let sides = (policies.0.len(), policies.1.len());
+        let prefill = Side::new((sides.0, first, true), limits, pipeline, p.as_ref(), router);
+        // The decode side's requests bring their KV: no prefix cache there.
         let decode = Side::new(
-            policies.1.len(),
-            n,
+            (sides.1, workload, false),
             limits,
             pipeline,
-            policies.1[0].as_ref(),
+            d.as_ref(),
             router,
         );
         Self {
