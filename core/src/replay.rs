@@ -1109,8 +1109,7 @@ impl<'a> Replayer<'a> {
                     .into(),
             ));
         }
-        let record = &self.records[i];
-        if record.processed_tokens > 0 || record.evictions > 0 || self.state[i].held > 0 {
+        if self.admitted_before(i) {
             return Err(fail(
                 "it was admitted before (the transferred KV is received at the first admission only)"
                     .into(),
@@ -1134,6 +1133,12 @@ impl<'a> Replayer<'a> {
         Ok(())
     }
 
+    /// Whether request `i` has held KV here before (processed, evicted, or holds some).
+    fn admitted_before(&self, i: usize) -> bool {
+        let record = &self.records[i];
+        record.processed_tokens > 0 || record.evictions > 0 || self.state[i].held > 0
+    }
+
     /// Request `id` takes the KV of its first `tokens` prompt tokens that came with it:
     /// at its first admission only (an eviction loses it), at most what it brought, and
     /// leaving at least the last known token to process.
@@ -1145,8 +1150,7 @@ impl<'a> Replayer<'a> {
             tokens,
             reason,
         };
-        let record = &self.records[i];
-        if record.processed_tokens > 0 || record.evictions > 0 || self.state[i].held > 0 {
+        if self.admitted_before(i) {
             return Err(fail(
                 "it was admitted before (the transferred KV is taken at the first admission only)"
                     .into(),

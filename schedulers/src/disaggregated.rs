@@ -106,11 +106,12 @@ pub fn simulate_disaggregated_on(
     })
 }
 
-/// Where the KV is pulled: a request's decode replica receives it (allocating its blocks)
-/// when its scheduler admits the request, the transfer follows, and the prefill replica
-/// keeps it until then (vLLM's NixlConnector). Both sides are simulated together, in time
+/// [`simulate_disaggregated_on`] where the KV is pulled (the link and the decode
+/// policies checked): a request's decode replica receives it (allocating its blocks) when
+/// its scheduler admits the request, the transfer follows, and the prefill replica keeps
+/// it until then (vLLM's NixlConnector). Both sides are simulated together, in time
 /// order, since each waits on the other.
-pub fn simulate_disaggregated_pulled(
+fn simulate_disaggregated_pulled(
     workload: &Workload,
     limits: &Limits,
     (prefill, decode): Sides<'_>,
@@ -118,13 +119,8 @@ pub fn simulate_disaggregated_pulled(
     router: Router,
     link: &KvLink,
 ) -> Result<DisaggregatedSimulation, SimError> {
-    link.validate()
-        .map_err(|e| SimError::Disaggregated(e.to_string()))?;
     limits.validate()?;
     pipeline.validate()?;
-    if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
-        return Err(SimError::TransferredKv { policy: p.name() });
-    }
     let first = prefill_workload(workload, link);
     let (Some(p0), Some(d0)) = (prefill.first(), decode.first()) else {
         return Err(SimError::Replicas(0));
