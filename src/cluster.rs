@@ -128,7 +128,7 @@ pub fn write_disaggregated_outputs(
     let sides = [
         (
             "prefill",
-            prefill_workload(w, &link),
+            prefill_workload(w, &link).map_err(io::Error::other)?,
             &o.prefill_routing,
             &o.prefill_schedules,
             &r.prefill,

@@ -19,8 +19,10 @@ use crate::{CostModel, Limits};
 
 /// The prefill side's workload: every request asks for one output token (vLLM's proxy
 /// sends the prompt to the prefill instance with `max_tokens = 1`) and keeps its KV while
-/// it is sent over `link` after that token (`link.transfer_s(I)`).
-pub fn prefill_workload(w: &Workload, link: &KvLink) -> Workload {
+/// it is sent over `link` after that token (`link.transfer_s(I)`). Fails on a link out
+/// of range.
+pub fn prefill_workload(w: &Workload, link: &KvLink) -> Result<Workload, DisaggregationError> {
+    link.validate()?;
     let reqs = w
         .requests()
         .iter()
@@ -34,9 +36,10 @@ pub fn prefill_workload(w: &Workload, link: &KvLink) -> Workload {
         .iter()
         .map(|r| link.transfer_s(r.input_tokens))
         .collect();
-    Workload::new(reqs)
+    // A valid workload's requests, and finite holds over a valid link.
+    Ok(Workload::new(reqs)
         .and_then(|p| p.with_kv_hold(hold))
-        .expect("the requests of a valid workload and a validated link")
+        .expect("the requests of a valid workload and a validated link"))
 }
 
 /// The decode side's workload: request `i` arrives at `ready_s[i]` with the KV of its
@@ -144,7 +147,6 @@ pub fn replay_disaggregated_on(
             source: Box::new(e),
         }
     };
-    link.validate().map_err(ClusterError::KvLink)?;
     let prefill_side = |w: &Workload| {
         replay_cluster_on(
             w,
@@ -156,7 +158,8 @@ pub fn replay_disaggregated_on(
         .map_err(side("prefill"))
     };
     // Each prompt's KV is held at least while it is sent (pushed at its first token).
-    let prefill = prefill_side(&prefill_workload(workload, link))?;
+    let first = prefill_workload(workload, link).map_err(ClusterError::KvLink)?;
+    let prefill = prefill_side(&first)?;
     let pull = link.connector == KvConnector::Nixl;
     let decode_w = if pull {
         let first: Vec<f64> = prefill
@@ -186,9 +189,7 @@ pub fn replay_disaggregated_on(
             .zip(&prefill.merged.requests)
             .map(|(&r, rec)| hold_until(rec.first_token_s, r))
             .collect();
-        let held = prefill_workload(workload, link)
-            .with_kv_hold(hold)
-            .map_err(ClusterError::DecodeSide)?;
+        let held = first.with_kv_hold(hold).map_err(ClusterError::DecodeSide)?;
         (prefill_side(&held)?, ready)
     } else {
         let ready = kv_ready_s(workload, &prefill, link);

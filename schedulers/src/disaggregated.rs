@@ -62,8 +62,6 @@ pub fn simulate_disaggregated_on(
     router: Router,
     link: &KvLink,
 ) -> Result<DisaggregatedSimulation, SimError> {
-    link.validate()
-        .map_err(|e| SimError::Disaggregated(e.to_string()))?;
     if let Some(p) = decode.iter().find(|p| !p.takes_transferred_kv()) {
         return Err(SimError::TransferredKv { policy: p.name() });
     }
@@ -77,7 +75,8 @@ pub fn simulate_disaggregated_on(
             link,
         );
     }
-    let first = prefill_workload(workload, link);
+    let first =
+        prefill_workload(workload, link).map_err(|e| SimError::Disaggregated(e.to_string()))?;
     let prefill_side = simulate_cluster_on(&first, limits, prefill, (cost, pipeline), router)?;
     let schedules: Vec<_> = prefill_side
         .replicas
@@ -121,7 +120,8 @@ fn simulate_disaggregated_pulled(
 ) -> Result<DisaggregatedSimulation, SimError> {
     limits.validate()?;
     pipeline.validate()?;
-    let first = prefill_workload(workload, link);
+    let first =
+        prefill_workload(workload, link).map_err(|e| SimError::Disaggregated(e.to_string()))?;
     let (Some(p0), Some(d0)) = (prefill.first(), decode.first()) else {
         return Err(SimError::Replicas(0));
     };
