@@ -1,7 +1,9 @@
 //! `vllm-v1` against the real vLLM V1 scheduler: every case recorded from vLLM 0.32.0's own
 //! `Scheduler` (notebooks-data/fidelity/vllm-0.32/, recorded by tools/vllm-parity/) must be
 //! reproduced batch by batch by `simulate --scheduler vllm-v1` under the case's limits. A
-//! difference fails on the first differing batch and names it.
+//! difference fails on the first differing batch and names it. The same for the decode
+//! side of disaggregated serving (notebooks-data/fidelity/vllm-0.32-pulled/: vLLM's
+//! Scheduler pulling each prompt's KV through a connector, as NixlConnector does).
 
 use infersched::core::{Action, Limits, Schedule, replay};
 use infersched::cost_model::preset;
@@ -10,6 +12,7 @@ use infersched::workload::read_trace;
 use std::path::{Path, PathBuf};
 
 const FIXTURES: &str = "notebooks-data/fidelity/vllm-0.32";
+const PULLED: &str = "notebooks-data/fidelity/vllm-0.32-pulled";
 
 /// A case's limits, as `config.json` states them in infersched's words.
 struct CaseConfig {
@@ -93,24 +96,7 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
             .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
         let ours = &sim.schedule.batches;
         let theirs = &recorded.batches;
-        for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
-            let (a, b) = (normalized(a), normalized(b));
-            assert!(
-                a == b,
-                "{name}: batch {k} differs from vLLM 0.32's:\n  vllm-v1: evict {:?}, process {:?}\n  vLLM:    evict {:?}, process {:?}",
-                a.0,
-                a.1,
-                b.0,
-                b.1
-            );
-        }
-        assert_eq!(
-            ours.len(),
-            theirs.len(),
-            "{name}: vllm-v1 ran {} batches, vLLM 0.32 {}",
-            ours.len(),
-            theirs.len()
-        );
+        assert_same_batches(&name, ours, theirs);
         // vLLM's own schedule is valid under the same limits in infersched's semantics.
         let limits: Limits = sim.limits;
         replay(&workload, &limits, &cost, &recorded)
@@ -129,6 +115,98 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
     // The cases exercise preemption, not only admission, and prefix-cache hits.
     assert!(evictions_seen > 0);
     assert!(cached_seen > 0);
+}
+
+/// Fails on the first batch where `ours` and vLLM's differ (entries in any order), or on
+/// their counts.
+fn assert_same_batches(
+    name: &str,
+    ours: &[infersched::core::Batch],
+    theirs: &[infersched::core::Batch],
+) {
+    for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
+        let (a, b) = (normalized(a), normalized(b));
+        assert!(
+            a == b,
+            "{name}: batch {k} differs from vLLM 0.32's:\n  vllm-v1: evict {:?}, process {:?}\n  vLLM:    evict {:?}, process {:?}",
+            a.0,
+            a.1,
+            b.0,
+            b.1
+        );
+    }
+    assert_eq!(
+        ours.len(),
+        theirs.len(),
+        "{name}: vllm-v1 ran {} batches, vLLM 0.32 {}",
+        ours.len(),
+        theirs.len()
+    );
+}
+
+/// A pulled case's decode-side workload: each request arrives with its whole prompt's KV
+/// on its prefill replica, to be received and then moved in the `transfer_s` seconds its
+/// workload.csv gives (a column the trace reader leaves aside).
+fn pulled_workload(dir: &Path) -> infersched::core::Workload {
+    let path = dir.join("workload.csv");
+    let w = read_trace(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines();
+    let column = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "transfer_s")
+        .unwrap_or_else(|| panic!("{path:?}: no transfer_s column"));
+    let transfer: Vec<f64> = lines
+        .map(|l| l.split(',').nth(column).unwrap().parse().unwrap())
+        .collect();
+    let prompts = w.requests().iter().map(|r| r.input_tokens).collect();
+    w.with_transferred(prompts)
+        .and_then(|w| w.with_transfer_s(transfer))
+        .unwrap()
+}
+
+#[test]
+fn every_recorded_vllm_0_32_pulled_decode_schedule_is_reproduced_batch_by_batch() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let dirs = infersched_test_kit::fixture_cases(PULLED);
+    assert!(
+        dirs.len() >= 5,
+        "expected the 5 pulled cases, found {}",
+        dirs.len()
+    );
+    let (mut receives, mut evictions) = (0, 0);
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let cfg = read_config(dir);
+        assert!(
+            !cfg.prefix_caching,
+            "{name}: decode replicas run without a prefix cache"
+        );
+        let workload = pulled_workload(dir);
+        let recorded_path = dir.join("vllm-schedule.csv");
+        let recorded = Schedule::from_csv_str(
+            &std::fs::read_to_string(&recorded_path).unwrap(),
+            &recorded_path,
+        )
+        .unwrap();
+        let knobs = case_knobs(&cfg, cfg.reserve_full_isl, false);
+        let sim = SchedulerKind::VllmV1
+            .simulate(&workload, &knobs, &cost)
+            .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
+        assert_same_batches(&name, &sim.schedule.batches, &recorded.batches);
+        replay(&workload, &sim.limits, &cost, &recorded)
+            .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));
+        let entries = || recorded.batches.iter().flat_map(|b| &b.entries);
+        receives += entries().filter(|e| e.action == Action::Receive).count();
+        evictions += entries().filter(|e| e.action == Action::Evict).count();
+    }
+    // Every request receives once; some running requests are preempted and recompute.
+    assert!(
+        receives >= 500 && evictions > 0,
+        "{receives} receives, {evictions} evictions"
+    );
 }
 
 #[test]

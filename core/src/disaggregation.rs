@@ -16,9 +16,10 @@ pub enum KvConnector {
     /// keeps it until then.
     #[default]
     Nixl,
-    /// Pushed (vLLM's P2pNcclConnector): the prefill replica sends the KV as soon as the
-    /// first token is out, keeping it until sent, into the decode instance's own buffer;
-    /// the decode replica takes it at admission.
+    /// Pushed (vLLM's P2pNcclConnector, in vLLM from 0.9.2 until June 2026, not in 0.32):
+    /// the prefill replica sends the KV as soon as the first token is out, keeping it until
+    /// sent, into the decode instance's own buffer; the decode replica takes it at
+    /// admission.
     P2pNccl,
 }
 

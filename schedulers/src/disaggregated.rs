@@ -393,11 +393,17 @@ impl<'a, 'w> CoSimulation<'a, 'w> {
     }
 
     fn decode_step(&mut self, k: usize, cost: &dyn CostModel) -> Result<(), SimError> {
-        // A request may be handed over no earlier than the next known hand-over or the
-        // next prefill batch (which ends after it starts).
+        // A request may be handed over no earlier than the next known hand-over, the
+        // next prefill batch (which ends after it starts) or the next arrival at the
+        // cluster (which a prefill batch serves first).
         let handed = self.handed.peek().map_or(f64::INFINITY, |h| h.0.at_s);
         let prefill = self.prefill.due().map_or(f64::INFINITY, |(t, _)| t);
-        self.decode.runs[k].set_horizon(handed.min(prefill));
+        let reqs = self.workload.requests();
+        let arrival = self
+            .arrivals
+            .get(self.next_arrival)
+            .map_or(f64::INFINITY, |&g| reqs[g as usize].arrival_s);
+        self.decode.runs[k].set_horizon(handed.min(prefill).min(arrival));
         let run = &mut self.decode.runs[k];
         let step = run
             .step(self.policies.1[k].as_mut(), cost)
@@ -595,6 +601,75 @@ mod tests {
         };
         assert!((run(0.5) - 1.5).abs() < 1e-9);
         assert!((run(0.0) - 1.0).abs() < 1e-9);
+    }
+
+    /// One second per batch that computes anything; a batch of receives only takes no
+    /// time (as with every linear cost model).
+    struct SecondPerComputingBatch;
+
+    impl CostModel for SecondPerComputingBatch {
+        fn batch_time_s(&self, f: &infersched_core::BatchFeatures) -> f64 {
+            if f.tokens == 0 { 0.0 } else { 1.0 }
+        }
+    }
+
+    #[test]
+    fn a_decode_replica_waiting_for_a_pull_receives_a_request_handed_over_meanwhile() {
+        // A at 0 and B at 1.5 (I = 4, O = 2; each computing batch 1 s), pulled over a
+        // link of 10 s per transfer: the decode replica receives A at 1 (its first token)
+        // and waits for its KV until 11; B, prefilled in [1.5, 2.5], is received at 2.5,
+        // as vLLM admits it into WAITING_FOR_REMOTE_KVS when it arrives. (It was received
+        // at 11: the replica's wait ignored arrivals at the cluster still to be prefilled.)
+        let w = infersched_test_kit::workload(&[(4, 2, 0.0), (4, 2, 1.5)]);
+        let kind = SchedulerKind::VllmV1;
+        let limits = kind.limits(&Knobs::default(), &w);
+        let (mut p, mut d) = (policies(kind, 1, &w), policies(kind, 1, &w));
+        let lk = KvLink {
+            connector: KvConnector::Nixl,
+            ..link(10.0)
+        };
+        let cost = SecondPerComputingBatch;
+        let sim =
+            simulate_disaggregated(&w, &limits, &mut p, &mut d, &cost, Router::RoundRobin, &lk)
+                .unwrap();
+        let receive_start = |request| {
+            sim.decode.replicas[0]
+                .schedule
+                .batches
+                .iter()
+                .find(|b| {
+                    b.entries
+                        .iter()
+                        .any(|e| e.request == request && e.action == Action::Receive)
+                })
+                .and_then(|b| b.start_s)
+                .unwrap()
+        };
+        assert!((receive_start(0) - 1.0).abs() < 1e-9);
+        assert!(
+            (receive_start(1) - 2.5).abs() < 1e-9,
+            "{}",
+            receive_start(1)
+        );
+        assert!((sim.kv_ready_s[1] - 12.5).abs() < 1e-9);
+        // A computes in [11, 12] and decodes in [12, 13]; B's KV is there at 12.5, so it
+        // runs in the next batch, [13, 14]; the replay agrees.
+        let schedules = |c: &crate::ClusterSimulation| -> Vec<_> {
+            c.replicas.iter().map(|s| s.schedule.clone()).collect()
+        };
+        let r = replay_disaggregated(
+            &w,
+            &limits,
+            &cost,
+            &lk,
+            &sim.prefill.routing,
+            &schedules(&sim.prefill),
+            &sim.decode.routing,
+            &schedules(&sim.decode),
+        )
+        .unwrap();
+        let first_token = r.cluster.merged.requests[1].first_token_s;
+        assert!((first_token - 14.0).abs() < 1e-9, "{first_token}");
     }
 
     #[test]

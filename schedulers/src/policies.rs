@@ -83,6 +83,11 @@ pub struct PolicyOptions {
     pub prefix_caching: bool,
 }
 
+/// The victim picker of `rule` ([`choose_victim`]).
+fn by_rule(rule: Victim) -> impl Fn(&Simulator<'_>, u32) -> u32 {
+    move |sim, needy| choose_victim(sim, needy, rule)
+}
+
 /// Picks the victim among running requests not yet scheduled in this step (the request
 /// that needs room, `needy`, is one of them).
 fn choose_victim(sim: &Simulator<'_>, needy: u32, rule: Victim) -> u32 {
@@ -105,6 +110,20 @@ fn choose_victim(sim: &Simulator<'_>, needy: u32, rule: Victim) -> u32 {
     pick.unwrap_or(needy)
 }
 
+/// vLLM V1's victim under FCFS (`self.running[-1]`): the last request admitted to the
+/// running set not yet scheduled in this step (or `needy` itself). It is the newest
+/// arrival as long as requests are admitted in arrival order; a pulled request (a decode
+/// replica's) joins the running set when its KV has arrived, which may be after a later
+/// arrival's.
+fn last_admitted_victim(sim: &Simulator<'_>, needy: u32) -> u32 {
+    sim.running()
+        .iter()
+        .rev()
+        .copied()
+        .find(|&r| r == needy || !sim.scheduled(r))
+        .unwrap_or(needy)
+}
+
 /// Gives `c` tokens to running request `i`, preempting victims while its allocation
 /// cannot grow or fewer than `spare_blocks` blocks are free; the victim may be `i`
 /// itself, as in vLLM v0 (checked against vLLM 0.6.3's scheduler), except when it is the
@@ -114,7 +133,7 @@ fn grow_or_preempt(
     sim: &mut Simulator<'_>,
     i: u32,
     c: u64,
-    rule: Victim,
+    victim: impl Fn(&Simulator<'_>, u32) -> u32,
     spare_blocks: u64,
 ) -> bool {
     let mut preempted = false;
@@ -126,7 +145,7 @@ fn grow_or_preempt(
             sim.process(i, c, target);
             return preempted;
         }
-        let v = choose_victim(sim, i, rule);
+        let v = victim(sim, i);
         if fits && v == i && sim.running().len() == 1 {
             sim.process(i, c, target);
             return preempted;
@@ -156,7 +175,7 @@ fn decode_all_v0(sim: &mut Simulator<'_>, order: &[u32], o: PolicyOptions) -> bo
         if sim.scheduled(i) || !sim.running().contains(&i) || !sim.is_decode_ready(i) {
             continue;
         }
-        preempted |= grow_or_preempt(sim, i, 1, o.victim, spare_block);
+        preempted |= grow_or_preempt(sim, i, 1, by_rule(o.victim), spare_block);
     }
     preempted
 }
@@ -484,7 +503,11 @@ impl Policy for VllmV1 {
             if c == 0 {
                 continue;
             }
-            preempted |= grow_or_preempt(sim, i, c, o.victim, 0);
+            preempted |= if o.victim == Victim::Newest {
+                grow_or_preempt(sim, i, c, last_admitted_victim, 0)
+            } else {
+                grow_or_preempt(sim, i, c, by_rule(o.victim), 0)
+            };
         }
         if !preempted {
             admit_v1(sim, o, per_request_cap);
@@ -785,7 +808,7 @@ impl Policy for Mcsf {
             if sim.extra_blocks(i, target) <= sim.free_blocks() {
                 sim.process(i, c, target);
             } else {
-                grow_or_preempt(sim, i, c, o.victim, 0);
+                grow_or_preempt(sim, i, c, by_rule(o.victim), 0);
             }
         }
         self.sync_queue(sim);

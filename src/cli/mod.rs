@@ -511,7 +511,8 @@ pub(crate) struct KvLinkArgs {
     /// With --disaggregate: how the KV moves, as vLLM's KV connectors move it: nixl
     /// (pulled: the decode replica admits the request, allocating its blocks, then reads
     /// the KV; the prefill replica keeps it until then) or p2p-nccl (pushed at the first
-    /// token into the decode instance's own buffer, taken at admission).
+    /// token into the decode instance's own buffer, taken at admission: vLLM's
+    /// P2pNcclConnector, removed from vLLM before 0.32).
     #[arg(
         long,
         requires = "disaggregate",

@@ -12,16 +12,26 @@ kept only with KEEP_JSON=1). tests/vllm_parity.rs reads these. Usage:
 `v0` records vLLM 0.6.3.post1's v0 Scheduler (chunked prefill off; vllm_v0_oracle.py) for
 infersched's `vllm` policy (tests/vllm_v0_parity.rs).
 
+`pulled` records the decode side of disaggregated serving as vLLM 0.32 runs it with a
+connector that pulls each prompt's KV (vllm_v1_oracle.py --pulled): each case's requests
+are served by infersched (`simulate --disaggregate 1:1 --kv-connector nixl`, over the
+case's KV link), and its decode replica's inputs (arrival there, I, O and the pull's
+seconds, workload.csv's `transfer_s`) are given to vLLM's Scheduler; vllm-schedule.csv
+then has `receive` entries (the tokens received in the `cached` column). Needs a release
+build of infersched (INFERSCHED=<binary> to name another). tests/vllm_parity.rs reads them.
+
 `prefix` records windows of the Mooncake traces (prompt block ids of 512 tokens) with vLLM's
 automatic prefix caching on; their workload.csv carries `hash_block_tokens,hash_ids` and
 vllm-schedule.csv a fourth column `cached` (tokens each entry took from the cache).
 """
 import csv, json, os, random, subprocess, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.environ.get("PROJECT", ".")
 VENV = os.environ.get("VLLM_VENV", os.path.join(HERE, ".venv-vllm"))
-BIN = os.path.join(PROJECT, "target/release/infersched")
+BIN = os.environ.get("INFERSCHED", os.path.join(PROJECT, "target/release/infersched"))
 
 
 def rows_from(path, start, n, time_div=1.0, cap=None):
@@ -96,7 +106,69 @@ def cases(kind):
             ("v0-poisson8-c2048-m12000-r128", synth(2, 300, 8.0), 2048, 12000, 128, None, 0.01),
             ("v0-poisson8-c4096-m20000-wm0", synth(3, 300, 8.0), 4096, 20000, 256, None, 0.0),
         ]
+    if kind == "pulled":
+        import fuzz_pulled
+        sw = os.path.join(PROJECT, "notebooks-data/traces/splitwise_code.csv")
+        ax = os.path.join(PROJECT, "notebooks-data/traces/arxiv_summarization.csv")
+        poisson = [(i, o, t) for (i, o, _), (_, _, t) in
+                   zip(rows_from(ax, 2000, 100, cap=4096), synth(4, 100, 2.0))]
+
+        def fuzz(seed):
+            rows, C, M, R, block, gbs, lat = fuzz_pulled.case_of(random.Random(seed))
+            return [(i, o, t) for t, i, o in rows], C, M, R, (block, gbs, lat)
+        return [
+            # (name, requests, C, M, R, (block, link GB/s or None for NVLink, latency us))
+            ("pulled-splitwise200-x4-nvlink", rows_from(sw, 0, 200, time_div=4.0, cap=4096),
+             8192, 32768, 256, (16, None, 0)),
+            ("pulled-splitwise200-x4-1gbs-m16384", rows_from(sw, 0, 200, time_div=4.0, cap=4096),
+             8192, 16384, 256, (16, 1.0, 2000)),
+            ("pulled-arxiv100-poisson2-10gbs-m12000", poisson, 2048, 12000, 64, (16, 10.0, 0)),
+            # Small random cases where infersched differed before 2026-11-28 (fuzz_pulled.py):
+            # a request arriving while the replica waits for another's KV, and the victim
+            # of a preemption when KV arrived out of arrival order.
+            ("pulled-fuzz41-arrival-during-transfer",) + fuzz(41),
+            ("pulled-fuzz28-victim-order",) + fuzz(28),
+        ]
     raise SystemExit("unknown case set: " + kind)
+
+
+def record_pulled(d, reqs, C, M, R, link):
+    """The decode side's workload.csv (from infersched's disaggregated run over `link`),
+    config.json and the command of vLLM 0.32's V1 Scheduler pulling each prompt's KV."""
+    import fuzz_pulled
+    block, gbs, lat = link
+    with open(os.path.join(d, "cluster.csv"), "w") as f:
+        f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
+        for i, o, t in reqs:
+            f.write(f"{i},{o},{t:.6f}\n")
+    out = os.path.join(d, "infersched-run")
+    subprocess.run(["rm", "-rf", out])
+    cmd = [BIN, "simulate", "--workload", os.path.join(d, "cluster.csv"), "--scheduler",
+           "vllm-v1", "--disaggregate", "1:1", "--kv-connector", "nixl", "--cost-model",
+           "llama2-7b-a100", "--token-budget", str(C), "--kv-capacity", str(M),
+           "--max-running", str(R), "--block-size", str(block), "--kv-latency-us", str(lat),
+           "--out", out] + (["--kv-bandwidth", str(gbs)] if gbs else [])
+    subprocess.run(cmd, check=True, capture_output=True)
+    text, _ = fuzz_pulled.decode_side(out)
+    subprocess.run(["rm", "-rf", out, os.path.join(d, "cluster.csv")])
+    with open(os.path.join(d, "workload.csv"), "w") as f:
+        f.write(text)
+    cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": block,
+           "watermark": 0.0, "reserve_full_isl": True,
+           "kv_link": {"gb_per_s": gbs or "NVLink of the cost model's GPU", "latency_us": lat},
+           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": block,
+                    "num_gpu_blocks": M // block + 1, "scheduler_reserve_full_isl": True,
+                    "watermark": 0.0, "enable_chunked_prefill": True,
+                    "enable_prefix_caching": False, "long_prefill_token_threshold": 0,
+                    "async_scheduling": False,
+                    "kv_connector": "OraclePullConnector (NixlPullConnectorScheduler's rule)"},
+           "note": "the decode instance alone: arrived_at is the request's arrival there "
+                   "(its first token on the prefill replica), transfer_s its pull"}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    return [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"),
+            os.path.join(d, "workload.csv"), "--C", str(C), "--M", str(M), "--R", str(R),
+            "--block", str(block), "--pulled", "--out", os.path.join(d, "schedule.json")]
 
 
 def record_v0(d, C, M, R, wm):
@@ -119,6 +191,8 @@ def record_v0(d, C, M, R, wm):
 
 def main():
     kind, outdir = sys.argv[1], sys.argv[2]
+    if kind == "pulled":
+        return main_pulled(outdir)
     for name, reqs, C, M, R, isl, wm in cases(kind):
         d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
         prefix = kind == "prefix"
@@ -142,6 +216,20 @@ def main():
         hits = sum(e.get("cached", 0) for b in s["batches"] for e in b["entries"])
         print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions, "
               f"{hits} tokens from the cache", flush=True)
+
+
+def main_pulled(outdir):
+    for name, reqs, C, M, R, link in cases("pulled"):
+        d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
+        r = subprocess.run(record_pulled(d, reqs, C, M, R, link), capture_output=True,
+                           text=True)
+        if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
+        s = json.load(open(os.path.join(d, "schedule.json")))
+        write_csv(d, s, True)
+        recv = sum(1 for b in s["batches"] for e in b["entries"] if "receive" in e)
+        ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
+        print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {recv} receives, "
+              f"{ev} evictions", flush=True)
 
 
 def record_v1(d, C, M, R, isl, wm, prefix):
@@ -169,6 +257,9 @@ def write_csv(d, s, prefix):
         f.write("batch,request,tokens,cached\n" if prefix else "batch,request,tokens\n")
         for k, b in enumerate(s["batches"]):
             for e in b["entries"]:
+                if "receive" in e:
+                    f.write(f"{k},{e['request']},receive,{e['receive']}\n")
+                    continue
                 tail = f",{e.get('cached', 0)}" if prefix else ""
                 f.write(f"{k},{e['request']},{'evict' if e.get('evict') else e['tokens']}{tail}\n")
     if not os.environ.get("KEEP_JSON"):
