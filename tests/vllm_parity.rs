@@ -144,69 +144,109 @@ fn assert_same_batches(
     );
 }
 
-/// A pulled case's decode-side workload: each request arrives with its whole prompt's KV
-/// on its prefill replica, to be received and then moved in the `transfer_s` seconds its
-/// workload.csv gives (a column the trace reader leaves aside).
-fn pulled_workload(dir: &Path) -> infersched::core::Workload {
-    let path = dir.join("workload.csv");
-    let w = read_trace(&path).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap();
+/// The float column `name` of a case's workload.csv (one the trace reader leaves aside).
+fn column(path: &Path, name: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
-    let column = lines
+    let k = lines
         .next()
         .unwrap()
         .split(',')
-        .position(|c| c == "transfer_s")
-        .unwrap_or_else(|| panic!("{path:?}: no transfer_s column"));
-    let transfer: Vec<f64> = lines
-        .map(|l| l.split(',').nth(column).unwrap().parse().unwrap())
-        .collect();
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("{path:?}: no {name} column"));
+    lines
+        .map(|l| l.split(',').nth(k).unwrap().parse().unwrap())
+        .collect()
+}
+
+/// A pulled case's decode-side workload: each request arrives with its whole prompt's KV
+/// on its prefill replica, to be received and then moved in its `transfer_s` seconds.
+fn pulled_workload(dir: &Path) -> infersched::core::Workload {
+    let path = dir.join("workload.csv");
+    let w = read_trace(&path).unwrap();
     let prompts = w.requests().iter().map(|r| r.input_tokens).collect();
     w.with_transferred(prompts)
-        .and_then(|w| w.with_transfer_s(transfer))
+        .and_then(|w| w.with_transfer_s(column(&path, "transfer_s")))
         .unwrap()
 }
 
-#[test]
-fn every_recorded_vllm_0_32_pulled_decode_schedule_is_reproduced_batch_by_batch() {
+/// A pulled case's prefill-side workload: requests of one output token, each keeping its
+/// KV `kv_hold_s` seconds after it (until the decode side has read it).
+fn held_workload(dir: &Path) -> infersched::core::Workload {
+    let path = dir.join("workload.csv");
+    let w = read_trace(&path).unwrap();
+    assert!(
+        w.requests().iter().all(|r| r.output_tokens == 1),
+        "{path:?}"
+    );
+    w.with_kv_hold(column(&path, "kv_hold_s")).unwrap()
+}
+
+/// Simulates one side of a pulled case under its limits and requires vLLM's batches; the
+/// replay accepts vLLM's schedule. Returns vLLM's schedule.
+fn check_side(dir: &Path, workload: &infersched::core::Workload, caching: bool) -> Schedule {
+    let name = dir.to_string_lossy().into_owned();
     let cost = preset("llama2-7b-a100").unwrap();
+    let cfg = read_config(dir);
+    assert_eq!(cfg.prefix_caching, caching, "{name}");
+    // The prefill side's schedule has its batches' times (JSON): one that waited for held
+    // KV to be read starts after the one before ended.
+    let (csv, json) = (
+        dir.join("vllm-schedule.csv"),
+        dir.join("vllm-schedule.json"),
+    );
+    let recorded = if json.is_file() {
+        Schedule::from_json_str(&std::fs::read_to_string(&json).unwrap(), &json)
+    } else {
+        Schedule::from_csv_str(&std::fs::read_to_string(&csv).unwrap(), &csv)
+    }
+    .unwrap();
+    let knobs = case_knobs(&cfg, cfg.reserve_full_isl, caching);
+    let sim = SchedulerKind::VllmV1
+        .simulate(workload, &knobs, &cost)
+        .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
+    assert_same_batches(&name, &sim.schedule.batches, &recorded.batches);
+    replay(workload, &sim.limits, &cost, &recorded)
+        .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));
+    recorded
+}
+
+#[test]
+fn every_recorded_vllm_0_32_pulled_decode_and_prefill_schedule_is_reproduced() {
     let dirs = infersched_test_kit::fixture_cases(PULLED);
     assert!(
-        dirs.len() >= 5,
-        "expected the 5 pulled cases, found {}",
+        dirs.len() >= 6,
+        "expected the 6 pulled cases, found {}",
         dirs.len()
     );
-    let (mut receives, mut evictions) = (0, 0);
+    let (mut receives, mut evictions, mut held) = (0, 0, 0);
     for dir in &dirs {
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let cfg = read_config(dir);
-        assert!(
-            !cfg.prefix_caching,
-            "{name}: decode replicas run without a prefix cache"
-        );
-        let workload = pulled_workload(dir);
-        let recorded_path = dir.join("vllm-schedule.csv");
-        let recorded = Schedule::from_csv_str(
-            &std::fs::read_to_string(&recorded_path).unwrap(),
-            &recorded_path,
-        )
-        .unwrap();
-        let knobs = case_knobs(&cfg, cfg.reserve_full_isl, false);
-        let sim = SchedulerKind::VllmV1
-            .simulate(&workload, &knobs, &cost)
-            .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
-        assert_same_batches(&name, &sim.schedule.batches, &recorded.batches);
-        replay(&workload, &sim.limits, &cost, &recorded)
-            .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));
-        let entries = || recorded.batches.iter().flat_map(|b| &b.entries);
-        receives += entries().filter(|e| e.action == Action::Receive).count();
-        evictions += entries().filter(|e| e.action == Action::Evict).count();
+        // The decode replica pulls, without a prefix cache; the prefill replica keeps each
+        // prompt's KV until read, with vllm-v1's prefix cache on.
+        let decode = check_side(dir, &pulled_workload(dir), false);
+        let prefill_dir = dir.join("prefill");
+        let prefill_workload = held_workload(&prefill_dir);
+        let prefill = check_side(&prefill_dir, &prefill_workload, true);
+        let actions = |s: &Schedule| -> Vec<Action> {
+            s.batches
+                .iter()
+                .flat_map(|b| &b.entries)
+                .map(|e| e.action)
+                .collect()
+        };
+        let (d, p) = (actions(&decode), actions(&prefill));
+        receives += d.iter().filter(|a| **a == Action::Receive).count();
+        evictions += d.iter().chain(&p).filter(|a| **a == Action::Evict).count();
+        held += (0..prefill_workload.len())
+            .filter(|&i| prefill_workload.kv_hold_s(i) > 0.0)
+            .count();
     }
-    // Every request receives once; some running requests are preempted and recompute.
+    // Every request is received once and held until then; some are preempted.
     assert!(
-        receives >= 500 && evictions > 0,
-        "{receives} receives, {evictions} evictions"
+        receives >= 500 && held == receives,
+        "{receives} receives, {held} held"
     );
+    assert!(evictions > 0);
 }
 
 #[test]

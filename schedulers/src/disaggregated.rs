@@ -372,12 +372,17 @@ impl<'a, 'w> CoSimulation<'a, 'w> {
     }
 
     fn prefill_step(&mut self, k: usize, cost: &dyn CostModel) -> Result<(), SimError> {
+        // A request may be given to the replica no earlier than the next arrival, and KV it
+        // holds may be released no earlier than the decode side's next batch (a receive
+        // there, perhaps of a request about to be handed over, ends a hold after it).
         let reqs = self.workload.requests();
-        let horizon = self
+        let arrival = self
             .arrivals
             .get(self.next_arrival)
             .map_or(f64::INFINITY, |&g| reqs[g as usize].arrival_s);
-        self.prefill.runs[k].set_horizon(horizon);
+        let handed = self.handed.peek().map_or(f64::INFINITY, |h| h.0.at_s);
+        let decode = self.decode.due().map_or(f64::INFINITY, |(t, _)| t);
+        self.prefill.runs[k].set_horizon(arrival.min(handed).min(decode));
         let step = self.prefill.runs[k]
             .step(self.policies.0[k].as_mut(), cost)
             .map_err(|e| side_error("prefill", k, e))?;
@@ -670,6 +675,45 @@ mod tests {
         .unwrap();
         let first_token = r.cluster.merged.requests[1].first_token_s;
         assert!((first_token - 14.0).abs() < 1e-9, "{first_token}");
+    }
+
+    #[test]
+    fn a_prefill_replica_waits_for_releases_the_decode_side_may_still_make() {
+        // A (I = 8), B (I = 2) and C (I = 4) at 0 (C = 8 tokens per batch, M = 12 in blocks
+        // of 1, the link moving 1 token per second): A is prefilled in [0, 1] and B in
+        // [1, 2]; C does not fit beside their held KV. The decode side receives A at 1 (its
+        // KV read by 9) and B at 2 (read by 4), so the prefill replica frees B's KV at 4
+        // and runs C then, as vLLM frees it when the send is reported. (It ran C at 9:
+        // knowing only A's release, it waited for that one.)
+        let w = infersched_test_kit::workload(&[(8, 2, 0.0), (2, 2, 0.0), (4, 2, 0.0)]);
+        let kind = SchedulerKind::VllmV1;
+        let knobs = Knobs {
+            token_budget: Some(8),
+            kv_capacity: Some(12),
+            block_size: Some(1),
+            ..Knobs::default()
+        };
+        let limits = kind.limits(&knobs, &w);
+        let side = || -> Vec<Box<dyn Policy>> { vec![kind.policy(&knobs, &w)] };
+        let (mut p, mut d) = (side(), side());
+        let lk = KvLink {
+            bytes_per_token: 1.0,
+            bandwidth_bytes_per_s: 1.0,
+            latency_s: 0.0,
+            connector: KvConnector::Nixl,
+        };
+        let cost = SecondPerComputingBatch;
+        let sim =
+            simulate_disaggregated(&w, &limits, &mut p, &mut d, &cost, Router::RoundRobin, &lk)
+                .unwrap();
+        assert!((sim.kv_ready_s[0] - 9.0).abs() < 1e-9 && (sim.kv_ready_s[1] - 4.0).abs() < 1e-9);
+        let prefill = &sim.prefill.replicas[0].schedule.batches;
+        let c_start = prefill
+            .iter()
+            .find(|b| b.entries.iter().any(|e| e.request == 2))
+            .and_then(|b| b.start_s)
+            .unwrap();
+        assert!((c_start - 4.0).abs() < 1e-9, "C starts at {c_start}");
     }
 
     #[test]

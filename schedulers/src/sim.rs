@@ -888,6 +888,10 @@ pub(crate) struct Run<'w> {
     /// arrival): waiting for a batch in flight, held KV or received KV never moves time
     /// past it (infinite: no more requests come).
     horizon: f64,
+    /// Waiting at a horizon no later than now (something outside may still change this run
+    /// at or after now): the time of its own next event, when it is due again unless a
+    /// request is given to it or a hold ends sooner (NaN: not parked).
+    parked_until: f64,
     /// On a pipeline: every request of a batch waits for its completion.
     holds_in_flight: bool,
     /// One of vLLM v0's virtual engines: its batches are timed by the pipeline's clock,
@@ -911,6 +915,7 @@ impl<'w> Run<'w> {
             unreleased: Vec::new(),
             held_kv: Vec::new(),
             horizon: f64::INFINITY,
+            parked_until: f64::NAN,
             holds_in_flight: false,
             shared_clock: None,
         }
@@ -922,12 +927,17 @@ impl<'w> Run<'w> {
         self.shared_clock = Some(clock);
     }
 
-    /// When this run builds its next batch: now if a request is waiting or running, at
-    /// the next arrival given to it otherwise; None with nothing left.
+    /// When this run builds its next batch: now if a request is waiting or running (when
+    /// parked, its next own event), at the next arrival given to it otherwise; None with
+    /// nothing left.
     pub(crate) fn due_s(&self) -> Option<f64> {
         let sim = &self.sim;
         if !sim.waiting.is_empty() || !sim.running.is_empty() || !sim.receiving.is_empty() {
-            return Some(sim.now);
+            return Some(if self.parked_until > sim.now {
+                self.parked_until
+            } else {
+                sim.now
+            });
         }
         let next = sim.pending.get(sim.next_pending)?;
         Some(sim.now.max(sim.reqs[*next as usize].arrival_s))
@@ -989,6 +999,7 @@ impl<'w> Run<'w> {
         }
         self.sim.pending.push(id);
         self.base_tokens += r.max_kv_tokens();
+        self.parked_until = f64::NAN;
         id
     }
 
@@ -999,6 +1010,7 @@ impl<'w> Run<'w> {
         cost: &dyn CostModel,
     ) -> Result<Step, SimError> {
         self.release_due();
+        self.parked_until = f64::NAN;
         let sim = &mut self.sim;
         sim.admit_arrivals();
         if sim.waiting.is_empty()
@@ -1018,12 +1030,14 @@ impl<'w> Run<'w> {
             if sim.entries.is_empty()
                 && let Some(t) = self.next_in_flight_event()
             {
-                // No further than the horizon: a request given there may run at once.
-                self.sim.now = if self.horizon > self.sim.now {
-                    t.min(self.horizon)
+                // No further than the horizon: a request given there may run at once. At a
+                // horizon no later than now, stay and be due again at `t` (or sooner, when
+                // a request is given or a hold ends), letting the other side move first.
+                if self.horizon > self.sim.now {
+                    self.sim.now = t.min(self.horizon);
                 } else {
-                    t
-                };
+                    self.parked_until = t;
+                }
                 self.release_due();
                 return Ok(Step::Waited);
             }
@@ -1221,6 +1235,7 @@ impl<'w> Run<'w> {
         if let Some(h) = self.held_kv.iter_mut().find(|h| h.1 == i) {
             h.0 = t_s;
         }
+        self.parked_until = f64::NAN;
     }
 
     /// With a batch in flight (on a pipeline) or KV held: the next time something can

@@ -17,8 +17,14 @@ connector that pulls each prompt's KV (vllm_v1_oracle.py --pulled): each case's 
 are served by infersched (`simulate --disaggregate 1:1 --kv-connector nixl`, over the
 case's KV link), and its decode replica's inputs (arrival there, I, O and the pull's
 seconds, workload.csv's `transfer_s`) are given to vLLM's Scheduler; vllm-schedule.csv
-then has `receive` entries (the tokens received in the `cached` column). Needs a release
-build of infersched (INFERSCHED=<binary> to name another). tests/vllm_parity.rs reads them.
+then has `receive` entries (the tokens received in the `cached` column). Each case's
+`prefill/` folder is its prefill replica the same way (vllm_v1_oracle.py --held, prefix
+caching on as on infersched's prefill replicas): arrival, I, O = 1 and how long the KV was
+kept after the first token (`kv_hold_s`, until the decode side had read it); its schedule
+is vllm-schedule.json, with each batch's start and end (a batch waiting for held KV to be
+read starts after the one before ended). Needs a
+release build of infersched (INFERSCHED=<binary> to name another). tests/vllm_parity.rs
+reads them.
 
 `prefix` records windows of the Mooncake traces (prompt block ids of 512 tokens) with vLLM's
 automatic prefix caching on; their workload.csv carries `hash_block_tokens,hash_ids` and
@@ -128,13 +134,18 @@ def cases(kind):
             # of a preemption when KV arrived out of arrival order.
             ("pulled-fuzz41-arrival-during-transfer",) + fuzz(41),
             ("pulled-fuzz28-victim-order",) + fuzz(28),
+            # ... and a prefill replica waiting for the release of KV the decode side had
+            # yet to receive.
+            ("pulled-fuzz11-prefill-release-order",) + fuzz(11),
         ]
     raise SystemExit("unknown case set: " + kind)
 
 
 def record_pulled(d, reqs, C, M, R, link):
-    """The decode side's workload.csv (from infersched's disaggregated run over `link`),
-    config.json and the command of vLLM 0.32's V1 Scheduler pulling each prompt's KV."""
+    """Both sides of a case (infersched's disaggregated run over `link`, then each
+    replica's inputs given to vLLM 0.32's V1 Scheduler): DIR/workload.csv and
+    vllm-schedule.csv for the decode replica, DIR/prefill/ the same for the prefill
+    replica, and config.json in each. Returns the recorded schedules' entries."""
     import fuzz_pulled
     block, gbs, lat = link
     with open(os.path.join(d, "cluster.csv"), "w") as f:
@@ -149,44 +160,47 @@ def record_pulled(d, reqs, C, M, R, link):
            "--max-running", str(R), "--block-size", str(block), "--kv-latency-us", str(lat),
            "--out", out] + (["--kv-bandwidth", str(gbs)] if gbs else [])
     subprocess.run(cmd, check=True, capture_output=True)
-    text, _ = fuzz_pulled.decode_side(out)
+    entries = []
+    for sub, inputs, pulled in (("", fuzz_pulled.decode_side, True),
+                                ("prefill", fuzz_pulled.prefill_side, False)):
+        side = os.path.join(d, sub)
+        os.makedirs(side, exist_ok=True)
+        text, _ = inputs(out)
+        with open(os.path.join(side, "workload.csv"), "w") as f:
+            f.write(text)
+        cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+               "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": block,
+               "watermark": 0.0, "reserve_full_isl": True,
+               "kv_link": {"gb_per_s": gbs or "NVLink of the cost model's GPU",
+                           "latency_us": lat},
+               "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": block,
+                        "num_gpu_blocks": M // block + 1, "scheduler_reserve_full_isl": True,
+                        "watermark": 0.0, "enable_chunked_prefill": True,
+                        "enable_prefix_caching": not pulled,
+                        "long_prefill_token_threshold": 0, "async_scheduling": False,
+                        "kv_connector": "OraclePullConnector (NixlConnector's rules)"},
+               "note": ("the decode instance alone: arrived_at is the request's arrival there "
+                        "(its first token on the prefill replica), transfer_s its pull")
+               if pulled else
+               ("the prefill instance alone: each request's KV kept kv_hold_s after its "
+                "first token (until the decode side had read it)")}
+        json.dump(cfg, open(os.path.join(side, "config.json"), "w"), indent=1)
+        oracle = [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"),
+                  os.path.join(side, "workload.csv"), "--C", str(C), "--M", str(M), "--R",
+                  str(R), "--block", str(block), "--out", os.path.join(side, "schedule.json")]
+        oracle += ["--pulled"] if pulled else ["--held", "--enable-prefix-caching"]
+        subprocess.run(oracle, check=True, capture_output=True)
+        s = json.load(open(os.path.join(side, "schedule.json")))
+        if pulled:
+            write_csv(side, s, True)
+        else:
+            # With its batches' times: a batch that waited for held KV to be read started
+            # later than the one before ended, which the replay takes from them.
+            os.rename(os.path.join(side, "schedule.json"),
+                      os.path.join(side, "vllm-schedule.json"))
+        entries += [e for b in s["batches"] for e in b["entries"]]
     subprocess.run(["rm", "-rf", out, os.path.join(d, "cluster.csv")])
-    with open(os.path.join(d, "workload.csv"), "w") as f:
-        f.write(text)
-    cfg = {"vllm_version": "0.32.0", "policy": "fcfs", "cost_model": "llama2-7b-a100",
-           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": block,
-           "watermark": 0.0, "reserve_full_isl": True,
-           "kv_link": {"gb_per_s": gbs or "NVLink of the cost model's GPU", "latency_us": lat},
-           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "block_size": block,
-                    "num_gpu_blocks": M // block + 1, "scheduler_reserve_full_isl": True,
-                    "watermark": 0.0, "enable_chunked_prefill": True,
-                    "enable_prefix_caching": False, "long_prefill_token_threshold": 0,
-                    "async_scheduling": False,
-                    "kv_connector": "OraclePullConnector (NixlPullConnectorScheduler's rule)"},
-           "note": "the decode instance alone: arrived_at is the request's arrival there "
-                   "(its first token on the prefill replica), transfer_s its pull"}
-    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
-    return [os.path.join(VENV, "bin/python"), os.path.join(HERE, "vllm_v1_oracle.py"),
-            os.path.join(d, "workload.csv"), "--C", str(C), "--M", str(M), "--R", str(R),
-            "--block", str(block), "--pulled", "--out", os.path.join(d, "schedule.json")]
-
-
-def record_v0(d, C, M, R, wm):
-    """config.json and the schedule of vLLM 0.6.3's v0 Scheduler (vllm_v0_oracle.py)."""
-    venv = os.environ.get("VLLM_V0_VENV", os.path.join(HERE, ".venv-vllm-v0"))
-    cfg = {"vllm_version": "0.6.3.post1", "policy": "fcfs", "cost_model": "llama2-7b-a100",
-           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
-           "watermark": wm,
-           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "max_model_len": C,
-                    "block_size": 16, "num_gpu_blocks": M // 16, "watermark": wm,
-                    "enable_chunked_prefill": False, "enable_prefix_caching": False,
-                    "block_manager": "SelfAttnBlockSpaceManager",
-                    "async_output_proc": False},
-           "note": "vLLM v0 has no null block: num_gpu_blocks x 16 = M tokens"}
-    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
-    return [os.path.join(venv, "bin/python"), os.path.join(HERE, "vllm_v0_oracle.py"),
-            os.path.join(d, "workload.csv"), "--C", str(C), "--M", str(M), "--R", str(R),
-            "--block", "16", "--watermark", str(wm), "--out", os.path.join(d, "schedule.json")]
+    return entries
 
 
 def main():
@@ -221,15 +235,14 @@ def main():
 def main_pulled(outdir):
     for name, reqs, C, M, R, link in cases("pulled"):
         d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
-        r = subprocess.run(record_pulled(d, reqs, C, M, R, link), capture_output=True,
-                           text=True)
-        if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
-        s = json.load(open(os.path.join(d, "schedule.json")))
-        write_csv(d, s, True)
-        recv = sum(1 for b in s["batches"] for e in b["entries"] if "receive" in e)
-        ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
-        print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {recv} receives, "
-              f"{ev} evictions", flush=True)
+        try:
+            entries = record_pulled(d, reqs, C, M, R, link)
+        except subprocess.CalledProcessError as e:
+            print(name, "FAILED", (e.stderr or b"")[-500:]); continue
+        recv = sum(1 for e in entries if "receive" in e)
+        ev = sum(1 for e in entries if e.get("evict"))
+        print(f"{name}: {len(reqs)} requests, {recv} receives, {ev} evictions (both sides)",
+              flush=True)
 
 
 def record_v1(d, C, M, R, isl, wm, prefix):
