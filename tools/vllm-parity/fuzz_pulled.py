@@ -23,6 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_v1_oracle as V1  # noqa: E402
+from fuzz_common import random_rows  # noqa: E402
 
 B = os.environ.get("INFERSCHED", os.path.join(os.environ.get("PROJECT", "."),
                                               "target/release/infersched"))
@@ -37,14 +38,7 @@ def norm(bt):
 
 def case_of(rnd):
     block = rnd.choice([1, 2, 4, 8, 16])
-    n = rnd.randint(2, 14)
-    online = rnd.random() < 0.7
-    rows, t = [], 0.0
-    for _ in range(n):
-        if online:
-            t += rnd.expovariate(1 / 0.005)
-        rows.append((round(t, 6), rnd.randint(1, 96), rnd.randint(1, 24)))
-    need = max(I + O for _, I, O in rows)
+    rows, need = random_rows(rnd, 0.7)
     C = max(rnd.choice([64, 128, 256, 512]), need)
     # Room for the longest request and a little or a lot more (vLLM's pool keeps one
     # null block besides M / block).

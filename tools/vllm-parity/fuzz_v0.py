@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_v0_oracle as V0  # noqa: E402
+from fuzz_common import random_rows  # noqa: E402
 
 B = os.environ.get("INFERSCHED", os.path.join(os.environ.get("PROJECT", "."),
                                               "target/release/infersched"))
@@ -28,16 +29,8 @@ def norm(bt):
 
 def case_of(rnd):
     block = rnd.choice([1, 2, 4, 8, 16])
-    n = rnd.randint(2, 14)
-    online = rnd.random() < 0.5
-    rows, t = [], 0.0
-    for _ in range(n):
-        if online:
-            t += rnd.expovariate(1 / 0.005)
-        rows.append((round(t, 6), rnd.randint(1, 96), rnd.randint(1, 24)))
-    C = rnd.choice([128, 256, 512])
-    C = max(C, max(I + O for _, I, O in rows))
-    need = max(I + O for _, I, O in rows)
+    rows, need = random_rows(rnd, 0.5)
+    C = max(rnd.choice([128, 256, 512]), need)
     wm = rnd.choice([0.0, 0.01, 0.05])
     # Room for the longest request above the watermark (else both refuse it: vLLM ignores
     # it, infersched says it cannot serve it), and a little or a lot more.
