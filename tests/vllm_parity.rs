@@ -63,7 +63,7 @@ fn cases() -> Vec<PathBuf> {
     infersched_test_kit::fixture_cases(FIXTURES)
 }
 
-use infersched_test_kit::normalized_batch as normalized;
+use infersched_test_kit::assert_same_batches;
 
 #[test]
 fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
@@ -96,7 +96,7 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
             .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
         let ours = &sim.schedule.batches;
         let theirs = &recorded.batches;
-        assert_same_batches(&name, ours, theirs);
+        assert_same_batches(&name, ("vllm-v1", ours), ("vLLM 0.32", theirs));
         // vLLM's own schedule is valid under the same limits in infersched's semantics.
         let limits: Limits = sim.limits;
         replay(&workload, &limits, &cost, &recorded)
@@ -115,33 +115,6 @@ fn every_recorded_vllm_0_32_schedule_is_reproduced_batch_by_batch() {
     // The cases exercise preemption, not only admission, and prefix-cache hits.
     assert!(evictions_seen > 0);
     assert!(cached_seen > 0);
-}
-
-/// Fails on the first batch where `ours` and vLLM's differ (entries in any order), or on
-/// their counts.
-fn assert_same_batches(
-    name: &str,
-    ours: &[infersched::core::Batch],
-    theirs: &[infersched::core::Batch],
-) {
-    for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
-        let (a, b) = (normalized(a), normalized(b));
-        assert!(
-            a == b,
-            "{name}: batch {k} differs from vLLM 0.32's:\n  vllm-v1: evict {:?}, process {:?}\n  vLLM:    evict {:?}, process {:?}",
-            a.0,
-            a.1,
-            b.0,
-            b.1
-        );
-    }
-    assert_eq!(
-        ours.len(),
-        theirs.len(),
-        "{name}: vllm-v1 ran {} batches, vLLM 0.32 {}",
-        ours.len(),
-        theirs.len()
-    );
 }
 
 /// The float column `name` of a case's workload.csv (one the trace reader leaves aside).
@@ -205,7 +178,11 @@ fn check_side(dir: &Path, workload: &infersched::core::Workload, caching: bool) 
     let sim = SchedulerKind::VllmV1
         .simulate(workload, &knobs, &cost)
         .unwrap_or_else(|e| panic!("{name}: vllm-v1 failed: {e}"));
-    assert_same_batches(&name, &sim.schedule.batches, &recorded.batches);
+    assert_same_batches(
+        &name,
+        ("vllm-v1", &sim.schedule.batches),
+        ("vLLM 0.32", &recorded.batches),
+    );
     replay(workload, &sim.limits, &cost, &recorded)
         .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));
     recorded

@@ -8,7 +8,7 @@ use infersched::core::{Action, Schedule, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use infersched::workload::read_trace;
-use infersched_test_kit::normalized_batch;
+use infersched_test_kit::{assert_same_batches, normalized_batch};
 use std::path::{Path, PathBuf};
 
 const FIXTURES: &str = "notebooks-data/fidelity/vllm-0.6.3";
@@ -68,18 +68,7 @@ fn every_recorded_vllm_0_6_3_schedule_is_reproduced_batch_by_batch() {
             .simulate(&workload, &case_knobs(dir), &cost)
             .unwrap_or_else(|e| panic!("{name}: vllm failed: {e}"));
         let (ours, theirs) = (&sim.schedule.batches, &recorded.batches);
-        for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
-            let (a, b) = (normalized_batch(a), normalized_batch(b));
-            assert!(
-                a == b,
-                "{name}: batch {k} differs from vLLM 0.6.3's:\n  vllm: evict {:?}, process {:?}\n  vLLM: evict {:?}, process {:?}",
-                a.0,
-                a.1,
-                b.0,
-                b.1
-            );
-        }
-        assert_eq!(ours.len(), theirs.len(), "{name}: batch counts differ");
+        assert_same_batches(&name, ("vllm", ours), ("vLLM 0.6.3", theirs));
         // vLLM's own schedule is valid under the same limits in infersched's semantics.
         replay(&workload, &sim.limits, &cost, &recorded)
             .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));

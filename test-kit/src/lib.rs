@@ -90,6 +90,33 @@ pub fn normalized_batch(b: &infersched_core::Batch) -> (Vec<u32>, Vec<(u32, u32,
     (evicted, processed)
 }
 
+/// Fails on the first batch where `ours` (produced by `policy`) and the recorded `theirs`
+/// (by `system`) differ, entries in any order, or on their counts; `name` names the case.
+pub fn assert_same_batches(
+    name: &str,
+    (policy, ours): (&str, &[infersched_core::Batch]),
+    (system, theirs): (&str, &[infersched_core::Batch]),
+) {
+    for (k, (a, b)) in ours.iter().zip(theirs).enumerate() {
+        let (a, b) = (normalized_batch(a), normalized_batch(b));
+        assert!(
+            a == b,
+            "{name}: batch {k} differs from {system}'s:\n  {policy}: evict {:?}, process {:?}\n  {system}: evict {:?}, process {:?}",
+            a.0,
+            a.1,
+            b.0,
+            b.1
+        );
+    }
+    assert_eq!(
+        ours.len(),
+        theirs.len(),
+        "{name}: {policy} ran {} batches, {system} {}",
+        ours.len(),
+        theirs.len()
+    );
+}
+
 /// The recorded cases under `dir` (each a folder with a `config.json`), sorted (the
 /// parity tests' fixtures).
 pub fn fixture_cases(dir: &str) -> Vec<std::path::PathBuf> {

@@ -55,7 +55,35 @@ pub(super) fn batch_count_positions(
         .unwrap_or(u64::MAX)
         .min(limits.prefill_budget.unwrap_or(u64::MAX))
         .max(1);
-    let (bias, needs): (f64, Vec<(u64, f64)>) = match end {
+    let (bias, needs) = bias_and_needs(t, reqs, chunk, end);
+    if bias <= 0.0 && needs.iter().all(|&(_, w)| w <= 0.0) {
+        return best;
+    }
+    for tau in sampled_releases(reqs) {
+        let after: Vec<(u64, f64)> = reqs
+            .iter()
+            .zip(&needs)
+            .filter(|(r, _)| r.arrival_s >= tau)
+            .map(|(_, &need)| need)
+            .collect();
+        let before = n - after.len();
+        for (k, value) in least_sets(after, bias).into_iter().enumerate() {
+            let position = before + k;
+            best[position] = best[position].max(tau + value);
+        }
+    }
+    best
+}
+
+/// The least bias any batch pays, and per request the batches it takes part in and the
+/// least work of its entries, through its first token or its last.
+fn bias_and_needs(
+    t: &Theta<'_>,
+    reqs: &[Request],
+    chunk: u64,
+    end: JobEnd,
+) -> (f64, Vec<(u64, f64)>) {
+    match end {
         // Every batch of a prompt has a prefill entry.
         JobEnd::FirstToken => (
             t.get(Feature::One) + t.get(Feature::HasPrefill),
@@ -87,64 +115,57 @@ pub(super) fn batch_count_positions(
                     .collect(),
             )
         }
-    };
-    if bias <= 0.0 && needs.iter().all(|&(_, w)| w <= 0.0) {
-        return best;
     }
+}
+
+/// The release times tried as `τ`: the distinct arrivals, at most [`MAX_RELEASES`] of them
+/// evenly spread.
+fn sampled_releases(reqs: &[Request]) -> Vec<f64> {
     let mut releases: Vec<f64> = reqs.iter().map(|r| r.arrival_s).collect();
     releases.sort_by(f64::total_cmp);
     releases.dedup();
-    let releases: Vec<f64> = if releases.len() <= MAX_RELEASES {
-        releases
-    } else {
-        (0..MAX_RELEASES)
-            .map(|j| releases[j * (releases.len() - 1) / (MAX_RELEASES - 1)])
-            .collect()
-    };
-    for tau in releases {
-        let mut after: Vec<(u64, f64)> = reqs
-            .iter()
-            .zip(&needs)
-            .filter(|(r, _)| r.arrival_s >= tau)
-            .map(|(_, &need)| need)
-            .collect();
-        let before = n - after.len();
-        // Bucket boundaries on the batch counts: each bucket is the range (lo, hi]; a set
-        // whose largest count is in it pays at least the bias times its least count and
-        // has its members among the requests with counts up to hi.
-        let mut counts: Vec<u64> = after.iter().map(|a| a.0).collect();
-        counts.sort_unstable();
-        counts.dedup();
-        let his: Vec<u64> = if counts.len() <= MAX_THRESHOLDS {
-            counts.clone()
-        } else {
-            let mut v: Vec<u64> = (1..=MAX_THRESHOLDS)
-                .map(|j| counts[j * counts.len() / MAX_THRESHOLDS - 1])
-                .collect();
-            v.dedup();
-            v
-        };
-        // In order of work, a bucket's k least works are its first k members.
-        after.sort_by(|a, b| a.1.total_cmp(&b.1));
-        // least[k - 1]: the least of b * count + the k least works, over the buckets.
-        let mut least = vec![f64::INFINITY; after.len()];
-        let mut lo = 0u64;
-        for hi in his {
-            // The least count in (lo, hi] (hi is a count, so there is one).
-            let pay = counts[counts.partition_point(|&c| c <= lo)];
-            let mut sum = 0.0;
-            for (k, &(_, w)) in after.iter().filter(|a| a.0 <= hi).enumerate() {
-                sum += w;
-                least[k] = least[k].min(bias * pay as f64 + sum);
-            }
-            lo = hi;
-        }
-        for (k, value) in least.into_iter().enumerate() {
-            let position = before + k;
-            best[position] = best[position].max(tau + value);
-        }
+    if releases.len() <= MAX_RELEASES {
+        return releases;
     }
-    best
+    (0..MAX_RELEASES)
+        .map(|j| releases[j * (releases.len() - 1) / (MAX_RELEASES - 1)])
+        .collect()
+}
+
+/// For the requests `after` (batch count, least work) arriving at or after `τ`: per `k`,
+/// the least over sets of `k + 1` of them of `bias x (their largest count) + their works`
+/// (the time from `τ` their last completion takes at least).
+fn least_sets(mut after: Vec<(u64, f64)>, bias: f64) -> Vec<f64> {
+    // Bucket boundaries on the batch counts: each bucket is the range (lo, hi]; a set whose
+    // largest count is in it pays at least the bias times its least count and has its
+    // members among the requests with counts up to hi.
+    let mut counts: Vec<u64> = after.iter().map(|a| a.0).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let his: Vec<u64> = if counts.len() <= MAX_THRESHOLDS {
+        counts.clone()
+    } else {
+        let mut v: Vec<u64> = (1..=MAX_THRESHOLDS)
+            .map(|j| counts[j * counts.len() / MAX_THRESHOLDS - 1])
+            .collect();
+        v.dedup();
+        v
+    };
+    // In order of work, a bucket's k least works are its first k members.
+    after.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut least = vec![f64::INFINITY; after.len()];
+    let mut lo = 0u64;
+    for hi in his {
+        // The least count in (lo, hi] (hi is a count, so there is one).
+        let pay = counts[counts.partition_point(|&c| c <= lo)];
+        let mut sum = 0.0;
+        for (k, &(_, w)) in after.iter().filter(|a| a.0 <= hi).enumerate() {
+            sum += w;
+            least[k] = least[k].min(bias * pay as f64 + sum);
+        }
+        lo = hi;
+    }
+    least
 }
 
 #[cfg(test)]
