@@ -120,16 +120,36 @@ pub fn write_calibration(
     write_bytes_atomic(&run_path, text.as_bytes())?;
     paths.push(run_path);
 
+    let file = coefficient_file(run, &c, fit_rows.len(), validation_rows.len());
+    let name = file.name.clone();
+    let json = serde_json::to_string_pretty(&file).map_err(io::Error::other)? + "\n";
+    let coeff_path = dir.join("coefficients.json");
+    LinearCostModel::from_json_str(&json, &coeff_path).map_err(io::Error::other)?;
+    write_bytes_atomic(&coeff_path, json.as_bytes())?;
+    paths.push(coeff_path);
+    if c.validation.is_some() {
+        paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
+    }
+    Ok((c, paths))
+}
+
+/// The coefficient file of a calibration: its fit per feature, the model and GPU, and how
+/// it was measured (`fit` and `held_out` samples).
+fn coefficient_file(
+    run: &RunInfo,
+    c: &Calibration,
+    fit: usize,
+    held_out: usize,
+) -> CoefficientFile {
     let gpu = short_gpu_name(&run.gpu_name);
-    let name = preset_name(run);
     let theta = crate::core::Feature::ALL
         .iter()
         .enumerate()
         .map(|(k, f)| (f.name().to_string(), c.fit.theta_ms[k]))
         .collect();
-    let file = CoefficientFile {
+    CoefficientFile {
         format: crate::cost_model::linear::COST_MODEL_FORMAT.to_string(),
-        name: name.clone(),
+        name: preset_name(run),
         description: description(run),
         unit: TimeUnit::Ms,
         per_layer: true,
@@ -137,31 +157,17 @@ pub fn write_calibration(
         theta,
         model: Some(run.model.clone()),
         gpu: Some(GpuSpec {
-            name: gpu.clone(),
+            name: gpu,
             memory_bytes: run.gpu_memory_bytes,
         }),
         tensor_parallel: run.tensor_parallel,
         provenance: Provenance {
             method: "calibration".into(),
-            source: format!(
-                "infersched calibrate on {} (compute capability {}{}, driver CUDA {}, NVRTC {})",
-                run.gpu_name,
-                run.compute_capability,
-                run.gpu_clocks
-                    .map(|c| format!(
-                        ", {} SMs, peak clocks SM {} MHz / memory {} MHz",
-                        c.multiprocessors, c.sm_clock_mhz, c.memory_clock_mhz
-                    ))
-                    .unwrap_or_default(),
-                run.driver_cuda_version,
-                run.nvrtc_version
-            ),
+            source: measured_on(run),
             notes: Some(format!(
-                "median of {} timed runs after {} warm-up runs per measurement; {} fit samples, {} held-out composite batches{}",
+                "median of {} timed runs after {} warm-up runs per measurement; {fit} fit samples, {held_out} held-out composite batches{}",
                 run.repeats,
                 run.warmup,
-                fit_rows.len(),
-                validation_rows.len(),
                 if run.attention_source.is_some() {
                     " (none: composites run this crate's attention kernels, so they validate the preset without the -fa2 suffix, not this one)"
                 } else {
@@ -174,16 +180,24 @@ pub fn write_calibration(
                 "unidentified": c.fit.unidentified.iter().map(|f| f.name()).collect::<Vec<_>>(),
             })),
         },
-    };
-    let json = serde_json::to_string_pretty(&file).map_err(io::Error::other)? + "\n";
-    let coeff_path = dir.join("coefficients.json");
-    LinearCostModel::from_json_str(&json, &coeff_path).map_err(io::Error::other)?;
-    write_bytes_atomic(&coeff_path, json.as_bytes())?;
-    paths.push(coeff_path);
-    if c.validation.is_some() {
-        paths.extend(write_plots(dir, &[validation_plot(&name, &c)])?);
     }
-    Ok((c, paths))
+}
+
+/// Where a calibration ran: the GPU, its clocks, the driver and NVRTC.
+fn measured_on(run: &RunInfo) -> String {
+    format!(
+        "infersched calibrate on {} (compute capability {}{}, driver CUDA {}, NVRTC {})",
+        run.gpu_name,
+        run.compute_capability,
+        run.gpu_clocks
+            .map(|c| format!(
+                ", {} SMs, peak clocks SM {} MHz / memory {} MHz",
+                c.multiprocessors, c.sm_clock_mhz, c.memory_clock_mhz
+            ))
+            .unwrap_or_default(),
+        run.driver_cuda_version,
+        run.nvrtc_version
+    )
 }
 
 /// The preset's name: model, GPU, TP degree, attention source.

@@ -56,6 +56,45 @@ pub(crate) fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// One benchmark run: a workload by name, a scheduler, its knobs and cost model.
+type BenchRun<'a> = (
+    &'a str,
+    &'a Workload,
+    SchedulerKind,
+    Knobs,
+    &'a LinearCostModel,
+);
+
+/// Simulates and replays one run `repeat` times each, prints its line and returns its
+/// CSV row.
+fn bench_one((name, w, kind, knobs, cost): BenchRun<'_>, repeat: usize) -> Result<String> {
+    let (sim, sim_min, sim_med) = timed(repeat, || Ok(kind.simulate(w, &knobs, cost)?))?;
+    let (r, rep_min, rep_med) = timed(repeat, || Ok(replay(w, &sim.limits, cost, &sim.schedule)?))?;
+    let s = Summary::from_replay(&r);
+    let entries = sim.schedule.entry_count();
+    let bytes = entries * std::mem::size_of::<infersched::core::Entry>()
+        + sim.schedule.batches.len() * std::mem::size_of::<infersched::core::Batch>();
+    outln!(
+        "{:<22} {:<9} {:>8} {:>9} {:>10.4} s {:>10.4} s {:>8.0} s {:>9}",
+        name,
+        kind.name(),
+        s.batches,
+        entries,
+        sim_min,
+        rep_min,
+        s.makespan_s,
+        s.evictions
+    );
+    Ok(format!(
+        "{name},{},{},{},{entries},{bytes},{sim_min},{sim_med},{rep_min},{rep_med},{},{}\n",
+        w.len(),
+        kind.name(),
+        s.batches,
+        s.makespan_s,
+        s.evictions
+    ))
+}
+
 pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
     if cfg!(debug_assertions) {
         eprintln!(
@@ -93,7 +132,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
         "makespan",
         "evictions"
     );
-    let mut runs: Vec<(&str, &Workload, SchedulerKind, Knobs, &LinearCostModel)> = Vec::new();
+    let mut runs: Vec<BenchRun<'_>> = Vec::new();
     for (name, w) in [
         ("splitwise_code", &splitwise),
         ("arxiv_poisson1_seed0", &arxiv),
@@ -120,36 +159,8 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<()> {
             runs.push((name, &mooncake, SchedulerKind::VllmV1, k, &mooncake_cost));
         }
     }
-    for (name, w, kind, knobs, cost) in runs {
-        {
-            let (sim, sim_min, sim_med) = timed(a.repeat, || Ok(kind.simulate(w, &knobs, cost)?))?;
-            let (r, rep_min, rep_med) = timed(a.repeat, || {
-                Ok(replay(w, &sim.limits, cost, &sim.schedule)?)
-            })?;
-            let s = Summary::from_replay(&r);
-            let entries = sim.schedule.entry_count();
-            let bytes = entries * std::mem::size_of::<infersched::core::Entry>()
-                + sim.schedule.batches.len() * std::mem::size_of::<infersched::core::Batch>();
-            outln!(
-                "{:<22} {:<9} {:>8} {:>9} {:>10.4} s {:>10.4} s {:>8.0} s {:>9}",
-                name,
-                kind.name(),
-                s.batches,
-                entries,
-                sim_min,
-                rep_min,
-                s.makespan_s,
-                s.evictions
-            );
-            csv.push_str(&format!(
-                "{name},{},{},{},{entries},{bytes},{sim_min},{sim_med},{rep_min},{rep_med},{},{}\n",
-                w.len(),
-                kind.name(),
-                s.batches,
-                s.makespan_s,
-                s.evictions
-            ));
-        }
+    for run in runs {
+        csv.push_str(&bench_one(run, a.repeat)?);
     }
     infersched::core::io::write_bytes_atomic(&a.out, csv.as_bytes())
         .with_context(|| format!("writing {}", a.out.display()))?;

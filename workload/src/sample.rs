@@ -79,82 +79,10 @@ fn scale(v: u32, f: f64) -> u32 {
 
 /// Applies `spec` to `trace`.
 pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleError> {
-    let invalid = |field, reason: String| SampleError::Invalid { field, reason };
-    for (field, v) in [
-        ("prefill-scale", spec.prefill_scale),
-        ("decode-scale", spec.decode_scale),
-        ("time-scale", spec.time_scale),
-    ] {
-        if !(v.is_finite() && v > 0.0) {
-            return Err(invalid(field, format!("must be > 0, got {v}")));
-        }
-    }
-    if let Some(m) = spec.max_total_tokens
-        && m < 2
-    {
-        return Err(invalid(
-            "max-total-tokens",
-            format!("must be >= 2 (I >= 1 and O >= 1), got {m}"),
-        ));
-    }
+    check_spec(spec)?;
     let all = trace.requests();
-    let picked: Vec<usize> = match spec.selection {
-        Selection::All => (0..all.len()).collect(),
-        Selection::First(n) | Selection::Random(n, _) if n == 0 || n > all.len() => {
-            return Err(invalid(
-                "requests",
-                format!(
-                    "asked for {n} requests; the trace has {} (need 1..={})",
-                    all.len(),
-                    all.len()
-                ),
-            ));
-        }
-        Selection::First(n) => (0..n).collect(),
-        Selection::Window(skip, n) => {
-            let end = skip.checked_add(n).filter(|&e| n > 0 && e <= all.len());
-            let Some(end) = end else {
-                return Err(invalid(
-                    "requests",
-                    format!(
-                        "asked for {n} requests after skipping {skip}; the trace has {} (need 1 to {} after the skip)",
-                        all.len(),
-                        all.len().saturating_sub(skip)
-                    ),
-                ));
-            };
-            (skip..end).collect()
-        }
-        Selection::Random(n, seed) => {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let mut idx = rand::seq::index::sample(&mut rng, all.len(), n).into_vec();
-            idx.sort_unstable();
-            idx
-        }
-    };
-    let transformed: Vec<Request> = picked
-        .iter()
-        .map(|&k| {
-            let r = all[k];
-            let mut i = scale(r.input_tokens, spec.prefill_scale);
-            let mut o = scale(r.output_tokens, spec.decode_scale);
-            if let Some(max) = spec.max_total_tokens
-                && i + o > max
-            {
-                if o >= max {
-                    o = max - 1;
-                    i = 1;
-                } else {
-                    i = max - o;
-                }
-            }
-            Request {
-                input_tokens: i,
-                output_tokens: o,
-                arrival_s: r.arrival_s * spec.time_scale,
-            }
-        })
-        .collect();
+    let picked = pick(all.len(), spec.selection)?;
+    let transformed: Vec<Request> = picked.iter().map(|&k| transform(all[k], spec)).collect();
     let mut w = Workload::new(transformed)?;
     if let Some(a) = spec.arrival {
         w = assign_arrivals(&w, a, spec.arrival_seed).map_err(|e| SampleError::Invalid {
@@ -179,6 +107,84 @@ pub fn sample(trace: &Workload, spec: &SampleSpec) -> Result<Workload, SampleErr
         )?;
     }
     carry_prefix(trace, w, &picked, spec)
+}
+
+/// The scales positive and finite, `max_total_tokens` at least 2.
+fn check_spec(spec: &SampleSpec) -> Result<(), SampleError> {
+    let invalid = |field, reason: String| SampleError::Invalid { field, reason };
+    for (field, v) in [
+        ("prefill-scale", spec.prefill_scale),
+        ("decode-scale", spec.decode_scale),
+        ("time-scale", spec.time_scale),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(invalid(field, format!("must be > 0, got {v}")));
+        }
+    }
+    if let Some(m) = spec.max_total_tokens
+        && m < 2
+    {
+        return Err(invalid(
+            "max-total-tokens",
+            format!("must be >= 2 (I >= 1 and O >= 1), got {m}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The indices of the requests `selection` picks from a trace of `len`, in trace order.
+fn pick(len: usize, selection: Selection) -> Result<Vec<usize>, SampleError> {
+    let invalid = |reason: String| SampleError::Invalid {
+        field: "requests",
+        reason,
+    };
+    Ok(match selection {
+        Selection::All => (0..len).collect(),
+        Selection::First(n) | Selection::Random(n, _) if n == 0 || n > len => {
+            return Err(invalid(format!(
+                "asked for {n} requests; the trace has {len} (need 1..={len})"
+            )));
+        }
+        Selection::First(n) => (0..n).collect(),
+        Selection::Window(skip, n) => {
+            let end = skip.checked_add(n).filter(|&e| n > 0 && e <= len);
+            let Some(end) = end else {
+                return Err(invalid(format!(
+                    "asked for {n} requests after skipping {skip}; the trace has {len} (need 1 to {} after the skip)",
+                    len.saturating_sub(skip)
+                )));
+            };
+            (skip..end).collect()
+        }
+        Selection::Random(n, seed) => {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut idx = rand::seq::index::sample(&mut rng, len, n).into_vec();
+            idx.sort_unstable();
+            idx
+        }
+    })
+}
+
+/// Request `r` with its lengths scaled and cut to `max_total_tokens` (the output kept
+/// where it fits, else `O = max - 1`, `I = 1`), its arrival scaled.
+fn transform(r: Request, spec: &SampleSpec) -> Request {
+    let mut i = scale(r.input_tokens, spec.prefill_scale);
+    let mut o = scale(r.output_tokens, spec.decode_scale);
+    if let Some(max) = spec.max_total_tokens
+        && i + o > max
+    {
+        if o >= max {
+            o = max - 1;
+            i = 1;
+        } else {
+            i = max - o;
+        }
+    }
+    Request {
+        input_tokens: i,
+        output_tokens: o,
+        arrival_s: r.arrival_s * spec.time_scale,
+    }
 }
 
 /// `w` (the requests `picked` from `trace`, transformed) with their prompts' block ids,

@@ -106,19 +106,13 @@ fn follow(
     choices: &[[u64; 2]],
     out: &mut Vec<Batch>,
 ) -> Option<()> {
-    let (mut evictions, mut entries) = (Vec::new(), Vec::new());
+    let mut batch = Moves::default();
     let mut slot = 0;
     for (k, c) in model.classes.iter().enumerate() {
         let s = &mut states[k];
         let output = c.output as usize;
         // Where requests are after the batch (those that stay are put back below).
-        let mut ready = vec![Vec::new(); output];
-        let mut evicted = vec![Vec::new(); output];
-        let to_after = |id: u32, g: usize, ready: &mut Vec<Vec<u32>>| {
-            if g < output {
-                ready[g].push(id);
-            }
-        };
+        let (mut ready, mut evicted) = (vec![Vec::new(); output], vec![Vec::new(); output]);
         for step in [Step::First(k)]
             .into_iter()
             .chain((1..c.output).map(|g| Step::Ready(k, g)))
@@ -126,65 +120,33 @@ fn follow(
         {
             match step {
                 Step::First(_) => {
-                    let mut x = choices[slot][0];
+                    batch.first(s, c, choices[slot][0], &mut ready)?;
                     slot += 1;
-                    while x > 0 {
-                        let &id = s.waiting.front()?;
-                        let take = x.min(c.input - s.have);
-                        entries.push(Entry::process(id, u32::try_from(take).ok()?));
-                        x -= take;
-                        s.have += take;
-                        if s.have == c.input {
-                            s.waiting.pop_front();
-                            s.have = 0;
-                            to_after(id, 1, &mut ready);
-                        }
-                    }
                 }
                 Step::Ready(_, g) => {
-                    let [decoded, out_now] = choices[slot];
+                    let here = std::mem::take(&mut s.ready[g as usize]);
+                    batch.decode_or_evict(
+                        here,
+                        g as usize,
+                        choices[slot],
+                        &mut ready,
+                        &mut evicted,
+                    )?;
                     slot += 1;
-                    let g = g as usize;
-                    let here = std::mem::take(&mut s.ready[g]);
-                    if (decoded + out_now) as usize > here.len() {
-                        return None;
-                    }
-                    let (decoded, out_now) = (decoded as usize, out_now as usize);
-                    for (j, &id) in here.iter().enumerate() {
-                        if j < decoded {
-                            entries.push(Entry::process(id, 1));
-                            to_after(id, g + 1, &mut ready);
-                        } else if j < decoded + out_now {
-                            evictions.push(Entry::evict(id));
-                            // Refilled after those evicted before, in this batch or later.
-                            evicted[g].push(id);
-                        } else {
-                            ready[g].push(id);
-                        }
-                    }
                 }
                 Step::Refill(_) => {
                     for g in 1..output {
-                        let [to_ready, through] = choices[slot];
-                        slot += 1;
                         let mut pool = std::mem::take(&mut s.evicted[g]);
                         pool.append(&mut evicted[g]);
-                        if (to_ready + through) as usize > pool.len() {
-                            return None;
-                        }
-                        let known = c.known(g as u32);
-                        let (to_ready, through) = (to_ready as usize, through as usize);
-                        for (j, &id) in pool.iter().enumerate() {
-                            if j < to_ready {
-                                entries.push(Entry::process(id, u32::try_from(known - 1).ok()?));
-                                ready[g].push(id);
-                            } else if j < to_ready + through {
-                                entries.push(Entry::process(id, u32::try_from(known).ok()?));
-                                to_after(id, g + 1, &mut ready);
-                            } else {
-                                evicted[g].push(id);
-                            }
-                        }
+                        batch.refill(
+                            pool,
+                            c.known(g as u32),
+                            g,
+                            choices[slot],
+                            &mut ready,
+                            &mut evicted,
+                        )?;
+                        slot += 1;
                     }
                 }
             }
@@ -195,16 +157,123 @@ fn follow(
             s.evicted[g].extend(ids);
         }
     }
-    if entries.is_empty() {
-        return None;
+    batch.append_to(out)
+}
+
+/// The entries of the batch [`follow`] builds, and of the eviction batch before it.
+#[derive(Default)]
+struct Moves {
+    evictions: Vec<Entry>,
+    entries: Vec<Entry>,
+}
+
+/// Request `id`, now at generation `g`, joins the decode-ready of the batch's end (unless
+/// it has finished: `g` is its output).
+fn to_after(id: u32, g: usize, ready: &mut [Vec<u32>]) {
+    if g < ready.len() {
+        ready[g].push(id);
     }
-    evictions.sort_by_key(|e| e.request);
-    entries.sort_by_key(|e| e.request);
-    if !evictions.is_empty() {
-        out.push(Batch::new(evictions));
+}
+
+impl Moves {
+    /// `x` prompt tokens to the class's waiting requests, the partial one first; a prompt
+    /// completed generates its first token.
+    fn first(
+        &mut self,
+        s: &mut ClassState,
+        c: &super::Class,
+        mut x: u64,
+        ready: &mut [Vec<u32>],
+    ) -> Option<()> {
+        while x > 0 {
+            let &id = s.waiting.front()?;
+            let take = x.min(c.input - s.have);
+            self.entries
+                .push(Entry::process(id, u32::try_from(take).ok()?));
+            x -= take;
+            s.have += take;
+            if s.have == c.input {
+                s.waiting.pop_front();
+                s.have = 0;
+                to_after(id, 1, ready);
+            }
+        }
+        Some(())
     }
-    out.push(Batch::new(entries));
-    Some(())
+
+    /// Of the decode-ready at generation `g` (`here`), the first `decoded` decode, the next
+    /// `out_now` are evicted (refilled after those evicted before), the rest stay.
+    fn decode_or_evict(
+        &mut self,
+        here: Vec<u32>,
+        g: usize,
+        [decoded, out_now]: [u64; 2],
+        ready: &mut [Vec<u32>],
+        evicted: &mut [Vec<u32>],
+    ) -> Option<()> {
+        if (decoded + out_now) as usize > here.len() {
+            return None;
+        }
+        let (decoded, out_now) = (decoded as usize, out_now as usize);
+        for (j, &id) in here.iter().enumerate() {
+            if j < decoded {
+                self.entries.push(Entry::process(id, 1));
+                to_after(id, g + 1, ready);
+            } else if j < decoded + out_now {
+                self.evictions.push(Entry::evict(id));
+                evicted[g].push(id);
+            } else {
+                ready[g].push(id);
+            }
+        }
+        Some(())
+    }
+
+    /// Of the evicted at generation `g` (`pool`, `known` tokens each), the first
+    /// `to_ready` refill all but their last token, the next `through` refill it too and
+    /// generate, the rest stay evicted.
+    fn refill(
+        &mut self,
+        pool: Vec<u32>,
+        known: u64,
+        g: usize,
+        [to_ready, through]: [u64; 2],
+        ready: &mut [Vec<u32>],
+        evicted: &mut [Vec<u32>],
+    ) -> Option<()> {
+        if (to_ready + through) as usize > pool.len() {
+            return None;
+        }
+        let (to_ready, through) = (to_ready as usize, through as usize);
+        for (j, &id) in pool.iter().enumerate() {
+            if j < to_ready {
+                self.entries
+                    .push(Entry::process(id, u32::try_from(known - 1).ok()?));
+                ready[g].push(id);
+            } else if j < to_ready + through {
+                self.entries
+                    .push(Entry::process(id, u32::try_from(known).ok()?));
+                to_after(id, g + 1, ready);
+            } else {
+                evicted[g].push(id);
+            }
+        }
+        Some(())
+    }
+
+    /// Appends the eviction batch (if any) and the batch; None for an empty batch.
+    fn append_to(mut self, out: &mut Vec<Batch>) -> Option<()> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        self.evictions.sort_by_key(|e| e.request);
+        self.entries.sort_by_key(|e| e.request);
+        if !self.evictions.is_empty() {
+            out.push(Batch::new(self.evictions));
+        }
+        out.push(Batch::new(self.entries));
+        Some(())
+    }
 }
 
 /// An unfinished request after TTFT's goal.
