@@ -28,9 +28,18 @@ Self-checks on every step: the preempted set is what left `running`; num_compute
 and the sequence length agree with this script's own account of KV held (m) and tokens
 generated (G); a refill processes I + G tokens.
 
+With --enable-prefix-caching the block manager caches (PrefixCachingBlockAllocator): prompt
+tokens come from the CSV's hash_ids as in the V1 oracle, and an entry whose leading blocks
+the model runner skips (`computed_block_nums`: blocks computed in an earlier step, never a
+sequence's last) is written `{"request": k, "tokens": c - h, "cached": h}`, its time that
+of the c - h tokens computed over h cached. vLLM v0's budget counts all c, and a block two
+prompts share within one step is held once and computed by both: infersched's replay has no
+such rule yet (design/schedulers.md, "vllm"), so these schedules are data, not fixtures.
+
 usage:
   $VLLM_V0_VENV/bin/python vllm_v0_oracle.py WORKLOAD.csv --C 2048 --M 8000 --R 256 \
-      --block 16 [--watermark 0.01] [--cost-model FILE] --out schedule.json
+      --block 16 [--watermark 0.01] [--enable-prefix-caching] [--cost-model FILE] \
+      --out schedule.json
 """
 import argparse
 import json
@@ -38,19 +47,20 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vllm_v1_oracle import DEFAULT_COST, batch_time, load_theta, load_workload  # noqa: E402
+from vllm_v1_oracle import (DEFAULT_COST, batch_time, load_theta, load_workload,  # noqa: E402
+                            prompt_tokens)
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
-def build_scheduler(C, R, block, num_blocks, watermark):
+def build_scheduler(C, R, block, num_blocks, watermark, caching=False):
     from vllm.config import CacheConfig, SchedulerConfig
     from vllm.core.scheduler import Scheduler
 
     sc = SchedulerConfig(max_num_batched_tokens=C, max_num_seqs=R, max_model_len=C,
                          enable_chunked_prefill=False, policy="fcfs")
     cc = CacheConfig(block_size=block, gpu_memory_utilization=0.9, swap_space=0,
-                     cache_dtype="auto", enable_prefix_caching=False)
+                     cache_dtype="auto", enable_prefix_caching=caching)
     cc.num_gpu_blocks = num_blocks
     cc.num_cpu_blocks = 0
     sched = Scheduler(sc, cc, None)
@@ -64,11 +74,14 @@ def build_scheduler(C, R, block, num_blocks, watermark):
     return sched
 
 
-def make_group(i, I, O, arrival, block):
+def make_group(i, I, O, arrival, block, prefix=None):
     from vllm.inputs import token_inputs
     from vllm.sampling_params import SamplingParams
     from vllm.sequence import Sequence, SequenceGroup
-    prompt = [10**6 + i * 10**4 + p % 10**4 for p in range(I)]
+    # With prompt block ids (hash_ids), equal chains of ids give equal tokens, as in the V1
+    # oracle; otherwise every request's tokens are its own.
+    prompt = (prompt_tokens(i, I, prefix) if prefix else
+              [10**6 + i * 10**4 + p % 10**4 for p in range(I)])
     seq = Sequence(i, token_inputs(prompt_token_ids=prompt), block, eos_token_id=2)
     sp = SamplingParams(max_tokens=O, ignore_eos=True, temperature=0.0)
     return SequenceGroup(request_id=str(i), seqs=[seq], arrival_time=arrival,
@@ -78,12 +91,13 @@ def make_group(i, I, O, arrival, block):
 def run(args):
     from vllm.sequence import Logprob, SequenceStatus
 
-    reqs, _ = load_workload(args.workload)
+    reqs, prefix = load_workload(args.workload)
     n = len(reqs)
     theta = load_theta(args.cost_model)
     block = args.block
     num_blocks = args.M // block
-    sched = build_scheduler(args.C, args.R, block, num_blocks, args.watermark)
+    caching = args.enable_prefix_caching
+    sched = build_scheduler(args.C, args.R, block, num_blocks, args.watermark, caching)
     groups = {}
     order = sorted(range(n), key=lambda i: (reqs[i][2], i))
     next_pending, done, clock, step = 0, 0, 0.0, 0
@@ -92,11 +106,16 @@ def run(args):
     while done < n:
         while next_pending < n and reqs[order[next_pending]][2] <= clock:
             i = order[next_pending]
-            groups[i] = make_group(i, reqs[i][0], reqs[i][1], reqs[i][2], block)
+            groups[i] = make_group(i, reqs[i][0], reqs[i][1], reqs[i][2], block,
+                                   prefix if caching else None)
             sched.add_seq_group(groups[i])
             next_pending += 1
         running_before = [int(g.request_id) for g in sched.running]
-        _, out, _ = sched.schedule()
+        metas, out, _ = sched.schedule()
+        # With caching: the leading blocks the model runner skips (computed in an earlier
+        # step; the budget paid for them all the same).
+        skipped = {int(md.request_id): len(md.computed_block_nums or []) * block
+                   for md in metas if md.is_prompt} if caching else {}
         step += 1
         running_after = {int(g.request_id) for g in sched.running}
         preempted = sorted(k for k in running_before if k not in running_after
@@ -126,16 +145,20 @@ def run(args):
             assert seq.data.get_num_computed_tokens() == m[k], (step, k)
             before, after = m[k], m[k] + c
             assert after == K, (step, k, before, c, K)
+            h = skipped.get(k, 0)
             if G[k] >= 1 and before == K - 1:
+                assert h == 0, (step, k, h)
                 feats["decode_kv"] += after
                 feats["n_decode"] += 1
             else:
-                assert before == 0, (step, k, before)
-                feats["prefill_attn"] += c * c
+                assert before == 0 and h % block == 0 and h < c, (step, k, before, h)
+                feats["prefill_attn"] += (c - h) * (c - h) + 2 * (c - h) * h
+                feats["prefill_ctx"] += h
                 feats["n_prefill"] += 1
-            feats["tokens"] += c
+            feats["tokens"] += c - h
             m[k] = after
-            entries.append({"request": k, "tokens": c})
+            entries.append({"request": k, "tokens": c - h, "cached": h} if h else
+                           {"request": k, "tokens": c})
             s.seq_group.update_num_computed_tokens(c)
             sampled.append((k, seq))
         for k, seq in sampled:
@@ -158,11 +181,14 @@ def run(args):
     import vllm
     meta = {"producer": f"vllm-{vllm.__version__} Scheduler (vllm_v0_oracle.py)",
             "C": args.C, "M": args.M, "R": args.R, "block": block,
-            "num_gpu_blocks": num_blocks, "watermark": args.watermark, "steps": step}
+            "num_gpu_blocks": num_blocks, "watermark": args.watermark,
+            "enable_prefix_caching": caching, "steps": step}
     with open(args.out, "w") as f:
         json.dump({"format": "infersched-schedule/1", "meta": meta, "batches": batches}, f)
     ev = sum(1 for b in batches for e in b["entries"] if e.get("evict"))
-    print(json.dumps({"batches": len(batches), "evictions": ev, "makespan_s": clock}))
+    hits = sum(e.get("cached", 0) for b in batches for e in b["entries"])
+    print(json.dumps({"batches": len(batches), "evictions": ev, "makespan_s": clock,
+                      "cached_tokens": hits}))
 
 
 def main():
@@ -176,6 +202,11 @@ def main():
                     help="the block manager's watermark (vLLM v0 default 0.01)")
     ap.add_argument("--cost-model", default=DEFAULT_COST,
                     help="infersched cost-model JSON (for the clock of online arrivals)")
+    ap.add_argument("--enable-prefix-caching", action="store_true",
+                    help="vLLM v0's automatic prefix caching (prompt block ids from the CSV's "
+                         "hash_block_tokens/hash_ids columns; the leading blocks the model "
+                         "runner skips written as \"cached\": the budget still counts them, "
+                         "and blocks shared within a step are computed by each request)")
     ap.add_argument("--out", required=True)
     run(ap.parse_args())
 
