@@ -507,13 +507,24 @@ mod tests {
         lk: &KvLink,
         sim: &DisaggregatedSimulation,
     ) -> infersched_core::disaggregated::DisaggregatedReplay {
+        replayed_with(&Second, w, limits, lk, sim)
+    }
+
+    /// The independent replay of a simulated disaggregated cluster under `cost`.
+    fn replayed_with(
+        cost: &dyn CostModel,
+        w: &Workload,
+        limits: &Limits,
+        lk: &KvLink,
+        sim: &DisaggregatedSimulation,
+    ) -> infersched_core::disaggregated::DisaggregatedReplay {
         let schedules = |c: &crate::ClusterSimulation| -> Vec<_> {
             c.replicas.iter().map(|s| s.schedule.clone()).collect()
         };
         replay_disaggregated(
             w,
             limits,
-            &Second,
+            cost,
             lk,
             &sim.prefill.routing,
             &schedules(&sim.prefill),
@@ -659,20 +670,7 @@ mod tests {
         assert!((sim.kv_ready_s[1] - 12.5).abs() < 1e-9);
         // A computes in [11, 12] and decodes in [12, 13]; B's KV is there at 12.5, so it
         // runs in the next batch, [13, 14]; the replay agrees.
-        let schedules = |c: &crate::ClusterSimulation| -> Vec<_> {
-            c.replicas.iter().map(|s| s.schedule.clone()).collect()
-        };
-        let r = replay_disaggregated(
-            &w,
-            &limits,
-            &cost,
-            &lk,
-            &sim.prefill.routing,
-            &schedules(&sim.prefill),
-            &sim.decode.routing,
-            &schedules(&sim.decode),
-        )
-        .unwrap();
+        let r = replayed_with(&cost, &w, &limits, &lk, &sim);
         let first_token = r.cluster.merged.requests[1].first_token_s;
         assert!((first_token - 14.0).abs() < 1e-9, "{first_token}");
     }
