@@ -401,28 +401,32 @@ fn prefix_caching_asked_of_schedulers_without_one_is_refused_or_noted() {
             out.to_str().unwrap(),
         ])
     };
-    // vLLM v0 has no modeled cache: refused, nothing written.
-    let o = simulate("vllm,sarathi");
+    // Neither Sarathi nor Orca models a cache: refused, nothing written.
+    let o = simulate("sarathi,orca");
     assert!(!o.status.success());
     assert!(
-        stderr(&o).contains("only vllm-v1 models prefix caching"),
+        stderr(&o).contains("only vllm-v1 and vllm (vLLM v0) model prefix caching"),
         "{}",
         stderr(&o)
     );
     assert!(
-        stderr(&o).contains("vllm, sarathi would run without a cache"),
+        stderr(&o).contains("sarathi, orca would run without a cache"),
         "{}",
         stderr(&o)
     );
     assert!(!out.exists());
-    // Beside vllm-v1: a note naming the scheduler that runs without it.
-    let o = simulate("vllm-v1,vllm");
+    // Beside vllm-v1 and vllm: a note naming the scheduler that runs without it.
+    let o = simulate("vllm-v1,vllm,sarathi");
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("vllm run without a cache"),
+        stderr(&o).contains("sarathi run without a cache"),
         "{}",
         stderr(&o)
     );
+    // vLLM v0's schedule names its cache rule, and its prompts took blocks from the cache.
+    let v0 = std::fs::read_to_string(out.join("vllm").join("schedule.json")).unwrap();
+    assert!(v0.contains("\"prefix_cache\":\"vllm-v0\""), "{v0}");
+    assert!(v0.contains("\"cached\":"), "{v0}");
     let o = simulate("vllm-v1");
     assert!(o.status.success() && !stderr(&o).contains("note: --enable-prefix-caching"));
 }
@@ -2892,7 +2896,7 @@ fn compare_can_skip_plots_and_traces() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.join("report.html").is_file() && out.join("comparison.csv").is_file());
-    assert!(out.join("vllm/schedule.json").is_file());
+    assert!(out.join("vllm").join("schedule.json").is_file());
     assert!(!out.join("plots").exists());
     assert!(!out.join("trace-vllm.json").exists());
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();

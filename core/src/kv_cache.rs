@@ -10,12 +10,147 @@
 //! taken so leaves the cache. A request frees its blocks last block first, so a prompt's
 //! tail is reused before its head.
 //!
-//! Both the simulator and the replay keep one; the vLLM parity fixtures check it against
+//! vLLM v0 (0.6.3) caches by another rule ([`V0Cache`], in `v0.rs`); [`KvCache`] is either.
+//! Both the simulator and the replay keep one; the vLLM parity fixtures check each against
 //! vLLM's own.
 
 use crate::request::Workload;
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
+
+mod v0;
+pub use v0::V0Cache;
+
+/// Whose prefix-caching rule a KV pool follows (a schedule names it as `"prefix_cache"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheRule {
+    /// vLLM V1's `BlockPool` (0.32): [`PrefixCache`].
+    VllmV1,
+    /// vLLM v0's prefix-caching block manager (0.6.3): [`V0Cache`].
+    VllmV0,
+}
+
+impl CacheRule {
+    /// The name in schedule files and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheRule::VllmV1 => "vllm-v1",
+            CacheRule::VllmV0 => "vllm-v0",
+        }
+    }
+}
+
+/// A KV pool with prefix caching under one [`CacheRule`]: what the simulator and the
+/// replay keep.
+#[derive(Debug, Clone)]
+pub enum KvCache {
+    /// vLLM V1's rule.
+    V1(PrefixCache),
+    /// vLLM v0's rule.
+    V0(V0Cache),
+}
+
+impl KvCache {
+    /// A pool of `capacity` blocks (`None`: unlimited) of `kv_block` tokens under `rule`.
+    pub fn new(rule: CacheRule, keys: BlockKeys, capacity: Option<u64>, kv_block: u32) -> Self {
+        match rule {
+            CacheRule::VllmV1 => KvCache::V1(PrefixCache::new(keys, capacity, kv_block)),
+            CacheRule::VllmV0 => KvCache::V0(V0Cache::new(keys, capacity, kv_block)),
+        }
+    }
+
+    /// The rule it follows.
+    pub fn rule(&self) -> CacheRule {
+        match self {
+            KvCache::V1(_) => CacheRule::VllmV1,
+            KvCache::V0(_) => CacheRule::VllmV0,
+        }
+    }
+
+    /// The block keys.
+    pub fn keys(&self) -> &BlockKeys {
+        match self {
+            KvCache::V1(c) => &c.keys,
+            KvCache::V0(c) => &c.keys,
+        }
+    }
+
+    /// Adds a request (a cluster's replica): see [`BlockKeys::push`].
+    pub fn push(&mut self, input: u32, chains: Vec<u32>) {
+        match self {
+            KvCache::V1(c) => c.push(input, chains),
+            KvCache::V0(c) => c.push(input, chains),
+        }
+    }
+
+    /// Starts step `step` (a batch's index; vLLM v0 counts blocks filled before it as
+    /// computed and marks the requests it runs as accessed in it).
+    pub fn set_step(&mut self, step: u64) {
+        if let KvCache::V0(c) = self {
+            c.set_step(step);
+        }
+    }
+
+    /// The longest run of request `i`'s leading blocks it can take from the cache now, at
+    /// most `max_blocks`: `(blocks, how many of them no request references)`.
+    pub fn hit(&self, i: u32, max_blocks: u64) -> (u64, u64) {
+        match self {
+            KvCache::V1(c) => c.hit(i, max_blocks),
+            KvCache::V0(c) => c.hit(i, max_blocks),
+        }
+    }
+
+    /// Request `i` (holding no blocks) takes its first `blocks` blocks from the cache;
+    /// `false` (nothing taken) if they are not all there.
+    pub fn take_hit(&mut self, i: u32, blocks: u64) -> bool {
+        match self {
+            KvCache::V1(c) => c.take_hit(i, blocks),
+            KvCache::V0(c) => c.take_hit(i, blocks),
+        }
+    }
+
+    /// Grows request `i`'s blocks to hold `tokens` tokens; `false` (with the blocks it
+    /// got) when the pool runs out.
+    pub fn grow(&mut self, i: u32, tokens: u64) -> bool {
+        match self {
+            KvCache::V1(c) => c.grow(i, tokens),
+            KvCache::V0(c) => c.grow(i, tokens),
+        }
+    }
+
+    /// Frees all of request `i`'s blocks (`evicted`: it may come back for them).
+    pub fn free(&mut self, i: u32, evicted: bool) {
+        match self {
+            KvCache::V1(c) => c.free(i, evicted),
+            KvCache::V0(c) => c.free(i),
+        }
+    }
+
+    /// The blocks request `i` holds.
+    pub fn held(&self, i: u32) -> &[u32] {
+        match self {
+            KvCache::V1(c) => &c.held[i as usize],
+            KvCache::V0(c) => &c.held[i as usize],
+        }
+    }
+
+    /// Blocks no request references (cached or not): what can be allocated.
+    pub fn free_blocks(&self) -> u64 {
+        match self {
+            KvCache::V1(c) => c.pool.free(),
+            KvCache::V0(c) => c.free_blocks(),
+        }
+    }
+
+    /// Tokens of KV referenced by some request (each block counted once).
+    pub fn used_tokens(&self) -> u64 {
+        match self {
+            KvCache::V1(c) => c.used_tokens(),
+            KvCache::V0(c) => c.used_tokens(),
+        }
+    }
+}
 
 /// What a full KV block holds: equal keys mean equal tokens, prefix included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,7 +35,8 @@ pub use cluster::{ClusterError, ClusterReplay, Routing, replay_cluster};
 pub use cost::{BatchFeatures, CostModel, FEATURE_NAMES, Feature};
 pub use instance::{Instance, InstanceError};
 pub use kv_cache::{
-    BlockKey, BlockKeys, BlockPool, PrefixCache, most_shared_tokens, without_shared_prompts,
+    BlockKey, BlockKeys, BlockPool, CacheRule, KvCache, PrefixCache, V0Cache, most_shared_tokens,
+    without_shared_prompts,
 };
 pub use limits::{Infeasibility, Limits, LimitsError};
 pub use metrics::{Distribution, Objectives, Summary};

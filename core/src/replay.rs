@@ -7,7 +7,7 @@
 //! errors are 0-based, as in the schedule file.
 
 use crate::cost::{BatchFeatures, CostModel};
-use crate::kv_cache::{BlockKeys, PrefixCache};
+use crate::kv_cache::{BlockKeys, CacheRule, KvCache};
 use crate::limits::{Infeasibility, Limits, LimitsError};
 use crate::pipeline::{Pipeline, PipelineClock, PipelineError};
 use crate::request::Workload;
@@ -424,6 +424,7 @@ pub struct ClassifiedEntry {
 pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<ClassifiedEntry>> {
     let reqs = workload.requests();
     let mut state = vec![RequestState::default(); reqs.len()];
+    let v0 = schedule.prefix_cache == Some(CacheRule::VllmV0);
     schedule
         .batches
         .iter()
@@ -460,9 +461,10 @@ pub fn classify_entries(workload: &Workload, schedule: &Schedule) -> Vec<Vec<Cla
                                 state[i].held = u64::from(e.cached);
                             }
                             let step = state[i].process(&reqs[i], u64::from(c));
+                            let as_prompt = e.cached > 0 && v0;
                             ClassifiedEntry {
                                 request: e.request,
-                                kind: if step.decode {
+                                kind: if step.decode && !as_prompt {
                                     EntryKind::Decode
                                 } else {
                                     EntryKind::Prefill
@@ -569,10 +571,12 @@ fn replay_timed(
     limits.validate()?;
     limits.check_feasible(workload)?;
     let mut r = Replayer::new(workload, limits, schedule.batches.len());
-    if schedule.has_cache_hits() && !workload.has_transferred() {
+    let rule =
+        (schedule.prefix_cache).or_else(|| schedule.has_cache_hits().then_some(CacheRule::VllmV1));
+    if let Some(rule) = rule.filter(|_| !workload.has_transferred()) {
         let keys = BlockKeys::new(workload, limits.block_size);
         let blocks = limits.kv_capacity.map(|m| m / u64::from(limits.block_size));
-        r.cache = Some(PrefixCache::new(keys, blocks, limits.block_size));
+        r.cache = Some(KvCache::new(rule, keys, blocks, limits.block_size));
     }
     let mut clock = PipelineClock::new(*pipeline);
     r.pipelined = pipeline.is_pipelined();
@@ -587,6 +591,9 @@ fn replay_timed(
             let claimed = batch.start_s.filter(|t| t.is_finite()).unwrap_or(0.0);
             earliest = earliest.max(r.ready_s(batch)).max(claimed);
             r.release_until(earliest);
+        }
+        if let Some(cache) = &mut r.cache {
+            cache.set_step(j as u64);
         }
         r.apply_entries(j, batch, &mut step)?;
         r.check_limits(j, &step)?;
@@ -659,8 +666,9 @@ struct Replayer<'a> {
     tbt_gaps_s: Vec<f64>,
     tbt_gap_requests: Vec<u32>,
     batches: Vec<BatchRecord>,
-    /// The block pool, when some entry takes tokens from the prefix cache.
-    cache: Option<PrefixCache>,
+    /// The block pool, when some entry takes tokens from the prefix cache or the schedule
+    /// names a cache rule.
+    cache: Option<KvCache>,
     /// Per request, the prompt tokens whose KV it brings (empty: none brings any).
     transferred: Vec<u32>,
     /// More than one pipeline stage: entries wait for their requests' batches in flight
@@ -870,7 +878,11 @@ impl<'a> Replayer<'a> {
                 } else if entry.cached > 0 {
                     self.take_hit(j, id, u64::from(entry.cached))?;
                 }
-                self.process(j, id, c, step)
+                // vLLM v0 runs a prompt that took cached blocks as a prompt, even when only
+                // its last token is left (semantics.md, "Prefix caching").
+                let as_prompt = entry.cached > 0
+                    && self.cache.as_ref().map(KvCache::rule) == Some(CacheRule::VllmV0);
+                self.process(j, id, c, as_prompt, step)
             }
         }
     }
@@ -963,6 +975,7 @@ impl<'a> Replayer<'a> {
         j: usize,
         id: u32,
         c: u32,
+        as_prompt: bool,
         step: &mut BatchStep,
     ) -> Result<(), ReplayError> {
         let i = id as usize;
@@ -985,7 +998,7 @@ impl<'a> Replayer<'a> {
         }
         let done = self.state[i].process(r, c);
         let (before, after) = (done.before, done.after);
-        if done.decode {
+        if done.decode && !as_prompt {
             step.features.add_decode(after);
         } else {
             step.features.add_prefill(c, before);
@@ -1023,7 +1036,7 @@ impl<'a> Replayer<'a> {
             return Ok(());
         }
         let block = u64::from(self.limits.block_size);
-        let short = tokens.div_ceil(block) - cache.held[id as usize].len() as u64;
+        let short = tokens.div_ceil(block) - cache.held(id).len() as u64;
         Err(ReplayError::KvCapacity {
             batch: j,
             used: self.kv_used + short * block,
@@ -1068,8 +1081,12 @@ impl<'a> Replayer<'a> {
             .expect("a schedule with hits has a cache");
         let (found, _) = cache.hit(id, cached / block);
         if found < cached / block {
+            let when = match cache.rule() {
+                CacheRule::VllmV1 => "at this point",
+                CacheRule::VllmV0 => "computed in an earlier batch (vLLM v0's rule)",
+            };
             return Err(fail(format!(
-                "its block {found} (tokens {} to {}) is not in the cache at this point",
+                "its block {found} (tokens {} to {}) is not in the cache {when}",
                 found * block,
                 (found + 1) * block
             )));

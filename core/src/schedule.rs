@@ -7,8 +7,10 @@
 //! ]}
 //! ```
 //! Request ids are 0-based row indices of the workload. Optional fields: top-level
-//! `"meta"` (any JSON value, e.g. the producer's name), and per batch `"start_s"` /
-//! `"end_s"`, the producer's claimed times, which replay checks against its own.
+//! `"meta"` (any JSON value, e.g. the producer's name) and `"prefix_cache"` (the rule the
+//! KV pool follows, `"vllm-v1"` or `"vllm-v0"`: [`CacheRule`]; without it, a schedule
+//! with cache hits follows vLLM V1's), and per batch `"start_s"` / `"end_s"`, the
+//! producer's claimed times, which replay checks against its own.
 //!
 //! CSV: header `batch,request,tokens`, one row per entry, `tokens` a positive integer or
 //! the word `evict`; batch indices are 0-based and non-decreasing (gaps are empty batches,
@@ -17,6 +19,7 @@
 //! the prefix cache before processing, or, with `tokens` the word `receive`, the KV a
 //! disaggregated decode replica receives (`{"request": 3, "receive": 511}` in JSON).
 
+use crate::kv_cache::CacheRule;
 use serde::Deserialize;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -149,6 +152,9 @@ pub struct Schedule {
     pub batches: Vec<Batch>,
     /// Free-form metadata (e.g. `{"producer": "vllm"}`), written as `"meta"`.
     pub meta: Option<serde_json::Value>,
+    /// The prefix-caching rule of the KV pool that ran it (`None`: vLLM V1's where an
+    /// entry takes tokens from the cache, else no cache), written as `"prefix_cache"`.
+    pub prefix_cache: Option<CacheRule>,
 }
 
 /// Why a schedule file could not be read or written.
@@ -193,6 +199,8 @@ struct FileRepr {
     format: String,
     #[serde(default)]
     meta: Option<serde_json::Value>,
+    #[serde(default)]
+    prefix_cache: Option<CacheRule>,
     batches: Vec<BatchRepr>,
 }
 
@@ -334,6 +342,7 @@ impl Schedule {
         Self {
             batches,
             meta: None,
+            prefix_cache: None,
         }
     }
 
@@ -419,6 +428,7 @@ impl Schedule {
         Ok(Self {
             batches,
             meta: repr.meta,
+            prefix_cache: repr.prefix_cache,
         })
     }
 
@@ -500,6 +510,9 @@ impl Schedule {
         if let Some(meta) = &self.meta {
             write!(w, "\"meta\":{},", serde_json::to_string(meta)?)?;
         }
+        if let Some(rule) = self.prefix_cache {
+            write!(w, "\"prefix_cache\":\"{}\",", rule.name())?;
+        }
         w.write_all(b"\"batches\":[")?;
         let mut line = String::new();
         for (j, b) in self.batches.iter().enumerate() {
@@ -545,8 +558,14 @@ impl Schedule {
         w.write_all(b"\n]}\n")
     }
 
-    /// Writes the CSV form (empty trailing batches are not representable and are omitted).
+    /// Writes the CSV form (empty trailing batches are not representable and are omitted);
+    /// an error for a schedule under vLLM v0's cache rule, which the CSV cannot name.
     pub fn write_csv(&self, w: &mut dyn Write) -> io::Result<()> {
+        if self.prefix_cache == Some(CacheRule::VllmV0) {
+            return Err(io::Error::other(
+                "the CSV form cannot name the vLLM v0 prefix-cache rule this schedule follows; write it as JSON",
+            ));
+        }
         let hits = self.has_cache_hits();
         w.write_all(if hits {
             b"batch,request,tokens,cached\n"

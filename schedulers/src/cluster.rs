@@ -89,14 +89,14 @@ pub fn simulate_cluster_on(
             router,
         );
     }
-    let keys = (first.prefix_caching() && !workload.has_transferred())
-        .then(|| BlockKeys::new(workload, limits.block_size));
+    let rule = first.prefix_cache().filter(|_| !workload.has_transferred());
+    let keys = rule.map(|_| BlockKeys::new(workload, limits.block_size));
     let mut runs: Vec<Run<'_>> = policies
         .iter()
         .map(|_| {
             let mut sim = Simulator::empty(*limits);
-            if let Some(k) = &keys {
-                sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
+            if let (Some(rule), Some(k)) = (rule, &keys) {
+                sim.enable_prefix_cache(rule, BlockKeys::empty(limits.block_size, k.id_block()));
             }
             let mut run = Run::new(sim, 0);
             run.set_pipeline(*pipeline, first.as_ref());

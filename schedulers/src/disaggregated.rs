@@ -190,13 +190,16 @@ impl<'w> Side<'w> {
         policy: &dyn Policy,
         router: Router,
     ) -> Self {
-        let keys =
-            (caching && policy.prefix_caching()).then(|| BlockKeys::new(w, limits.block_size));
+        let rule = policy.prefix_cache().filter(|_| caching);
+        let keys = rule.map(|_| BlockKeys::new(w, limits.block_size));
         let runs = (0..replicas)
             .map(|_| {
                 let mut sim = Simulator::empty(*limits);
-                if let Some(k) = &keys {
-                    sim.enable_prefix_cache(BlockKeys::empty(limits.block_size, k.id_block()));
+                if let (Some(rule), Some(k)) = (rule, &keys) {
+                    sim.enable_prefix_cache(
+                        rule,
+                        BlockKeys::empty(limits.block_size, k.id_block()),
+                    );
                 }
                 let mut run = Run::new(sim, 0);
                 run.set_pipeline(*pipeline, policy);

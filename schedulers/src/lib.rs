@@ -234,7 +234,12 @@ impl SchedulerKind {
             long_prefill_token_threshold: knobs.long_prefill_token_threshold.unwrap_or(0),
             max_ragged_sequence_count: knobs.max_ragged_sequence_count.unwrap_or(512),
             max_waiting_iters: knobs.max_waiting_iters.unwrap_or(10),
-            prefix_caching: self == Self::VllmV1 && knobs.prefix_caching.unwrap_or(true),
+            // On by default in vLLM V1, off in v0; no other policy models a cache.
+            prefix_caching: match self {
+                Self::VllmV1 => knobs.prefix_caching.unwrap_or(true),
+                Self::Vllm => knobs.prefix_caching.unwrap_or(false),
+                _ => false,
+            },
         };
         match self {
             Self::Vllm => Box::new(policies::Vllm(o)),

@@ -1,6 +1,7 @@
 //! The heuristic policies of `schedulers.md`.
 
 use crate::sim::{Policy, SimError, Simulator};
+use infersched_core::CacheRule;
 
 mod fastgen;
 mod lightllm;
@@ -204,10 +205,24 @@ fn admit_fcfs(
             break;
         }
         sim.admit_front();
-        sim.process(i, c, r);
+        let h = take_v0_hit(sim, i);
+        sim.process(i, c - h, r);
         admitted = true;
     }
     admitted
+}
+
+/// With vLLM v0's prefix cache, admitted request `i` takes its leading blocks computed in
+/// an earlier step (`computed_block_nums`, never its last block), which the token budget
+/// still counts; returns the tokens taken (0 without that cache).
+fn take_v0_hit(sim: &mut Simulator<'_>, i: u32) -> u64 {
+    if sim.cache_rule() != Some(CacheRule::VllmV0) {
+        return 0;
+    }
+    let (h, _) = sim.cache_hit(i);
+    sim.take_cache_hit(i, h);
+    sim.charge_budget(h);
+    h
 }
 
 /// The whole remaining prompt (or refill) if it fits the budgets, else 0.
@@ -273,6 +288,10 @@ pub struct Vllm(pub PolicyOptions);
 impl Policy for Vllm {
     fn name(&self) -> String {
         "vllm".into()
+    }
+    /// vLLM v0's automatic prefix caching (`--enable-prefix-caching`, off by default).
+    fn prefix_cache(&self) -> Option<CacheRule> {
+        self.0.prefix_caching.then_some(CacheRule::VllmV0)
     }
     /// vLLM v0 on a pipeline: P virtual engines (`crate::virtual_engines`).
     fn pipelines(&self) -> bool {
@@ -438,8 +457,8 @@ impl Policy for VllmV1 {
     fn name(&self) -> String {
         "vllm-v1".into()
     }
-    fn prefix_caching(&self) -> bool {
-        self.0.prefix_caching
+    fn prefix_cache(&self) -> Option<CacheRule> {
+        self.0.prefix_caching.then_some(CacheRule::VllmV1)
     }
     fn takes_transferred_kv(&self) -> bool {
         true

@@ -19,8 +19,8 @@
 //! scheduled time moves to the next completion or arrival.
 
 use infersched_core::{
-    Batch, BatchFeatures, BlockKeys, CostModel, Entry, Limits, Pipeline, PipelineClock,
-    PrefixCache, Request, Schedule, Workload,
+    Batch, BatchFeatures, BlockKeys, CacheRule, CostModel, Entry, KvCache, Limits, Pipeline,
+    PipelineClock, Request, Schedule, Workload,
 };
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -74,6 +74,15 @@ pub enum SimError {
         "{policy} does not run on a pipeline of several stages (--pp > 1 is modelled for vllm-v1, whose batch queue keeps up to --pp batches in flight)"
     )]
     NotPipelined {
+        /// Policy name.
+        policy: String,
+    },
+    /// vLLM v0's virtual engines each keep their own prefix cache, which one replayed
+    /// schedule cannot show.
+    #[error(
+        "{policy} with --enable-prefix-caching does not run on a pipeline: vLLM v0 gives each virtual engine its own prefix cache, which infersched does not model; drop --pp or the cache"
+    )]
+    CacheOnVirtualEngines {
         /// Policy name.
         policy: String,
     },
@@ -151,7 +160,7 @@ pub struct Simulator<'w> {
     batch_prefill_tokens: u64,
     generated_now: Vec<u32>,
     /// The block pool with prefix caching, for policies that use it.
-    cache: Option<PrefixCache>,
+    cache: Option<KvCache>,
     /// With prefix caching: blocks allocated to requests beyond those their KV fills (a
     /// reservation is counted against the free blocks, the pool holds only filled ones,
     /// as the replay's does).
@@ -217,10 +226,10 @@ pub trait Policy {
     /// Builds the next batch (may evict running requests). Adding no processing entry
     /// while work is waiting is a stall.
     fn next_batch(&mut self, sim: &mut Simulator<'_>);
-    /// Whether the policy takes prompt blocks from a prefix cache (then the simulator
-    /// keeps one).
-    fn prefix_caching(&self) -> bool {
-        false
+    /// The prefix-caching rule of the policy's KV pool, if it caches prompt blocks (then
+    /// the simulator keeps such a pool).
+    fn prefix_cache(&self) -> Option<CacheRule> {
+        None
     }
     /// Whether the policy runs on a pipeline of several stages, building a batch while
     /// others are in flight and skipping the requests [`Simulator::scheduled`] reports.
@@ -315,9 +324,14 @@ impl<'w> Simulator<'w> {
     /// Turns on automatic prefix caching (semantics.md, "Prefix caching"): KV blocks kept
     /// in a pool that remembers what each full block holds, hits taken through
     /// [`Self::cache_hit`] and [`Self::take_cache_hit`].
-    pub(crate) fn enable_prefix_cache(&mut self, keys: BlockKeys) {
+    pub(crate) fn enable_prefix_cache(&mut self, rule: CacheRule, keys: BlockKeys) {
         let capacity = self.limits.kv_capacity.map(|_| self.total_blocks);
-        self.cache = Some(PrefixCache::new(keys, capacity, self.limits.block_size));
+        self.cache = Some(KvCache::new(rule, keys, capacity, self.limits.block_size));
+    }
+
+    /// The rule of the prefix cache, if on.
+    pub fn cache_rule(&self) -> Option<CacheRule> {
+        self.cache.as_ref().map(KvCache::rule)
     }
 
     /// Whether prefix caching is on.
@@ -393,6 +407,13 @@ impl<'w> Simulator<'w> {
         self.used_blocks += tokens / self.block;
         self.st[idx].cached_now = tokens;
         self.actual_kv = cache.used_tokens();
+    }
+
+    /// Counts `tokens` taken from the prefix cache against this batch's token budgets as
+    /// if processed (vLLM v0's budget counts a prompt's cached tokens too).
+    pub fn charge_budget(&mut self, tokens: u64) {
+        self.batch_tokens += tokens;
+        self.batch_prefill_tokens += tokens;
     }
 
     // ---- reading the state ----
@@ -494,7 +515,7 @@ impl<'w> Simulator<'w> {
     /// holds count as free: they are reused when needed).
     pub fn free_blocks(&self) -> u64 {
         match &self.cache {
-            Some(cache) => cache.pool.free().min(self.total_blocks) - self.reserved_unfilled,
+            Some(cache) => cache.free_blocks().min(self.total_blocks) - self.reserved_unfilled,
             None => self.total_blocks - self.used_blocks,
         }
     }
@@ -646,13 +667,16 @@ impl<'w> Simulator<'w> {
         self.st[idx].alloc_blocks += extra;
         self.used_blocks += extra;
         if let Some(cache) = &mut self.cache {
-            let filled_before = cache.held[idx].len() as u64;
+            let filled_before = cache.held(i).len() as u64;
             let grown = cache.grow(i, after);
             assert!(grown, "policy over-allocated KV blocks");
-            let filled = cache.held[idx].len() as u64;
+            let filled = cache.held(i).len() as u64;
             self.reserved_unfilled = self.reserved_unfilled + extra - (filled - filled_before);
         }
-        if self.is_decode_ready(i) {
+        // vLLM v0 runs a prompt that took cached blocks as a prompt, even when only its
+        // last token is left.
+        let as_prompt = self.st[idx].cached_now > 0 && self.cache_rule() == Some(CacheRule::VllmV0);
+        if self.is_decode_ready(i) && !as_prompt {
             self.features.add_decode(after);
         } else {
             self.features.add_prefill(c, before);
@@ -683,7 +707,7 @@ impl<'w> Simulator<'w> {
         self.used_blocks -= self.st[idx].alloc_blocks;
         self.actual_kv -= self.limits.occupied(self.st[idx].held);
         if let Some(cache) = &mut self.cache {
-            self.reserved_unfilled -= self.st[idx].alloc_blocks - cache.held[idx].len() as u64;
+            self.reserved_unfilled -= self.st[idx].alloc_blocks - cache.held(i).len() as u64;
             cache.free(i, true);
             self.actual_kv = cache.used_tokens();
         }
@@ -788,8 +812,11 @@ pub fn simulate_pipelined(
         });
     }
     let mut sim = Simulator::new(workload, *limits);
-    if policy.prefix_caching() && !workload.has_transferred() {
-        sim.enable_prefix_cache(BlockKeys::new(workload, limits.block_size));
+    if let Some(rule) = policy
+        .prefix_cache()
+        .filter(|_| !workload.has_transferred())
+    {
+        sim.enable_prefix_cache(rule, BlockKeys::new(workload, limits.block_size));
     }
     check_servable(workload, limits, policy, &sim)?;
     let base_tokens: u64 = workload.requests().iter().map(|r| r.max_kv_tokens()).sum();
@@ -1147,6 +1174,9 @@ impl<'w> Run<'w> {
             end_s: Some(end),
         });
         self.sim.batch_index += 1;
+        if let Some(cache) = &mut self.sim.cache {
+            cache.set_step(self.sim.batch_index as u64);
+        }
         if pipelined {
             self.sim.now = self.clock.earliest_start();
             self.release_due();
@@ -1185,7 +1215,7 @@ impl<'w> Run<'w> {
         sim.used_blocks -= blocks;
         sim.actual_kv -= sim.limits.occupied(sim.st[idx].held);
         if let Some(cache) = &mut sim.cache {
-            sim.reserved_unfilled -= blocks - cache.held[idx].len() as u64;
+            sim.reserved_unfilled -= blocks - cache.held(i).len() as u64;
             cache.free(i, false);
             sim.actual_kv = cache.used_tokens();
         }
@@ -1276,6 +1306,8 @@ impl<'w> Run<'w> {
     pub(crate) fn finish(self, policy: &dyn Policy) -> Simulation {
         let mut schedule = Schedule::new(self.batches);
         schedule.meta = Some(serde_json::json!({"producer": policy.name()}));
+        // vLLM V1's rule is what a schedule with hits follows by default.
+        schedule.prefix_cache = self.sim.cache_rule().filter(|&r| r != CacheRule::VllmV1);
         Simulation {
             schedule,
             accounts: self.accounts,

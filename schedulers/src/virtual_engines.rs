@@ -74,6 +74,11 @@ fn engine_cluster(
     (cost, pipeline): (&dyn CostModel, &Pipeline),
     router: Option<Router>,
 ) -> Result<ClusterSimulation, SimError> {
+    if engines.iter().any(|e| e.prefix_cache().is_some()) {
+        return Err(SimError::CacheOnVirtualEngines {
+            policy: engines[0].name(),
+        });
+    }
     limits.validate()?;
     pipeline.validate()?;
     let p = pipeline.stages as usize;

@@ -317,6 +317,7 @@ pub(crate) fn split_mixed_batches(w: &Workload, schedule: &Schedule) -> Option<S
     split.then(|| Schedule {
         batches,
         meta: schedule.meta.clone(),
+        prefix_cache: schedule.prefix_cache,
     })
 }
 
@@ -489,6 +490,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let fcfs = PolicyConstraints {
             fcfs: true,
@@ -547,6 +549,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let r = replay(&w, &limits, &cost(), &s).unwrap();
         let fcfs = PolicyConstraints {
@@ -590,6 +593,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let r_full = replay(&w, &full, &cost(), &s_full).unwrap();
         let kept = admit_in_arrival_order(&w, &full, &s_full, &r_full, Admitted::Kept, false);
@@ -757,6 +761,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1), Entry::process(1, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let split = split_mixed_batches(&w, &s).unwrap();
         assert_eq!(
@@ -818,16 +823,19 @@ mod tests {
         let s = Schedule {
             batches: vec![step(2), step(3), Batch::new(vec![]), step(0), step(1)],
             meta: None,
+            prefix_cache: None,
         };
         assert_eq!(most_admission_tokens_held(&w, &s), Some(2));
         let in_order = Schedule {
             batches: vec![step(0), step(1), step(2), step(3)],
             meta: None,
+            prefix_cache: None,
         };
         assert_eq!(most_admission_tokens_held(&w, &in_order), Some(0));
         let missing = Schedule {
             batches: vec![step(0), step(1), step(2)],
             meta: None,
+            prefix_cache: None,
         };
         assert_eq!(most_admission_tokens_held(&w, &missing), None);
     }

@@ -98,6 +98,7 @@ pub fn merge_prefill_chunks(w: &Workload, schedule: &Schedule) -> Schedule {
     Schedule {
         batches,
         meta: schedule.meta.clone(),
+        prefix_cache: schedule.prefix_cache,
     }
 }
 
@@ -137,6 +138,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let merged = merge_prefill_chunks(&w, &s);
         assert_eq!(
@@ -168,6 +170,7 @@ mod tests {
                 Batch::new(vec![Entry::process(0, 1)]),
             ],
             meta: None,
+            prefix_cache: None,
         };
         let merged = merge_prefill_chunks(&w, &s);
         assert_eq!(

@@ -311,10 +311,10 @@ pub(crate) struct KnobArgs {
     /// lightllm: decode batches in a row before waiting requests are tried while others run (Vidur's max_waiting_iters; LightLLM's router_max_wait_tokens) [default: 10].
     #[arg(long)]
     pub(crate) max_waiting_iters: Option<u64>,
-    /// vllm-v1: automatic prefix caching, as vLLM V1 does by default: a request takes the leading KV blocks of its prompt already in the cache (equal prompt block ids, or its own blocks after a preemption) instead of computing them [default: on].
+    /// vllm-v1 and vllm: automatic prefix caching: a request takes the leading KV blocks of its prompt already in the cache (equal prompt block ids, or its own blocks after a preemption) instead of computing them, by vLLM V1's rule (vllm-v1) or vLLM v0's (vllm: blocks shared within a step are computed by each prompt, the budget counts cached tokens, LRU eviction) [default: on for vllm-v1, off for vllm, as in vLLM].
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub(crate) enable_prefix_caching: bool,
-    /// vllm-v1: no prefix caching (vLLM's --no-enable-prefix-caching).
+    /// vllm-v1 and vllm: no prefix caching (vLLM's --no-enable-prefix-caching).
     #[arg(long, overrides_with = "enable_prefix_caching")]
     pub(crate) no_enable_prefix_caching: bool,
 }
@@ -426,14 +426,14 @@ pub(crate) fn check_prefix_caching(
     }
     let without: Vec<&str> = kinds
         .iter()
-        .filter(|k| **k != SchedulerKind::VllmV1)
+        .filter(|k| !matches!(k, SchedulerKind::VllmV1 | SchedulerKind::Vllm))
         .map(|k| k.name())
         .collect();
     if without.is_empty() {
         return Ok(());
     }
-    let why = "only vllm-v1 models prefix caching (vLLM v0's, with its whole-prompt budget \
-               and allocation, is not modeled: docs/design/schedulers.md)";
+    let why = "only vllm-v1 and vllm (vLLM v0) model prefix caching \
+               (docs/design/schedulers.md)";
     if without.len() == kinds.len() {
         bail!(
             "--enable-prefix-caching: {why}; {} would run without a cache",

@@ -32,9 +32,10 @@ With --enable-prefix-caching the block manager caches (PrefixCachingBlockAllocat
 tokens come from the CSV's hash_ids as in the V1 oracle, and an entry whose leading blocks
 the model runner skips (`computed_block_nums`: blocks computed in an earlier step, never a
 sequence's last) is written `{"request": k, "tokens": c - h, "cached": h}`, its time that
-of the c - h tokens computed over h cached. vLLM v0's budget counts all c, and a block two
-prompts share within one step is held once and computed by both: infersched's replay has no
-such rule yet (design/schedulers.md, "vllm"), so these schedules are data, not fixtures.
+of the c - h tokens computed over h cached, and the schedule names its cache rule
+(`"prefix_cache": "vllm-v0"`: vLLM v0's budget counts all c, a block two prompts share
+within one step is held once and computed by both, LRU eviction; semantics.md). Preempted
+requests are written in the order vLLM preempted them (their blocks freed in that order).
 
 usage:
   $VLLM_V0_VENV/bin/python vllm_v0_oracle.py WORKLOAD.csv --C 2048 --M 8000 --R 256 \
@@ -118,8 +119,10 @@ def run(args):
                    for md in metas if md.is_prompt} if caching else {}
         step += 1
         running_after = {int(g.request_id) for g in sched.running}
-        preempted = sorted(k for k in running_before if k not in running_after
-                           and not groups[k].is_finished())
+        # In the order vLLM preempted them (victims leave `running` from its end): the
+        # order their blocks were freed, which the evictor's order follows.
+        preempted = [k for k in reversed(running_before) if k not in running_after
+                     and not groups[k].is_finished()]
         assert out.preempted == len(preempted), (step, out.preempted, preempted)
         if out.ignored_seq_groups:
             raise SystemExit(f"step {step}: vLLM ignored requests "
@@ -184,7 +187,11 @@ def run(args):
             "num_gpu_blocks": num_blocks, "watermark": args.watermark,
             "enable_prefix_caching": caching, "steps": step}
     with open(args.out, "w") as f:
-        json.dump({"format": "infersched-schedule/1", "meta": meta, "batches": batches}, f)
+        doc = {"format": "infersched-schedule/1", "meta": meta}
+        if caching:
+            doc["prefix_cache"] = "vllm-v0"
+        doc["batches"] = batches
+        json.dump(doc, f)
     ev = sum(1 for b in batches for e in b["entries"] if e.get("evict"))
     hits = sum(e.get("cached", 0) for b in batches for e in b["entries"])
     print(json.dumps({"batches": len(batches), "evictions": ev, "makespan_s": clock,
