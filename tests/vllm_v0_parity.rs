@@ -4,7 +4,7 @@
 //! be reproduced batch by batch by `simulate --scheduler vllm` under the case's limits. A
 //! difference fails on the first differing batch and names it.
 
-use infersched::core::{Action, Schedule, replay};
+use infersched::core::{Action, CacheRule, Schedule, replay};
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, SchedulerKind};
 use infersched::workload::read_trace;
@@ -96,4 +96,50 @@ fn vllm_v0_preempts_the_request_that_finds_no_free_block_even_when_its_own_block
     assert_eq!(b(3), (vec![2], vec![(0, 1, 0), (1, 1, 0)]));
     assert_eq!(b(4), (vec![], vec![(2, 22, 0)]));
     assert_eq!(evictions(&sim.schedule), 13);
+}
+
+const PREFIX_FIXTURES: &str = "notebooks-data/fidelity/vllm-0.6.3-prefix";
+
+/// vLLM v0's automatic prefix caching on windows of the Mooncake traces (recorded by
+/// `record_fixtures.py v0-prefix`): `vllm --enable-prefix-caching` must take the same
+/// tokens from the cache, batch by batch, and the replay (under vLLM v0's cache rule, which
+/// the recorded schedule names) must accept vLLM's schedule and its claimed times.
+#[test]
+fn every_recorded_vllm_0_6_3_prefix_caching_schedule_is_reproduced() {
+    let cost = preset("llama2-7b-a100").unwrap();
+    let dirs = infersched_test_kit::fixture_cases(PREFIX_FIXTURES);
+    assert!(
+        dirs.len() >= 4,
+        "expected the 4 recorded cases, found {}",
+        dirs.len()
+    );
+    let (mut hits, mut evicted) = (0u64, 0);
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let workload = read_trace(&dir.join("workload.csv")).unwrap();
+        assert!(workload.prefix().is_some(), "{name}: no prompt block ids");
+        let recorded = Schedule::read(&dir.join("vllm-schedule.json")).unwrap();
+        assert_eq!(recorded.prefix_cache, Some(CacheRule::VllmV0), "{name}");
+        let knobs = Knobs {
+            prefix_caching: Some(true),
+            ..case_knobs(dir)
+        };
+        let sim = SchedulerKind::Vllm
+            .simulate(&workload, &knobs, &cost)
+            .unwrap_or_else(|e| panic!("{name}: vllm failed: {e}"));
+        assert_eq!(sim.schedule.prefix_cache, Some(CacheRule::VllmV0), "{name}");
+        assert_same_batches(
+            &name,
+            ("vllm", &sim.schedule.batches),
+            ("vLLM 0.6.3", &recorded.batches),
+        );
+        replay(&workload, &sim.limits, &cost, &recorded)
+            .unwrap_or_else(|e| panic!("{name}: the replay rejects vLLM's schedule: {e}"));
+        let entries = recorded.batches.iter().flat_map(|b| &b.entries);
+        hits += entries.map(|e| u64::from(e.cached)).sum::<u64>();
+        evicted += evictions(&recorded);
+    }
+    // The cases take many blocks from the cache and preempt too.
+    assert!(hits > 100_000, "{hits} tokens from the cache");
+    assert!(evicted > 20, "{evicted} evictions");
 }

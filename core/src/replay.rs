@@ -1793,6 +1793,54 @@ mod tests {
     }
 
     #[test]
+    fn vllm_v0s_rule_shares_blocks_within_a_batch_but_hits_only_earlier_ones() {
+        let w = shared_prefix();
+        let v0 = |batches: Vec<Vec<Entry>>| Schedule {
+            prefix_cache: Some(CacheRule::VllmV0),
+            ..sched(batches)
+        };
+        // Both prompts in one batch, nothing taken from the cache: under vLLM v0's rule r1
+        // shares r0's 2 prefix blocks (memory 12 tokens, within M = 12) and computes them
+        // again (16 tokens processed); without the rule the batch holds 16 tokens.
+        let both = vec![
+            vec![E::process(0, 8), E::process(1, 8)],
+            vec![E::process(0, 1)],
+        ];
+        let r = replay(&w, &blocks_of_2(Some(12)), &TestCost, &v0(both.clone())).unwrap();
+        assert_eq!(r.batches[0].kv_tokens, 12);
+        assert_eq!(r.batches[0].features.tokens, 16);
+        assert!(matches!(
+            replay(&w, &blocks_of_2(Some(12)), &TestCost, &sched(both)),
+            Err(ReplayError::KvCapacity { batch: 0, .. })
+        ));
+        // A hit on blocks filled in the same batch: vLLM V1 takes it, v0 does not (they are
+        // computed only from the next step on).
+        let same = vec![
+            vec![E::process(0, 8), E::cached_process(1, 4, 4)],
+            vec![E::process(0, 1)],
+        ];
+        assert!(replay(&w, &blocks_of_2(None), &TestCost, &sched(same.clone())).is_ok());
+        let e = replay(&w, &blocks_of_2(None), &TestCost, &v0(same)).unwrap_err();
+        assert!(
+            e.to_string().contains("computed in an earlier batch"),
+            "{e}"
+        );
+        // A batch later it is a hit; a refill that finds all but its last token cached is
+        // a prefill under v0 (a decode under V1's rule): r0 evicted after its first token
+        // finds its 4 blocks cached (its own and the shared) and processes the 9th token.
+        let refill = vec![
+            vec![E::process(0, 8), E::process(1, 8)],
+            vec![E::evict(0)],
+            vec![E::cached_process(0, 8, 1)],
+        ];
+        let r = replay(&w, &blocks_of_2(None), &TestCost, &v0(refill.clone())).unwrap();
+        assert_eq!(r.batches[2].features.n_prefill, 1);
+        assert_eq!(r.batches[2].features.prefill_ctx, 8);
+        let r = replay(&w, &blocks_of_2(None), &TestCost, &sched(refill)).unwrap();
+        assert_eq!(r.batches[2].features.n_decode, 1);
+    }
+
+    #[test]
     fn each_cache_rule_has_a_breaking_schedule() {
         let w = shared_prefix();
         let hit = |s: Schedule, m: Option<u64>| match replay(&w, &blocks_of_2(m), &TestCost, &s)

@@ -7,10 +7,13 @@ CSV form `batch,request,tokens` with `evict` where vLLM preempted, one batch per
 step; converted from the infersched-schedule/1 JSON that vllm_v1_oracle.py writes, which is
 kept only with KEEP_JSON=1). tests/vllm_parity.rs reads these. Usage:
   PROJECT=<infersched checkout> VLLM_VENV=<venv> record_fixtures.py shared|prefix OUTDIR
-  PROJECT=<infersched checkout> VLLM_V0_VENV=<vLLM 0.6.3 venv> record_fixtures.py v0 OUTDIR
+  PROJECT=<infersched checkout> VLLM_V0_VENV=<vLLM 0.6.3 venv> record_fixtures.py v0|v0-prefix OUTDIR
 
 `v0` records vLLM 0.6.3.post1's v0 Scheduler (chunked prefill off; vllm_v0_oracle.py) for
-infersched's `vllm` policy (tests/vllm_v0_parity.rs).
+infersched's `vllm` policy (tests/vllm_v0_parity.rs). `v0-prefix` records it on windows of
+the Mooncake traces with its automatic prefix caching on (vllm_v0_oracle.py
+--enable-prefix-caching); their schedule stays JSON (vllm-schedule.json), which names the
+cache rule it follows (`"prefix_cache": "vllm-v0"`).
 
 `pulled` records the decode side of disaggregated serving as vLLM 0.32 runs it with a
 connector that pulls each prompt's KV (vllm_v1_oracle.py --pulled): each case's requests
@@ -112,6 +115,14 @@ def cases(kind):
             ("v0-poisson8-c2048-m12000-r128", synth(2, 300, 8.0), 2048, 12000, 128, None, 0.01),
             ("v0-poisson8-c4096-m20000-wm0", synth(3, 300, 8.0), 4096, 20000, 256, None, 0.0),
         ]
+    if kind == "v0-prefix":
+        conv, syn = "conversation_trace.jsonl", "synthetic_trace.jsonl"
+        return [
+            ("v0-mooncake-conv100-c8192-m65536", mooncake(conv, 0, 100, 1.0, 8192), 8192, 65536, 256, None, 0.01),
+            ("v0-mooncake-conv100-c8192-m32768-x4", mooncake(conv, 2000, 100, 4.0, 8192), 8192, 32768, 256, None, 0.01),
+            ("v0-mooncake-syn100-c8192-m24576", mooncake(syn, 0, 100, 1.0, 8192), 8192, 24576, 256, None, 0.01),
+            ("v0-mooncake-syn100-c8192-m16384-x2", mooncake(syn, 500, 100, 2.0, 8192), 8192, 16384, 64, None, 0.0),
+        ]
     if kind == "pulled":
         import fuzz_pulled
         sw = os.path.join(PROJECT, "notebooks-data/traces/splitwise_code.csv")
@@ -209,7 +220,7 @@ def main():
         return main_pulled(outdir)
     for name, reqs, C, M, R, isl, wm in cases(kind):
         d = os.path.join(outdir, name); os.makedirs(d, exist_ok=True)
-        prefix = kind == "prefix"
+        prefix = kind in ("prefix", "v0-prefix")
         with open(os.path.join(d, "workload.csv"), "w") as f:
             if prefix:
                 f.write("num_prefill_tokens,num_decode_tokens,arrived_at,hash_block_tokens,hash_ids\n")
@@ -218,14 +229,17 @@ def main():
             else:
                 f.write("num_prefill_tokens,num_decode_tokens,arrived_at\n")
                 for i, o, t in reqs: f.write(f"{i},{o},{t:.6f}\n")
-        if kind == "v0":
-            cmd = record_v0(d, C, M, R, wm)
+        if kind.startswith("v0"):
+            cmd = record_v0(d, C, M, R, wm, prefix)
         else:
             cmd = record_v1(d, C, M, R, isl, wm, prefix)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode: print(name, "FAILED", r.stderr[-500:]); continue
         s = json.load(open(os.path.join(d, "schedule.json")))
-        write_csv(d, s, prefix)
+        if kind == "v0-prefix":
+            os.replace(os.path.join(d, "schedule.json"), os.path.join(d, "vllm-schedule.json"))
+        else:
+            write_csv(d, s, prefix)
         ev = sum(1 for b in s["batches"] for e in b["entries"] if e.get("evict"))
         hits = sum(e.get("cached", 0) for b in s["batches"] for e in b["entries"])
         print(f"{name}: {len(reqs)} requests, {len(s['batches'])} batches, {ev} evictions, "
@@ -243,6 +257,27 @@ def main_pulled(outdir):
         ev = sum(1 for e in entries if e.get("evict"))
         print(f"{name}: {len(reqs)} requests, {recv} receives, {ev} evictions (both sides)",
               flush=True)
+
+
+def record_v0(d, C, M, R, wm, prefix=False):
+    """config.json and the command of vLLM 0.6.3's v0 Scheduler (vllm_v0_oracle.py)."""
+    venv = os.environ.get("VLLM_V0_VENV", os.path.join(HERE, ".venv-vllm-v0"))
+    cfg = {"vllm_version": "0.6.3.post1", "policy": "fcfs", "cost_model": "llama2-7b-a100",
+           "token_budget": C, "kv_capacity": M, "max_running": R, "block_size": 16,
+           "watermark": wm,
+           "vllm": {"max_num_batched_tokens": C, "max_num_seqs": R, "max_model_len": C,
+                    "block_size": 16, "num_gpu_blocks": M // 16, "watermark": wm,
+                    "enable_chunked_prefill": False, "enable_prefix_caching": prefix,
+                    "block_manager": "SelfAttnBlockSpaceManager",
+                    "async_output_proc": False},
+           "note": "vLLM v0 has no null block: num_gpu_blocks x 16 = M tokens"}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    cmd = [os.path.join(venv, "bin/python"), os.path.join(HERE, "vllm_v0_oracle.py"),
+           os.path.join(d, "workload.csv"), "--C", str(C), "--M", str(M), "--R", str(R),
+           "--block", "16", "--watermark", str(wm), "--out", os.path.join(d, "schedule.json")]
+    if prefix:
+        cmd.append("--enable-prefix-caching")
+    return cmd
 
 
 def record_v1(d, C, M, R, isl, wm, prefix):

@@ -58,6 +58,11 @@ pub struct V0Cache {
     cached: FxHashMap<u64, u32>,
     /// Free cached blocks by the order they were freed.
     evictor: BTreeMap<u64, u32>,
+    /// The evictor's last walk, while the evictor has changed only by losing the block
+    /// it chose: the blocks it switched to before that one, in order (see [`Self::evict`]).
+    walk: Vec<(u64, u32)>,
+    /// Where the last walk's choice was (the next walk resumes after it), if `walk` holds.
+    resume: Option<u64>,
     next_place: u64,
     referenced: u64,
     /// Per request, how many of its leading blocks are full and registered (or shared).
@@ -240,6 +245,7 @@ impl V0Cache {
             if b.place != NOT_FREE {
                 self.evictor.remove(&b.place);
                 b.place = NOT_FREE;
+                self.resume = None;
             }
             b.last = NEVER;
         }
@@ -273,25 +279,35 @@ impl V0Cache {
     /// vLLM 0.6.3's `LRUEvictor.evict`: from the first block freed, take a later one with
     /// more tokens while no block accessed after the current choice comes between; the
     /// block chosen leaves the evictor and the cache.
+    ///
+    /// A walk's choices so far are kept: when the evictor has only lost the block the last
+    /// walk chose (blocks allocated one after another), the walk up to the choice before it
+    /// is the same, and resumes where that block was with that choice (the blocks between
+    /// neither stopped nor switched it, and the choice before accepts no fewer of them).
     fn evict(&mut self) -> Option<u32> {
-        let mut choice: Option<(u64, u32)> = None;
-        for (&place, &id) in &self.evictor {
-            let b = &self.blocks[id as usize];
-            match choice {
-                None => choice = Some((place, id)),
-                Some((_, c)) => {
-                    let chosen = &self.blocks[c as usize];
-                    if chosen.last < b.last {
-                        break;
-                    }
-                    if chosen.depth < b.depth {
-                        choice = Some((place, id));
-                    }
-                }
+        let from = match self.resume {
+            Some(place) if !self.walk.is_empty() => place + 1,
+            _ => {
+                self.walk.clear();
+                let (&place, &id) = self.evictor.first_key_value()?;
+                self.walk.push((place, id));
+                place + 1
+            }
+        };
+        let (_, mut chosen) = *self.walk.last().expect("a walk has a choice");
+        for (&place, &id) in self.evictor.range(from..) {
+            let (b, c) = (&self.blocks[id as usize], &self.blocks[chosen as usize]);
+            if c.last < b.last {
+                break;
+            }
+            if c.depth < b.depth {
+                self.walk.push((place, id));
+                chosen = id;
             }
         }
-        let (place, id) = choice?;
+        let (place, id) = self.walk.pop().expect("a walk has a choice");
         self.evictor.remove(&place);
+        self.resume = Some(place);
         let b = &mut self.blocks[id as usize];
         b.place = NOT_FREE;
         let key = std::mem::replace(&mut b.key, NO_KEY);
@@ -314,6 +330,7 @@ impl V0Cache {
             b.place = self.next_place;
             self.evictor.insert(self.next_place, id);
             self.next_place += 1;
+            self.resume = None;
         }
     }
 
@@ -435,6 +452,73 @@ mod tests {
         assert!(cache.blocks[..3].iter().all(|b| b.last == 5));
         // The partial block went back without a key.
         assert_eq!(cache.hashless, [3]);
+    }
+
+    /// vLLM's walk over the whole evictor, from the first block freed.
+    fn naive_choice(cache: &V0Cache) -> Option<u32> {
+        let mut chosen: Option<u32> = None;
+        for &id in cache.evictor.values() {
+            let b = &cache.blocks[id as usize];
+            match chosen {
+                None => chosen = Some(id),
+                Some(c) if cache.blocks[c as usize].last < b.last => break,
+                Some(c) if cache.blocks[c as usize].depth < b.depth => chosen = Some(id),
+                Some(_) => {}
+            }
+        }
+        chosen
+    }
+
+    proptest::proptest! {
+        /// The resumed walk chooses what vLLM's full walk chooses, through evictions,
+        /// hits taking blocks out of the evictor and blocks freed into it.
+        #[test]
+        fn the_resumed_walk_agrees_with_vllms_full_walk(
+            blocks in proptest::collection::vec((0i64..6, 1u64..6), 1..40),
+            ops in proptest::collection::vec((0u8..3, 0usize..40), 0..80),
+        ) {
+            let mut cache = V0Cache::new(BlockKeys::default(), None, 4);
+            for (k, &(last, depth)) in blocks.iter().enumerate() {
+                cache.blocks.push(Block {
+                    key: k as u64,
+                    refs: 1,
+                    last,
+                    depth,
+                    filled_in: 0,
+                    place: NOT_FREE,
+                });
+                cache.cached.insert(k as u64, k as u32);
+                cache.referenced += 1;
+                cache.release_one(k as u32);
+            }
+            for (op, x) in ops {
+                let free: Vec<u32> = cache.evictor.values().copied().collect();
+                match op {
+                    0 => {
+                        let want = naive_choice(&cache);
+                        proptest::prop_assert_eq!(cache.evict(), want);
+                        if let Some(id) = want {
+                            // Its key gone, a new key; then it is held.
+                            cache.blocks[id as usize].key = 1000 + id as u64;
+                            cache.cached.insert(1000 + id as u64, id);
+                            cache.blocks[id as usize].refs = 1;
+                            cache.referenced += 1;
+                        }
+                    }
+                    1 if !free.is_empty() => cache.touch(free[x % free.len()]),
+                    _ => {
+                        let held: Vec<u32> = (0..cache.blocks.len() as u32)
+                            .filter(|&id| cache.blocks[id as usize].refs > 0)
+                            .collect();
+                        if !held.is_empty() {
+                            let id = held[x % held.len()];
+                            cache.blocks[id as usize].last = (x % 6) as i64;
+                            cache.release_one(id);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
