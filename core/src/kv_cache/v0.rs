@@ -240,14 +240,15 @@ impl V0Cache {
     fn touch(&mut self, id: u32) {
         let b = &mut self.blocks[id as usize];
         b.refs += 1;
-        if b.refs == 1 {
-            self.referenced += 1;
-            if b.place != NOT_FREE {
-                self.evictor.remove(&b.place);
-                b.place = NOT_FREE;
-                self.resume = None;
-            }
-            b.last = NEVER;
+        if b.refs > 1 {
+            return;
+        }
+        self.referenced += 1;
+        b.last = NEVER;
+        let place = std::mem::replace(&mut b.place, NOT_FREE);
+        if place != NOT_FREE {
+            self.evictor.remove(&place);
+            self.forget(place);
         }
     }
 
@@ -276,14 +277,30 @@ impl V0Cache {
         Some(id)
     }
 
+    /// The evictor lost the block at `place` (a hit took it): the kept walk stays as far
+    /// as it went before that block. A block it passed without switching changed nothing,
+    /// and a later one is walked again anyway; a choice it switched to is dropped with the
+    /// choices after it, and the walk resumes after its place.
+    fn forget(&mut self, place: u64) {
+        if self.resume.is_none_or(|r| place > r) {
+            return;
+        }
+        if let Ok(k) = self.walk.binary_search_by_key(&place, |&(p, _)| p) {
+            self.walk.truncate(k);
+            self.resume = Some(place);
+        }
+    }
+
     /// vLLM 0.6.3's `LRUEvictor.evict`: from the first block freed, take a later one with
     /// more tokens while no block accessed after the current choice comes between; the
     /// block chosen leaves the evictor and the cache.
     ///
-    /// A walk's choices so far are kept: when the evictor has only lost the block the last
-    /// walk chose (blocks allocated one after another), the walk up to the choice before it
-    /// is the same, and resumes where that block was with that choice (the blocks between
+    /// A walk's choices so far are kept: when the evictor has lost the block the last walk
+    /// chose (blocks allocated one after another), the walk up to the choice before it is
+    /// the same, and resumes where that block was with that choice (the blocks between
     /// neither stopped nor switched it, and the choice before accepts no fewer of them).
+    /// A block freed since joined the end, which the resumed walk reaches anyway; a block
+    /// a hit took is handled by [`Self::forget`].
     fn evict(&mut self) -> Option<u32> {
         let from = match self.resume {
             Some(place) if !self.walk.is_empty() => place + 1,
@@ -330,7 +347,6 @@ impl V0Cache {
             b.place = self.next_place;
             self.evictor.insert(self.next_place, id);
             self.next_place += 1;
-            self.resume = None;
         }
     }
 
