@@ -303,10 +303,15 @@ pub struct ComparisonRow {
     pub evictions: u64,
     /// Tokens processed again after evictions.
     pub recomputed_tokens: u64,
-    /// Tokens taken from the prefix cache (vllm-v1's prefix caching). The solver's
-    /// schedules and bounds take nothing from a cache, so a row with cached tokens has no
-    /// ratio to them.
+    /// Tokens taken from the prefix cache (vllm-v1's or vllm's prefix caching). The
+    /// solver's schedules and bounds take nothing from a cache, so a row with cached tokens
+    /// has no ratio to them.
     pub cached_tokens: u64,
+    /// Whether it ran under vLLM v0's cache rule, which shares the KV blocks of prompts
+    /// with a common prefix even where none takes them from the cache (less memory than
+    /// the solver's model counts): no ratio to the solver's optimum and bound either.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shares_kv_blocks: bool,
     /// Batches.
     pub batches: usize,
     /// Mean processing entries per busy batch.
@@ -342,9 +347,21 @@ impl ComparisonRow {
     /// where it took tokens from the prefix cache.
     pub fn display_name(&self) -> String {
         let star = if self.clairvoyant { "*" } else { "" };
-        let hat = if self.cached_tokens > 0 { "^" } else { "" };
+        let hat = if self.uses_prefix_cache() { "^" } else { "" };
         format!("{}{star}{hat}", self.label)
     }
+
+    /// Whether a prefix cache saved it work or memory (then the solver's optimum and bound,
+    /// which have none, do not cover it).
+    pub fn uses_prefix_cache(&self) -> bool {
+        self.cached_tokens > 0 || self.shares_kv_blocks
+    }
+}
+
+/// Whether `o`'s schedule (or a replica's) follows vLLM v0's prefix-cache rule.
+fn follows_v0_cache(o: &Outcome) -> bool {
+    let v0 = |s: &crate::core::Schedule| s.prefix_cache == Some(crate::core::CacheRule::VllmV0);
+    v0(&o.schedule) || o.cluster.as_ref().is_some_and(|c| c.schedules.iter().any(v0))
 }
 
 /// The name a row goes by: the contender's, except that the solver's schedule without a
@@ -428,7 +445,8 @@ impl Comparison {
                 let v = self.objective.of(s);
                 // A schedule that took tokens from the prefix cache is outside what the
                 // solver's optimum and bound cover: no ratio to them.
-                let comparable = s.cached_tokens == 0;
+                let shares_kv_blocks = follows_v0_cache(o);
+                let comparable = s.cached_tokens == 0 && !shares_kv_blocks;
                 let ratio = |d: Option<f64>| d.filter(|d| *d > 0.0 && comparable).map(|d| v / d);
                 let status = RunStatus::of(o);
                 let label = row_label(contender, status);
@@ -453,6 +471,7 @@ impl Comparison {
                     evictions: s.evictions,
                     recomputed_tokens: s.recomputed_tokens,
                     cached_tokens: s.cached_tokens,
+                    shares_kv_blocks,
                     batches: s.batches,
                     mean_batch_size: s.mean_batch_size,
                     peak_kv_tokens: s.peak_kv_tokens,

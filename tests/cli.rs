@@ -368,6 +368,57 @@ fn workload_commands_generate_sample_and_describe() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("requests            8819"));
 }
 
+/// Three prompts with one prefix admitted in one step: by vLLM v0's cache rule they share
+/// its blocks (less memory than the solver's model counts) though none takes them from the
+/// cache, so `compare` gives the row no ratio to the solver's optimum and bound and marks
+/// it as using the cache.
+#[test]
+fn compare_gives_no_ratio_to_a_schedule_sharing_blocks_by_vllm_v0s_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.csv");
+    std::fs::write(
+        &w,
+        "arrived_at,num_prefill_tokens,num_decode_tokens,hash_block_tokens,hash_ids\n\
+         0,32,2,16,1 2\n0,32,2,16,1 2\n0,32,3,16,1 2\n",
+    )
+    .unwrap();
+    let out = dir.path().join("cmp");
+    let o = run(&[
+        "compare",
+        "--workload",
+        w.to_str().unwrap(),
+        "--schedulers",
+        "vllm,optimal",
+        "--enable-prefix-caching",
+        "--cost-model",
+        "llama2-7b-a100",
+        "--kv-capacity",
+        "256",
+        "--block-size",
+        "16",
+        "--time-limit",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("comparison.json")).unwrap())
+            .unwrap();
+    let row = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scheduler"] == "vllm")
+        .unwrap();
+    assert_eq!(row["cached_tokens"], 0);
+    assert_eq!(row["shares_kv_blocks"], true);
+    // 2 shared prompt blocks and one decode block each: 5 blocks, not 9.
+    assert_eq!(row["peak_kv_tokens"], 80);
+    assert!(row["ratio_to_optimum"].is_null() && row["ratio_to_bound"].is_null());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("vllm^"), "{}", stdout(&o));
+}
+
 #[test]
 fn prefix_caching_asked_of_schedulers_without_one_is_refused_or_noted() {
     let dir = tempfile::tempdir().unwrap();

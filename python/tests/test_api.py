@@ -164,3 +164,20 @@ def test_vllm_v1_takes_shared_prompt_blocks_from_its_prefix_cache():
     assert on.summary["cached_tokens"] > 0
     assert "cached_tokens" not in off.summary
     assert on.requests["processed_tokens"].sum() < off.requests["processed_tokens"].sum()
+
+
+def test_vllm_v0_takes_the_cache_only_when_asked():
+    # vLLM v0's prefix cache is off by default, as in vLLM v0; on, a recorded Mooncake
+    # window (vLLM 0.6.3's own schedule) takes prompt blocks from it.
+    w = isd.Workload.read(
+        ROOT / "notebooks-data" / "fidelity" / "vllm-0.6.3-prefix"
+        / "v0-mooncake-syn100-c8192-m16384-x2" / "workload.csv"
+    )
+    knobs = dict(token_budget=8192, kv_capacity=16384, max_running=64, block_size=16,
+                 watermark=0.0)
+    off = isd.simulate(w, "vllm", cost_model="llama2-7b-a100", **knobs)
+    on = isd.simulate(w, "vllm", cost_model="llama2-7b-a100", enable_prefix_caching=True,
+                      **knobs)
+    assert "cached_tokens" not in off.summary
+    # What vLLM 0.6.3 took from its cache on this window.
+    assert on.summary["cached_tokens"] == 121536

@@ -227,12 +227,12 @@ pub fn clairvoyance_notes(rows: &[ComparisonRow]) -> Vec<String> {
     }
     let cached: Vec<&str> = rows
         .iter()
-        .filter(|r| r.cached_tokens > 0)
+        .filter(|r| r.uses_prefix_cache())
         .map(|r| r.label.as_str())
         .collect();
     if !cached.is_empty() {
         notes.push(format!(
-            "^ prefix cache ({}): takes prompt blocks from the prefix cache; the solver's schedules and bound take nothing from one, so no ratio to them is given",
+            "^ prefix cache ({}): takes prompt blocks from the prefix cache (or, by vLLM v0's rule, shares them); the solver's schedules and bound take nothing from one, so no ratio to them is given",
             cached.join(", ")
         ));
     }
@@ -631,7 +631,7 @@ fn headline_html(rows: &[ComparisonRow], objective: Objective) -> String {
     // tokens from the prefix cache).
     let best_heuristic = rows
         .iter()
-        .filter(|r| !r.scheduler.is_solver() && r.cached_tokens == 0)
+        .filter(|r| !r.scheduler.is_solver() && !r.uses_prefix_cache())
         .min_by(|a, b| a.objective_s.total_cmp(&b.objective_s));
     let optimal_row = rows.iter().find(|r| r.scheduler.is_solver());
     let proven = crate::compare::optimum_proven(rows);
