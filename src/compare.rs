@@ -361,7 +361,10 @@ impl ComparisonRow {
 /// Whether `o`'s schedule (or a replica's) follows vLLM v0's prefix-cache rule.
 fn follows_v0_cache(o: &Outcome) -> bool {
     let v0 = |s: &crate::core::Schedule| s.prefix_cache == Some(crate::core::CacheRule::VllmV0);
-    v0(&o.schedule) || o.cluster.as_ref().is_some_and(|c| c.schedules.iter().any(v0))
+    v0(&o.schedule)
+        || o.cluster
+            .as_ref()
+            .is_some_and(|c| c.schedules.iter().any(v0))
 }
 
 /// The name a row goes by: the contender's, except that the solver's schedule without a

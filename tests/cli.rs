@@ -416,7 +416,11 @@ fn compare_gives_no_ratio_to_a_schedule_sharing_blocks_by_vllm_v0s_rule() {
     // 2 shared prompt blocks and one decode block each: 5 blocks, not 9.
     assert_eq!(row["peak_kv_tokens"], 80);
     assert!(row["ratio_to_optimum"].is_null() && row["ratio_to_bound"].is_null());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("vllm^"), "{}", stdout(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("vllm^"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
