@@ -864,12 +864,14 @@ impl PrefixCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::prefix::PrefixIds;
     use crate::request::Request;
 
-    fn workload(inputs: &[u32], ids: Option<(u32, Vec<Vec<u64>>)>) -> Workload {
+    /// Prompts of `inputs` tokens, 4 generated tokens each, all at 0, with prompt ids
+    /// `(tokens per id block, ids)` if given.
+    pub(crate) fn workload(inputs: &[u32], ids: Option<(u32, Vec<Vec<u64>>)>) -> Workload {
         let w = Workload::new(
             inputs
                 .iter()

@@ -370,28 +370,11 @@ impl V0Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prefix::PrefixIds;
-    use crate::request::{Request, Workload};
 
-    /// Prompts of `inputs` tokens, 4 generated each, ids in blocks of 8 tokens.
+    /// Prompts of `inputs` tokens, 4 generated each, ids in blocks of 8 tokens; KV blocks
+    /// of 4.
     fn keys(inputs: &[u32], ids: Vec<Vec<u64>>) -> BlockKeys {
-        let w = Workload::new(
-            inputs
-                .iter()
-                .map(|&i| Request {
-                    input_tokens: i,
-                    output_tokens: 4,
-                    arrival_s: 0.0,
-                })
-                .collect(),
-        )
-        .unwrap()
-        .with_prefix(PrefixIds {
-            block_tokens: 8,
-            ids,
-        })
-        .unwrap();
-        BlockKeys::new(&w, 4)
+        BlockKeys::new(&crate::kv_cache::tests::workload(inputs, Some((8, ids))), 4)
     }
 
     #[test]
