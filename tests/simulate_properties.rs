@@ -3,15 +3,43 @@
 //! schedule's claimed batch times) and memory account equal to the simulator's own.
 
 use infersched::core::{
-    ClassifiedEntry, EntryKind, Limits, Pipeline, Schedule, Workload, classify_entries, replay,
-    replay_pipelined,
+    ClassifiedEntry, EntryKind, Limits, Pipeline, PrefixIds, Schedule, Workload, classify_entries,
+    replay, replay_pipelined,
 };
 use infersched::cost_model::preset;
 use infersched::schedulers::{Knobs, McsfOrder, SCHEDULER_NAMES, SchedulerKind, SimError, Victim};
 use proptest::prelude::*;
 
+/// The workload of `rs` (`(I, O, arrival)` and a prefix: 0 the request's own, else the
+/// shared prefix of that number) with prompt ids in blocks of `id_block` tokens: requests
+/// with one prefix share their leading blocks up to the shorter prompt (vllm-v1's and
+/// vllm's prefix caches take them).
+fn with_prefixes(rs: &[((u32, u32, f64), u64)], id_block: u32) -> Workload {
+    let plain: Vec<(u32, u32, f64)> = rs.iter().map(|r| r.0).collect();
+    let ids = rs
+        .iter()
+        .enumerate()
+        .map(|(r, &((i, _, _), prefix))| {
+            let owner = if prefix == 0 { 100 + r as u64 } else { prefix };
+            (0..u64::from(i.div_ceil(id_block)))
+                .map(|k| owner * 1000 + k)
+                .collect()
+        })
+        .collect();
+    infersched_test_kit::workload(&plain)
+        .with_prefix(PrefixIds {
+            block_tokens: id_block,
+            ids,
+        })
+        .expect("prefix ids")
+}
+
 fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
-    let request = (1u32..40, 1u32..12, prop_oneof![Just(0.0), 0.0f64..0.3]);
+    // Each request's prompt prefix: 0 its own, else one of three shared ones.
+    let request = (
+        (1u32..40, 1u32..12, prop_oneof![Just(0.0), 0.0f64..0.3]),
+        0u64..4,
+    );
     (
         prop::collection::vec(request, 1..12),
         prop::option::of(1u64..64),
@@ -50,7 +78,7 @@ fn arb_case() -> impl Strategy<Value = (Workload, Knobs)> {
                 reserve_full_isl,
                 long_prefill_token_threshold,
             )| {
-                let w = infersched_test_kit::workload(&rs);
+                let w = with_prefixes(&rs, 2 * block);
                 let need = infersched_test_kit::largest_kv_need(&w);
                 let b = u64::from(block);
                 let m = need.div_ceil(b) * b + m_slack;
@@ -200,9 +228,14 @@ fn check_pipelined(
             return Ok(());
         }
         // As without a pipeline: a victim rule other than the newest can evict the
-        // request about to finish over and over; the simulator says so.
+        // request about to finish over and over; the simulator says so. On a pipeline
+        // sarathi's victims are only requests not in flight (Vidur's
+        // `_preempted_requests`), so a request short of a block while the others are in
+        // flight restarts itself, and two can do so in turn forever (2 requests, C = 1,
+        // M = 45 tokens in blocks of 3, 2 stages), whatever the rule.
         Err(SimError::Stalled { state, .. })
-            if knobs.victim != Victim::Newest && state.contains("recomputation livelock") =>
+            if (knobs.victim != Victim::Newest || kind == SchedulerKind::Sarathi)
+                && state.contains("recomputation livelock") =>
         {
             return Ok(());
         }
@@ -288,4 +321,37 @@ fn two_stages_overlap_batches_but_not_a_requests_own_tokens() {
         (two - one - 32.0 * 1e-3).abs() < 1e-9,
         "one stage {one} s, two {two} s"
     );
+}
+
+/// Sarathi on a pipeline, as Vidur simulates it, picks victims only among requests not in
+/// flight: two requests short of a block while the other is in flight restart themselves
+/// in turn forever, which the simulator reports instead of running on
+/// (docs/design/schedulers.md, "sarathi").
+#[test]
+fn sarathi_on_a_pipeline_can_restart_requests_forever_and_says_so() {
+    let cost = preset("llama3-70b-tp4-a100").unwrap();
+    let w = infersched_test_kit::workload(&[(13, 5, 0.0), (28, 7, 0.0)]);
+    let knobs = Knobs {
+        token_budget: Some(1),
+        kv_capacity: Some(45),
+        block_size: Some(3),
+        watermark: Some(0.0),
+        ..Knobs::default()
+    };
+    let pipeline = Pipeline {
+        stages: 2,
+        send_latency_s: 0.0,
+        send_s_per_token: 0.0,
+    };
+    // One stage serves them.
+    assert!(SchedulerKind::Sarathi.simulate(&w, &knobs, &cost).is_ok());
+    match SchedulerKind::Sarathi.simulate_on(&w, &knobs, &cost, &pipeline) {
+        Err(SimError::Stalled { state, .. }) => {
+            assert!(state.contains("recomputation livelock"), "{state}")
+        }
+        other => panic!(
+            "expected a livelock, got {:?}",
+            other.map(|s| s.schedule.batches.len())
+        ),
+    }
 }
