@@ -825,27 +825,18 @@ impl<'a> Replayer<'a> {
         released
     }
 
-    /// Checks and applies batch `j`'s entries in order; with the prefix cache, its
-    /// evictions first (their blocks join the free queue before any block of the batch is
-    /// allocated, as a scheduler preempts before it grows a request).
+    /// Checks and applies batch `j`'s entries in the order listed: a scheduler preempts
+    /// while it walks its running requests, after growing the ones before, and with a
+    /// prefix cache which cached block an allocation reuses depends on whether a
+    /// preempted request's blocks were freed yet.
     fn apply_entries(
         &mut self,
         j: usize,
         batch: &crate::schedule::Batch,
         step: &mut BatchStep,
     ) -> Result<(), ReplayError> {
-        if self.cache.is_none() {
-            for k in 0..batch.entries.len() {
-                self.apply_entry(j, k, batch, step)?;
-            }
-            return Ok(());
-        }
-        for evicts in [true, false] {
-            for k in 0..batch.entries.len() {
-                if (batch.entries[k].action == Action::Evict) == evicts {
-                    self.apply_entry(j, k, batch, step)?;
-                }
-            }
+        for k in 0..batch.entries.len() {
+            self.apply_entry(j, k, batch, step)?;
         }
         Ok(())
     }

@@ -398,6 +398,22 @@ fn fastgen_splits_a_prompt_to_fill_the_budget_and_fuses_it_with_decodes() {
 }
 
 #[test]
+fn fastgen_counts_one_token_prompts_against_the_prefill_budget() {
+    // C = 2, P = 1: r0's 4-token prompt runs 1 token per step (P). r1's 1-token prompt
+    // arrives when r0 has 1 prompt token left: both are walked with the decodes (their
+    // next input is one token, as MII groups them), but both are prompt tokens, so only
+    // r0's runs (before, both did: 2 prompt tokens over P).
+    let w = workload(&[(4, 1, 0.0), (1, 1, 0.014)]);
+    let k = Knobs {
+        prefill_budget: Some(1),
+        ..knobs(Some(2), 6, 1)
+    };
+    let got = run("fastgen", &w, &k);
+    assert!(got.iter().all(|b| b.matches(' ').count() == 0), "{got:?}");
+    assert_eq!(got, ["0:1", "0:1", "0:1", "0:1", "1:1"]);
+}
+
+#[test]
 fn fastgen_resets_when_no_decode_gets_a_block_and_no_prompt_fits() {
     // M = 16 in blocks of 4. Four prompts of 4 tokens take a block each; then every
     // decode needs a second block and none is free, and there is no prompt: nothing can

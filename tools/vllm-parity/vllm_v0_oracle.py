@@ -34,8 +34,10 @@ the model runner skips (`computed_block_nums`: blocks computed in an earlier ste
 sequence's last) is written `{"request": k, "tokens": c - h, "cached": h}`, its time that
 of the c - h tokens computed over h cached, and the schedule names its cache rule
 (`"prefix_cache": "vllm-v0"`: vLLM v0's budget counts all c, a block two prompts share
-within one step is held once and computed by both, LRU eviction; semantics.md). Preempted
-requests are written in the order vLLM preempted them (their blocks freed in that order).
+within one step is held once and computed by both, LRU eviction; semantics.md). Each step's
+entries are written in the order vLLM acted: a preemption just before the running request
+it made room for (logged from `Scheduler._preempt` and `_append_slots`), as blocks are
+freed and taken in that order.
 
 usage:
   $VLLM_V0_VENV/bin/python vllm_v0_oracle.py WORKLOAD.csv --C 2048 --M 8000 --R 256 \
@@ -89,6 +91,24 @@ def make_group(i, I, O, arrival, block, prefix=None):
                          sampling_params=sp)
 
 
+def record_actions(sched):
+    """Logs, in order, each request vLLM preempts (`_preempt`) and each running request it
+    grows (`_append_slots`) during one `schedule()`: [("evict" | "grow", request)]."""
+    acts = []
+    preempt, append = sched._preempt, sched._append_slots
+
+    def logged_preempt(seq_group, *a, **kw):
+        acts.append(("evict", int(seq_group.request_id)))
+        return preempt(seq_group, *a, **kw)
+
+    def logged_append(seq_group, *a, **kw):
+        acts.append(("grow", int(seq_group.request_id)))
+        return append(seq_group, *a, **kw)
+
+    sched._preempt, sched._append_slots = logged_preempt, logged_append
+    return acts
+
+
 def run(args):
     from vllm.sequence import Logprob, SequenceStatus
 
@@ -99,6 +119,7 @@ def run(args):
     num_blocks = args.M // block
     caching = args.enable_prefix_caching
     sched = build_scheduler(args.C, args.R, block, num_blocks, args.watermark, caching)
+    acts = record_actions(sched)
     groups = {}
     order = sorted(range(n), key=lambda i: (reqs[i][2], i))
     next_pending, done, clock, step = 0, 0, 0.0, 0
@@ -112,6 +133,7 @@ def run(args):
             sched.add_seq_group(groups[i])
             next_pending += 1
         running_before = [int(g.request_id) for g in sched.running]
+        acts.clear()
         metas, out, _ = sched.schedule()
         # With caching: the leading blocks the model runner skips (computed in an earlier
         # step; the budget paid for them all the same).
@@ -119,9 +141,7 @@ def run(args):
                    for md in metas if md.is_prompt} if caching else {}
         step += 1
         running_after = {int(g.request_id) for g in sched.running}
-        # In the order vLLM preempted them (victims leave `running` from its end): the
-        # order their blocks were freed, which the evictor's order follows.
-        preempted = [k for k in reversed(running_before) if k not in running_after
+        preempted = [k for k in running_before if k not in running_after
                      and not groups[k].is_finished()]
         assert out.preempted == len(preempted), (step, out.preempted, preempted)
         if out.ignored_seq_groups:
@@ -133,7 +153,16 @@ def run(args):
                 continue
             raise SystemExit(f"vLLM scheduled nothing at step {step} (clock {clock}) with "
                              f"{len(sched.running)} running and {len(sched.waiting)} waiting")
-        entries = [{"request": k, "evict": True} for k in preempted]
+        # Preemptions where vLLM made them, between the running requests it grew (their
+        # blocks are freed then, which the prefix cache's evictor order follows).
+        assert sorted(k for a, k in acts if a == "evict") == sorted(preempted), (step, acts)
+        evicted_before = {}
+        for a, k in acts:
+            if a == "evict":
+                evicted_before.setdefault(None, []).append(k)
+            else:
+                evicted_before[k] = evicted_before.pop(None, [])
+        entries = []
         for k in preempted:
             assert m[k] > 0, (step, k)
             m[k] = 0
@@ -160,10 +189,13 @@ def run(args):
                 feats["n_prefill"] += 1
             feats["tokens"] += c - h
             m[k] = after
+            entries += [{"request": v, "evict": True} for v in evicted_before.pop(k, [])]
             entries.append({"request": k, "tokens": c - h, "cached": h} if h else
                            {"request": k, "tokens": c})
             s.seq_group.update_num_computed_tokens(c)
             sampled.append((k, seq))
+        entries += [{"request": v, "evict": True} for v in evicted_before.pop(None, [])]
+        assert not evicted_before, (step, evicted_before)
         for k, seq in sampled:
             tok = 3 + k % 1000
             seq.append_token_id(tok, {tok: Logprob(0.0)})

@@ -115,7 +115,8 @@ impl Fastgen {
                     return (None, true);
                 }
             }
-            let room = if remaining > 1 {
+            // A prompt's tokens (a one-token remainder of one too) also count against P.
+            let room = if remaining > 1 || !sim.is_decode_ready(i) {
                 budget.min(sim.prefill_room())
             } else {
                 budget
