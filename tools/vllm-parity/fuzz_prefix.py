@@ -2,7 +2,7 @@
 Scheduler: small workloads with random shared prompt block ids, random block sizes, C, M,
 R_max, whole-prompt check and watermark; each run by vllm_v1_oracle.py (in this process)
 and by `infersched simulate`, compared batch by batch with the tokens each entry took from
-the cache. Usage (in the vLLM venv, from a scratch directory):
+the cache; `infersched replay` must accept vLLM's schedule. Usage (in the vLLM venv, from a scratch directory):
   PROJECT=<checkout> INFERSCHED=<infersched binary> $VLLM_VENV/bin/python fuzz_prefix.py SEED CASES
 """
 import json, os, random, subprocess, sys, argparse
@@ -42,7 +42,7 @@ for case in range(seed0, seed0 + cases):
             f.write(f"{t},{I},{O_},{idb},{' '.join(map(str, ids))}\n")
     args = argparse.Namespace(workload="f.csv", C=C, M=M, R=R, block=block, cost_model=O.DEFAULT_COST,
         no_reserve_full_isl=not isl, watermark=wm, raw_blocks=False, num_gpu_blocks=0, max_model_len=0,
-        trace=None, out="fv.json", enable_prefix_caching=True)
+        trace=None, out="fv.json", enable_prefix_caching=True, pulled=False, held=False)
     import io, contextlib
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -58,6 +58,14 @@ for case in range(seed0, seed0 + cases):
         print(case, "ours failed:", p.stderr[-500:]); bad += 1; continue
     a = json.load(open("fv.json"))['batches']; b = json.load(open("fo/vllm-v1/schedule.json"))['batches']
     hits_total += sum(e.get('cached', 0) > 0 for bt in a for e in bt['entries'])
+    # The replay must accept vLLM's own schedule (entries in the order vLLM acted).
+    subprocess.run(["rm", "-rf", "fr"])
+    r = subprocess.run([B, "replay", "--workload", "f.csv", "--schedule", "fv.json", "--cost-model",
+                        "llama2-7b-a100", "--token-budget", str(C), "--kv-capacity", str(M),
+                        "--max-running", str(R), "--block-size", str(block), "--out", "fr"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(case, "the replay rejects vLLM's schedule:", r.stderr[-500:]); bad += 1
     ev_total += sum(e.get('evict', False) for bt in a for e in bt['entries'])
     d = [k for k, (x, y) in enumerate(zip(a, b)) if norm(x) != norm(y)]
     if d or len(a) != len(b):
