@@ -66,6 +66,15 @@ pub fn simulate_virtual_engine_cluster(
     engine_cluster(workload, limits, engines, (cost, pipeline), Some(router))
 }
 
+/// vLLM v0 gives each virtual engine its own prefix cache, which one replayed schedule
+/// cannot show: refused.
+fn refuse_prefix_cache(engines: &[Box<dyn Policy>]) -> Result<(), SimError> {
+    match engines.iter().find(|e| e.prefix_cache().is_some()) {
+        Some(e) => Err(SimError::CacheOnVirtualEngines { policy: e.name() }),
+        None => Ok(()),
+    }
+}
+
 /// The engines' cluster; without a router, one replica (errors then name the engine).
 fn engine_cluster(
     workload: &Workload,
@@ -74,11 +83,7 @@ fn engine_cluster(
     (cost, pipeline): (&dyn CostModel, &Pipeline),
     router: Option<Router>,
 ) -> Result<ClusterSimulation, SimError> {
-    if engines.iter().any(|e| e.prefix_cache().is_some()) {
-        return Err(SimError::CacheOnVirtualEngines {
-            policy: engines[0].name(),
-        });
-    }
+    refuse_prefix_cache(engines)?;
     limits.validate()?;
     pipeline.validate()?;
     let p = pipeline.stages as usize;
