@@ -1784,6 +1784,38 @@ mod tests {
     }
 
     #[test]
+    fn an_eviction_frees_its_blocks_where_it_stands_in_the_batch() {
+        // Blocks of 2, M = 3 blocks. Batch 0: r2's prompt fills X (ids [7], shared with
+        // r3), r0's its own block, r1 1 token; r2 finishes, X stays cached. Batch 1: r0's
+        // decode needs a block and r1 is evicted. Listed first, r0 takes X, the only free
+        // block, and X leaves the cache: r3's hit on it in batch 2 is refused. With r1's
+        // eviction first, r0 takes r1's freed block and X is still there for r3.
+        let w = workload(&[(2, 2, 0.0), (1, 2, 0.0), (2, 1, 0.0), (3, 1, 0.0)])
+            .with_prefix(crate::prefix::PrefixIds {
+                block_tokens: 2,
+                ids: vec![vec![1], vec![2], vec![7], vec![7, 9]],
+            })
+            .unwrap();
+        let batches = |batch1: Vec<Entry>| {
+            sched(vec![
+                vec![E::process(2, 2), E::process(0, 2), E::process(1, 1)],
+                batch1,
+                vec![E::cached_process(3, 2, 1), E::process(1, 2)],
+            ])
+        };
+        let l = blocks_of_2(Some(6));
+        let late = batches(vec![E::process(0, 1), E::evict(1)]);
+        let e = replay(&w, &l, &TestCost, &late).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("block 0 (tokens 0 to 2) is not in the cache"),
+            "{e}"
+        );
+        let early = batches(vec![E::evict(1), E::process(0, 1)]);
+        assert!(replay(&w, &l, &TestCost, &early).is_ok());
+    }
+
+    #[test]
     fn vllm_v0s_rule_shares_blocks_within_a_batch_but_hits_only_earlier_ones() {
         let w = shared_prefix();
         let v0 = |batches: Vec<Vec<Entry>>| Schedule {
