@@ -68,14 +68,6 @@ impl KvCache {
         }
     }
 
-    /// The block keys.
-    pub fn keys(&self) -> &BlockKeys {
-        match self {
-            KvCache::V1(c) => &c.keys,
-            KvCache::V0(c) => &c.keys,
-        }
-    }
-
     /// Adds a request (a cluster's replica): see [`BlockKeys::push`].
     pub fn push(&mut self, input: u32, chains: Vec<u32>) {
         match self {
