@@ -35,6 +35,7 @@
 //! largest batch count among them in whole biases plus all their work.
 
 mod batch_count;
+mod batch_index;
 mod busy_time;
 mod held_memory;
 mod interference;
@@ -92,6 +93,10 @@ pub enum BoundArgument {
     /// Mean latency: HiGHS's dual bound on the phase relaxation (a small MILP over the
     /// order of completions, module `bounds::phases`), at least the machine bound.
     PhaseRelaxation,
+    /// Mean latency or TTFT: the dual of the local-polytope relaxation of the pairwise
+    /// problem on each request's count of batches in the system (module
+    /// `bounds::batch_index`; for TTFT, of the first-token problem).
+    BatchIndex,
     /// Mean latency or TTFT: the size-weighted mean of the bounds of groups of requests
     /// solved on their own (module `groups`).
     IndependentGroups,
@@ -126,6 +131,7 @@ impl BoundArgument {
             Self::PairwiseInterference => "pairwise-interference",
             Self::MemoryHeldToCompletion => "memory-held-to-completion",
             Self::PhaseRelaxation => "phase-relaxation",
+            Self::BatchIndex => "batch-index",
             Self::IndependentGroups => "independent-groups",
             Self::PooledSearch => "pooled-search",
             Self::CycleRatio => "cycle-ratio",
@@ -656,6 +662,34 @@ pub fn phase_relaxation_bound(
     threads: u32,
 ) -> Option<CombinatorialBound> {
     phase_relaxation(w, limits, cost, objective, time_limit_s, threads).map(|r| r.bound)
+}
+
+/// The batch-index bound on the mean latency (seconds; module `batch_index`), its dual
+/// raised for at most `time_limit_s`; for mean TTFT, on the first tokens alone (as
+/// [`phase_relaxation`]). None where it does not apply (makespan, fewer than two requests,
+/// a negative cost coefficient, no batch bias, more pairs than its memory holds).
+pub fn batch_index_bound(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    time_limit_s: f64,
+) -> Option<CombinatorialBound> {
+    let first_tokens;
+    let reqs = match objective {
+        Objective::MeanLatency => w.requests(),
+        Objective::MeanTtft => {
+            first_tokens = first_tokens_only(w);
+            &first_tokens
+        }
+        Objective::Makespan => return None,
+    };
+    let sum = batch_index::sum_of_completions(&Theta(cost), reqs, limits, time_limit_s)?;
+    let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
+    Some(CombinatorialBound {
+        value_s: (sum - arrivals) / reqs.len() as f64,
+        argument: BoundArgument::BatchIndex,
+    })
 }
 
 /// The pooled search's lower bound on the objective over every schedule of `class`

@@ -6,7 +6,8 @@
 //! The order: the heuristic portfolio, the priority-list search, a proof by the
 //! combinatorial bound; for mean TTFT the search on the first-token problem, for mean
 //! latency the plan search from the best schedule's plan; the independent groups; then,
-//! where no exact model fits, the phase relaxation and the best schedule found; else the
+//! where no exact model fits, the batch-index bound (mean latency, offline), the phase
+//! relaxation and the best schedule found; else the
 //! counting search where it is exact, the pooled searches where it is not, the phase
 //! relaxation and the arc-flow MILP.
 
@@ -87,6 +88,10 @@ const RE_PLAN_SHARE: f64 = 0.1;
 /// by which the plan search from the best schedule's own plan ends, leaving the rest for
 /// the bound and the answer's replay.
 const RE_PLAN_LAST_SHARE: f64 = 0.9;
+
+/// Where no exact model fits, the batch-index bound's share of the time left (the phase
+/// relaxation and its plan have most of the rest).
+const BATCH_INDEX_SHARE: f64 = 0.5;
 
 /// The pooled search's share of the time limit (from the start) before the MILP.
 const POOLED_SHARE: f64 = 0.35;
@@ -222,6 +227,7 @@ fn run(
         Stage::RePlan => run_re_plan(p, budget, store),
         Stage::IndependentGroups => run_groups(p, budget, store, context),
         Stage::NoExactModel | Stage::NoExactModelAfterPooled => {
+            batch_index(p, budget, store);
             phase_relaxation(p, budget, store, 0.8, 0.15);
             let note = format!(
                 "no exact model: the requests' state graphs alone would take about {}, over the memory limit of {}",
@@ -439,6 +445,21 @@ fn run_groups(
         .map_or_else(|| "independent-groups".to_string(), |s| s.heuristic);
     store.offer_schedule(name, report.schedule);
     Ok(Flow::Next)
+}
+
+/// Mean latency of an offline workload: the batch-index bound, [`BATCH_INDEX_SHARE`] of the
+/// time left (with arrivals it is weaker than the machine bounds: each earlier request's
+/// progress before a later one's window is bounded on its own, not with the others').
+fn batch_index(p: &Problem<'_>, budget: &Budget, store: &mut Store<'_>) {
+    let reqs = p.w.requests();
+    let offline = reqs.iter().all(|r| r.arrival_s == reqs[0].arrival_s);
+    if p.objective != Objective::MeanLatency || !offline {
+        return;
+    }
+    let time_s = budget.left().share_s(BATCH_INDEX_SHARE);
+    if let Some(bound) = bounds::batch_index_bound(p.w, &p.limits, p.cost, p.objective, time_s) {
+        store.offer_bound(bound);
+    }
 }
 
 /// The phase relaxation: its bound (`share` of the time left), and a schedule from its
