@@ -675,6 +675,21 @@ pub fn batch_index_bound(
     objective: Objective,
     time_limit_s: f64,
 ) -> Option<CombinatorialBound> {
+    batch_index_relaxation(w, limits, cost, objective, time_limit_s, 0.0).map(|r| r.bound)
+}
+
+/// [`batch_index_bound`] with a plan from a low point of its pairwise problem (requests in
+/// order of their batch counts, each prompt in the phase where its count says it starts),
+/// searched for `descent_s` after the bound: a guide for a schedule, as the phase
+/// relaxation's plan is. The plan's phases assume the requests arrive together.
+pub fn batch_index_relaxation(
+    w: &Workload,
+    limits: &Limits,
+    cost: &LinearCostModel,
+    objective: Objective,
+    time_limit_s: f64,
+    descent_s: f64,
+) -> Option<PhaseRelaxation> {
     let first_tokens;
     let reqs = match objective {
         Objective::MeanLatency => w.requests(),
@@ -684,12 +699,42 @@ pub fn batch_index_bound(
         }
         Objective::Makespan => return None,
     };
-    let sum = batch_index::sum_of_completions(&Theta(cost), reqs, limits, time_limit_s)?;
+    let t = Theta(cost);
+    let relaxed = batch_index::sum_of_completions(&t, reqs, limits, time_limit_s, descent_s)?;
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
-    Some(CombinatorialBound {
-        value_s: (sum - arrivals) / reqs.len() as f64,
-        argument: BoundArgument::BatchIndex,
+    let fewest: Vec<u64> = reqs
+        .iter()
+        .map(|r| prompt_batches(r, limits) + u64::from(r.output_tokens) - 1)
+        .collect();
+    Some(PhaseRelaxation {
+        bound: CombinatorialBound {
+            value_s: (relaxed.sum_s - arrivals) / reqs.len() as f64,
+            argument: BoundArgument::BatchIndex,
+        },
+        plan: Some(plan_of_counts(&relaxed.counts, &fewest)),
     })
+}
+
+/// The plan of batch counts `m` of requests arriving together: completions in order of
+/// `m`, each prompt in the phase of its first batch `m_j - fewest_j + 1` (the phase after
+/// the completions before it).
+fn plan_of_counts(m: &[u64], fewest: &[u64]) -> PhasePlan {
+    let n = m.len();
+    let mut completes: Vec<usize> = (0..n).collect();
+    completes.sort_by_key(|&j| (m[j], j));
+    let prompt_share = (0..n)
+        .map(|j| {
+            let start = (m[j] + 1).saturating_sub(fewest[j]);
+            let phase = m.iter().filter(|&&c| c < start).count().min(n - 1);
+            let mut row = vec![0.0; n];
+            row[phase] = 1.0;
+            row
+        })
+        .collect();
+    PhasePlan {
+        completes,
+        prompt_share,
+    }
 }
 
 /// The pooled search's lower bound on the objective over every schedule of `class`

@@ -91,7 +91,18 @@ const RE_PLAN_LAST_SHARE: f64 = 0.9;
 
 /// Where no exact model fits, the batch-index bound's share of the time left (the phase
 /// relaxation and its plan have most of the rest).
-const BATCH_INDEX_SHARE: f64 = 0.5;
+const BATCH_INDEX_SHARE: f64 = 0.35;
+
+/// The most requests for the batch-index bound: on README family (c) n = 128 its bound
+/// stays under the machine relaxation's in a 60 s solve (20.87 s against 21.19 s at 30 s),
+/// and the time it takes from the plan search costs the schedule (docs/benchmarks.md).
+const BATCH_INDEX_MAX_REQUESTS: usize = 64;
+
+/// The search for a low point of the batch-index bound's pairwise problem: its share.
+const BATCH_INDEX_DESCENT_SHARE: f64 = 0.1;
+
+/// The plan search from that point: its share of the time left.
+const BATCH_INDEX_PLAN_SHARE: f64 = 0.25;
 
 /// The pooled search's share of the time limit (from the start) before the MILP.
 const POOLED_SHARE: f64 = 0.35;
@@ -227,8 +238,16 @@ fn run(
         Stage::RePlan => run_re_plan(p, budget, store),
         Stage::IndependentGroups => run_groups(p, budget, store, context),
         Stage::NoExactModel | Stage::NoExactModelAfterPooled => {
-            batch_index(p, budget, store);
-            phase_relaxation(p, budget, store, 0.8, 0.15);
+            if batch_index_applies(p) {
+                // Its bound and plan, the phase relaxation's (whose bound it passes on
+                // every workload measured, docs/benchmarks.md) in less time, then the plan
+                // search from the best schedule with what is left.
+                batch_index(p, budget, store);
+                phase_relaxation(p, budget, store, 0.3, 0.1);
+                re_plan_until(p, store, budget.by_share(RE_PLAN_LAST_SHARE));
+            } else {
+                phase_relaxation(p, budget, store, 0.8, 0.15);
+            }
             let note = format!(
                 "no exact model: the requests' state graphs alone would take about {}, over the memory limit of {}",
                 crate::human_bytes(p.graph_bytes),
@@ -355,15 +374,12 @@ fn run_re_plan(
     budget: &Budget,
     store: &mut Store<'_>,
 ) -> Result<Flow, SolveError> {
-    let Some(best) = store.incumbent() else {
-        return Ok(Flow::Next);
-    };
-    let plan = plan_schedule::plan_of_schedule(p.w, &best.schedule, &best.replay);
     // Where neither the phase relaxation nor an exact model follows, nothing else would
     // use the time: the search gets it (up to its budget of tries).
-    let last_method = p.no_exact_model
-        && !p.pooled_applies
-        && !(p.options.phase_relaxation && p.w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS);
+    let relaxed_later = (p.options.phase_relaxation
+        && p.w.len() <= bounds::PHASE_RELAXATION_MAX_REQUESTS)
+        || batch_index_applies(p);
+    let last_method = p.no_exact_model && !p.pooled_applies && !relaxed_later;
     let deadline = if last_method {
         budget.by_share(RE_PLAN_LAST_SHARE)
     } else {
@@ -372,6 +388,16 @@ fn run_re_plan(
             .deadline(RE_PLAN_SHARE)
             .min(budget.by_share(0.6))
     };
+    re_plan_until(p, store, deadline);
+    Ok(Flow::Next)
+}
+
+/// The plan search from the best schedule's own plan until `deadline`.
+fn re_plan_until(p: &Problem<'_>, store: &mut Store<'_>, deadline: std::time::Instant) {
+    let Some(best) = store.incumbent() else {
+        return;
+    };
+    let plan = plan_schedule::plan_of_schedule(p.w, &best.schedule, &best.replay);
     let label = format!("{} re-planned", best.name);
     let planned = planned_schedule(
         p,
@@ -382,7 +408,6 @@ fn run_re_plan(
         &label,
     );
     store.offer_any(planned);
-    Ok(Flow::Next)
 }
 
 /// The independent groups (module `groups`): all the time left where no exact model fits
@@ -447,19 +472,46 @@ fn run_groups(
     Ok(Flow::Next)
 }
 
-/// Mean latency of an offline workload: the batch-index bound, [`BATCH_INDEX_SHARE`] of the
-/// time left (with arrivals it is weaker than the machine bounds: each earlier request's
-/// progress before a later one's window is bounded on its own, not with the others').
+/// Mean latency of an offline workload: the batch-index bound ([`BATCH_INDEX_SHARE`] of
+/// the time left), and a schedule from the plan of its low point (the next
+/// [`BATCH_INDEX_DESCENT_SHARE`] to find it, [`BATCH_INDEX_PLAN_SHARE`] to follow it). With arrivals it is weaker than the machine bounds (each
+/// earlier request's progress before a later one's window is bounded on its own, not with
+/// the others'), so it is not run.
 fn batch_index(p: &Problem<'_>, budget: &Budget, store: &mut Store<'_>) {
-    let reqs = p.w.requests();
-    let offline = reqs.iter().all(|r| r.arrival_s == reqs[0].arrival_s);
-    if p.objective != Objective::MeanLatency || !offline {
+    let left = budget.left();
+    let Some(relaxed) = bounds::batch_index_relaxation(
+        p.w,
+        &p.limits,
+        p.cost,
+        p.objective,
+        left.share_s(BATCH_INDEX_SHARE),
+        left.share_s(BATCH_INDEX_DESCENT_SHARE),
+    ) else {
         return;
-    }
-    let time_s = budget.left().share_s(BATCH_INDEX_SHARE);
-    if let Some(bound) = bounds::batch_index_bound(p.w, &p.limits, p.cost, p.objective, time_s) {
-        store.offer_bound(bound);
-    }
+    };
+    store.offer_bound(relaxed.bound);
+    let shares = BATCH_INDEX_SHARE + BATCH_INDEX_DESCENT_SHARE + BATCH_INDEX_PLAN_SHARE;
+    let deadline = left.deadline(shares);
+    let planned = relaxed.plan.and_then(|plan| {
+        planned_schedule(
+            p,
+            &p.class,
+            &plan,
+            store.incumbent(),
+            deadline,
+            "batch-index plan",
+        )
+    });
+    store.offer_any(planned);
+}
+
+/// Whether the batch-index bound runs: mean latency of requests arriving together, at most
+/// [`BATCH_INDEX_MAX_REQUESTS`] of them.
+fn batch_index_applies(p: &Problem<'_>) -> bool {
+    let reqs = p.w.requests();
+    p.objective == Objective::MeanLatency
+        && (2..=BATCH_INDEX_MAX_REQUESTS).contains(&reqs.len())
+        && reqs.iter().all(|r| r.arrival_s == reqs[0].arrival_s)
 }
 
 /// The phase relaxation: its bound (`share` of the time left), and a schedule from its

@@ -71,7 +71,9 @@ const LEVEL_SHARE: f64 = 0.3;
 const COARSE_BINS: u64 = 64;
 
 /// A lower bound on the sum of completion times (absolute seconds) within `time_limit_s`,
-/// or None where it does not apply (a negative coefficient, no bias, too many pairs).
+/// and a low point of the pairwise problem searched for `descent_s` more (from the dual's
+/// beliefs); None where it does not apply (a negative coefficient, no bias, too many
+/// pairs).
 ///
 /// The dual is raised on coarse bins first, then on bins of half the width from the
 /// coarser messages, down to the width [`Setup::width_for`] chooses: messages travel far
@@ -81,7 +83,8 @@ pub(super) fn sum_of_completions(
     reqs: &[Request],
     limits: &Limits,
     time_limit_s: f64,
-) -> Option<f64> {
+    descent_s: f64,
+) -> Option<Relaxed> {
     let deadline = Instant::now() + Duration::try_from_secs_f64(time_limit_s.max(0.0)).ok()?;
     let setup = Setup::new(t, reqs, limits)?;
     let frame = setup.frame();
@@ -117,10 +120,29 @@ pub(super) fn sum_of_completions(
                 coarser = Some((model, messages));
                 grid = finer;
             }
-            _ => break,
+            _ => {
+                coarser = Some((model, messages));
+                break;
+            }
         }
     }
-    best.is_finite().then(|| best - best.abs() * 1e-12)
+    let (model, messages) = coarser?;
+    let mut counts = model.decode(&messages, &frame.nb);
+    let descent = Duration::try_from_secs_f64(descent_s.max(0.0)).ok()?;
+    setup.descend(&mut counts, &frame, grid.width(), Instant::now() + descent);
+    best.is_finite().then(|| Relaxed {
+        sum_s: best - best.abs() * 1e-12,
+        counts,
+    })
+}
+
+/// The bound and a low point of the pairwise problem.
+pub(super) struct Relaxed {
+    /// The bound on the sum of completion times (absolute seconds).
+    pub(super) sum_s: f64,
+    /// Batch counts where `Phi` is low: from the dual's beliefs, improved one request at a
+    /// time (a guide for a schedule, not a bound).
+    pub(super) counts: Vec<u64>,
 }
 
 /// Where the requests' batch counts may lie.
@@ -269,6 +291,58 @@ impl<'a> Setup<'a> {
             }
         }
         total
+    }
+
+    /// `Phi`'s terms that involve request `j` at counts `m`.
+    fn phi_of(&self, m: &[u64], j: usize) -> f64 {
+        let mut total = self.bias * m[j] as f64;
+        for i in (0..m.len()).filter(|&i| i != j) {
+            let d = m[i] as i64 - m[j] as i64;
+            total += self.term(i, j, d) + self.term(j, i, -d);
+        }
+        total
+    }
+
+    /// Lowers `Phi` at `m` one request at a time (each moved to its best count, tried every
+    /// `step` batches up to the others' last count and its own fewest batches past it,
+    /// then batch by batch around the best), until no move helps, or `deadline`.
+    fn descend(&self, m: &mut [u64], frame: &Frame, step: u64, deadline: Instant) {
+        let step = step.max(1);
+        let mut moved = true;
+        while moved && Instant::now() < deadline {
+            moved = false;
+            for j in 0..m.len() {
+                let before = m[j];
+                let top = m.iter().copied().max().unwrap_or(0) + frame.nb[j];
+                let coarse = (frame.nb[j]..=top).step_by(step as usize);
+                let best = self.best_count(m, j, before, coarse);
+                let fine = best.saturating_sub(step).max(frame.nb[j])..best + step;
+                m[j] = self.best_count(m, j, best, fine);
+                moved |= m[j] != before;
+            }
+        }
+    }
+
+    /// The count among `at` and `candidates` where `Phi` is least, the others at `m`
+    /// (ties kept at `at`).
+    fn best_count(
+        &self,
+        m: &mut [u64],
+        j: usize,
+        at: u64,
+        candidates: impl Iterator<Item = u64>,
+    ) -> u64 {
+        m[j] = at;
+        let mut best = (self.phi_of(m, j), at);
+        for v in candidates {
+            m[j] = v;
+            let value = self.phi_of(m, j);
+            if value < best.0 - 1e-12 * value.abs() {
+                best = (value, v);
+            }
+        }
+        m[j] = best.1;
+        best.1
     }
 
     /// The least `Phi` at a few points: every request at its fewest batches, and requests

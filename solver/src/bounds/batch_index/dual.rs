@@ -191,6 +191,25 @@ impl Model {
         self.fixed + edges + beliefs.iter().map(|b| least(b)).sum::<f64>()
     }
 
+    /// Each request's batch count where its belief under `messages` is least (the least
+    /// count of that bin, at least `floor`): a point to start a search for a low `Phi`.
+    pub(super) fn decode(&self, messages: &Messages, floor: &[u64]) -> Vec<u64> {
+        let mut beliefs = self.unary.clone();
+        for (pair, (li, lj)) in self.pairs.iter().zip(messages) {
+            add(&mut beliefs[pair.i], li, 1.0);
+            add(&mut beliefs[pair.j], lj, 1.0);
+        }
+        beliefs
+            .iter()
+            .zip(&self.domains)
+            .zip(floor)
+            .map(|((b, d), &f)| {
+                let best = (0..b.len()).fold(0, |k, q| if b[q] < b[k] { q } else { k });
+                self.grid.least(d.first + best).max(f)
+            })
+            .collect()
+    }
+
     /// Messages of 0 (the dual value is then the unary terms' least values).
     pub(super) fn zero_messages(&self) -> Messages {
         self.pairs
