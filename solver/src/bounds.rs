@@ -690,15 +690,8 @@ pub fn batch_index_relaxation(
     time_limit_s: f64,
     descent_s: f64,
 ) -> Option<PhaseRelaxation> {
-    let first_tokens;
-    let reqs = match objective {
-        Objective::MeanLatency => w.requests(),
-        Objective::MeanTtft => {
-            first_tokens = first_tokens_only(w);
-            &first_tokens
-        }
-        Objective::Makespan => return None,
-    };
+    let reqs = relaxed_requests(w, objective)?;
+    let reqs: &[Request] = &reqs;
     let t = Theta(cost);
     let relaxed = batch_index::sum_of_completions(&t, reqs, limits, time_limit_s, descent_s)?;
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
@@ -797,19 +790,8 @@ pub fn phase_relaxation(
     time_limit_s: f64,
     threads: u32,
 ) -> Option<PhaseRelaxation> {
-    let first_tokens;
-    let reqs = match objective {
-        Objective::MeanLatency => w.requests(),
-        // Mean TTFT is bounded by the mean latency of the same requests with one output
-        // token each: drop every entry after a request's first token from any schedule,
-        // and what is left serves those requests (batches no longer, KV no larger, budgets
-        // kept) with each finishing no later than its first token came.
-        Objective::MeanTtft => {
-            first_tokens = first_tokens_only(w);
-            &first_tokens
-        }
-        Objective::Makespan => return None,
-    };
+    let reqs = relaxed_requests(w, objective)?;
+    let reqs: &[Request] = &reqs;
     let t = Theta(cost);
     if reqs.is_empty() || reqs.len() > PHASE_RELAXATION_MAX_REQUESTS {
         return None;
@@ -850,6 +832,19 @@ pub fn phase_relaxation(
     })
 }
 
+/// The requests whose mean latency a relaxation bounds for `objective` (None for
+/// makespan). Mean TTFT is bounded by the mean latency of the same requests with one output
+/// token each: drop every entry after a request's first token from any schedule, and what
+/// is left serves those requests (batches no longer, KV no larger, budgets kept) with each
+/// finishing no later than its first token came.
+fn relaxed_requests(w: &Workload, objective: Objective) -> Option<std::borrow::Cow<'_, [Request]>> {
+    match objective {
+        Objective::MeanLatency => Some(std::borrow::Cow::Borrowed(w.requests())),
+        Objective::MeanTtft => Some(std::borrow::Cow::Owned(first_tokens_only(w))),
+        Objective::Makespan => None,
+    }
+}
+
 /// `w`'s requests with one output token each (the first-token problem).
 pub(crate) fn first_tokens_only(w: &Workload) -> Vec<infersched_core::Request> {
     w.requests()
@@ -859,6 +854,41 @@ pub(crate) fn first_tokens_only(w: &Workload) -> Vec<infersched_core::Request> {
             ..*r
         })
         .collect()
+}
+
+/// Twelve requests of arXiv-like lengths at once, C = 2,048, M = 32,768 in blocks of 16: a
+/// burst where running requests together and apart cost about the same (tests).
+#[cfg(test)]
+pub(crate) fn arxiv_like_burst() -> (Workload, Limits) {
+    let lengths = [
+        (3000, 200),
+        (1200, 310),
+        (2500, 90),
+        (800, 400),
+        (3600, 150),
+        (1900, 260),
+        (2200, 120),
+        (600, 500),
+        (3300, 60),
+        (1500, 330),
+        (2800, 210),
+        (1000, 180),
+    ];
+    let reqs = lengths.iter().map(|&(i, o)| Request {
+        input_tokens: i,
+        output_tokens: o,
+        arrival_s: 0.0,
+    });
+    let limits = Limits {
+        token_budget: Some(2048),
+        kv_capacity: Some(32768),
+        block_size: 16,
+        ..Limits::unlimited()
+    };
+    (
+        Workload::new(reqs.collect()).expect("valid requests"),
+        limits,
+    )
 }
 
 #[cfg(test)]

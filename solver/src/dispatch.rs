@@ -828,40 +828,9 @@ mod tests {
 
     #[test]
     fn without_an_exact_model_an_offline_burst_gets_the_batch_index_bound() {
-        // Twelve requests of arXiv-like lengths at once, C = 2,048, the memory limit too
-        // small for any exact model: the batch-index bound is the strongest, and the answer
-        // is no better than it.
-        let lengths = [
-            (3000, 200),
-            (1200, 310),
-            (2500, 90),
-            (800, 400),
-            (3600, 150),
-            (1900, 260),
-            (2200, 120),
-            (600, 500),
-            (3300, 60),
-            (1500, 330),
-            (2800, 210),
-            (1000, 180),
-        ];
-        let w = Workload::new(
-            lengths
-                .iter()
-                .map(|&(i, o)| Request {
-                    input_tokens: i,
-                    output_tokens: o,
-                    arrival_s: 0.0,
-                })
-                .collect(),
-        )
-        .unwrap();
-        let limits = Limits {
-            token_budget: Some(2048),
-            kv_capacity: Some(32768),
-            block_size: 16,
-            ..Limits::unlimited()
-        };
+        // An offline burst, the memory limit too small for any exact model: the
+        // batch-index bound is the strongest, and the answer is no better than it.
+        let (w, limits) = bounds::arxiv_like_burst();
         let options = SolveOptions {
             time_limit_s: 8.0,
             threads: 1,

@@ -176,27 +176,7 @@ fn offline_bursts_of_real_lengths_pay_for_running_together() {
     // Twelve requests of arXiv-like lengths at once, C = 2,048: every pair either overlaps
     // (each pays the other's work) or waits (the later pays the earlier's biases); the
     // bound is above the machine relaxation's and every heuristic is above it.
-    let lengths = [
-        (3000, 200),
-        (1200, 310),
-        (2500, 90),
-        (800, 400),
-        (3600, 150),
-        (1900, 260),
-        (2200, 120),
-        (600, 500),
-        (3300, 60),
-        (1500, 330),
-        (2800, 210),
-        (1000, 180),
-    ];
-    let w = Workload::new(lengths.iter().map(|&(i, o)| req(i, o, 0.0)).collect()).unwrap();
-    let limits = Limits {
-        token_budget: Some(2048),
-        kv_capacity: Some(32768),
-        block_size: 16,
-        ..Limits::unlimited()
-    };
+    let (w, limits) = super::super::arxiv_like_burst();
     let cost = preset();
     let bound =
         super::super::batch_index_bound(&w, &limits, &cost, crate::Objective::MeanLatency, 20.0)

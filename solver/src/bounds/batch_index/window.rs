@@ -187,6 +187,14 @@ mod tests {
 
     const NONE: Reach = Progress::NONE;
 
+    /// A budget of 512 tokens (a prompt of 1,000 in two chunks).
+    fn budget_512() -> Limits {
+        Limits {
+            token_budget: Some(512),
+            ..Limits::unlimited()
+        }
+    }
+
     fn req(i: u32, o: u32) -> Request {
         Request {
             input_tokens: i,
@@ -199,10 +207,7 @@ mod tests {
     fn the_whole_request_in_the_window_is_its_least_work_and_surplus() {
         let c = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let t = Theta(&c);
-        let limits = Limits {
-            token_budget: Some(512),
-            ..Limits::unlimited()
-        };
+        let limits = budget_512();
         let r = req(1000, 7);
         let p = Progress::new(&t, r, &limits);
         assert_eq!(p.batches(), 2 + 6);
@@ -218,10 +223,7 @@ mod tests {
     fn what_fits_before_a_window_is_bounded_by_time() {
         let c = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let t = Theta(&c);
-        let limits = Limits {
-            token_budget: Some(512),
-            ..Limits::unlimited()
-        };
+        let limits = budget_512();
         let r = req(1000, 7);
         let p = Progress::new(&t, r, &limits);
         let b = t.batch_bias();
@@ -243,10 +245,7 @@ mod tests {
     fn entries_outside_the_window_take_the_cheapest_part_each_side() {
         let c = infersched_cost_model::preset("llama2-7b-a100").unwrap();
         let t = Theta(&c);
-        let limits = Limits {
-            token_budget: Some(512),
-            ..Limits::unlimited()
-        };
+        let limits = budget_512();
         let r = req(1000, 7);
         let p = Progress::new(&t, r, &limits);
         // Two entries after: tokens 6 and 7 may come after the window.
