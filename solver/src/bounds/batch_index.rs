@@ -11,7 +11,9 @@
 //! A request `i` arriving no earlier than `j` has all its entries in batches from `k_i >=
 //! k_j`, and at most `c_i - c_j <= m_i - m_j + D_ij` of them after `c_j`, where `D_ij =
 //! ceil((T_i - T_j) / b)` bounds the batches starting in `[T_j, T_i)`; one arriving
-//! earlier has at most `D_ji` entries before `k_j` and at most `m_i - m_j` after `c_j`.
+//! earlier has at most `D_ji` entries before `k_j`, no more progress there than its entries
+//! in `T_j - T_i` and one more batch allow (the batch in progress at `T_j`, whose part after
+//! `T_j` delays `j` too: [`Setup::term`]), and at most `m_i - m_j` after `c_j`.
 //! Either way its least work inside the window is a function of `m_i - m_j`
 //! (`window::Progress::window_work`), so `sum_j C_j >= min over integers m_j >= nb_j of
 //! Phi(m)`, `Phi` a sum of unary terms `T_j + b m_j + w_j` and one term per pair by the
@@ -167,6 +169,11 @@ impl Frame {
 struct Relation {
     /// The most `i` can have done before `j`'s window (nothing where it arrives no earlier).
     before: Reach,
+    /// The most `i` can have done in batches that end by `j`'s arrival (`before` but for
+    /// the batch in progress then).
+    ended: Reach,
+    /// How much earlier `i` arrives (0 where it does not).
+    gap: f64,
     /// Where `i` arrives no earlier, the most batches starting from `j`'s arrival to `i`'s
     /// (`c_i - c_j <= m_i - m_j + shift`); else 0.
     shift: u64,
@@ -217,13 +224,18 @@ impl<'a> Setup<'a> {
                 let gap = pj.arrival() - pi.arrival();
                 out.push(if gap > 0.0 {
                     let entries = pi.reach_in_entries(self.batches_in(gap));
+                    let ended = least_reach(entries, pi.done_in_time(gap, self.bias));
                     Relation {
-                        before: least_reach(entries, pi.reach_in_time(gap, self.bias)),
+                        before: least_reach(entries, pi.one_more(ended)),
+                        ended,
+                        gap,
                         shift: 0,
                     }
                 } else {
                     Relation {
                         before: Progress::NONE,
+                        ended: Progress::NONE,
+                        gap: 0.0,
                         shift: self.batches_in(-gap),
                     }
                 });
@@ -247,10 +259,22 @@ impl<'a> Setup<'a> {
     }
 
     /// Request `i`'s least work in `j`'s window where `m_i - m_j = d`.
+    ///
+    /// Where `i` arrives earlier and has an entry in the batch in progress at `j`'s
+    /// arrival, that batch's part after the arrival delays `j` too: it lasts at least the
+    /// entries' work less the time since it started, at most `gap` for each of them, so `i`
+    /// adds its work there and in the window, less `gap`.
     fn term(&self, i: usize, j: usize, d: i64) -> f64 {
         let rel = self.relations[i * self.progress.len() + j];
         let after = (d as i128 + i128::from(rel.shift)).max(0);
-        self.progress[i].window_work(rel.before, u64::try_from(after).unwrap_or(u64::MAX))
+        let after = u64::try_from(after).unwrap_or(u64::MAX);
+        let progress = &self.progress[i];
+        let window = progress.window_work(rel.before, after);
+        if rel.gap > 0.0 {
+            window.max(progress.window_work(rel.ended, after) - rel.gap)
+        } else {
+            window
+        }
     }
 
     /// The differences `dl < dr` at or below which and at or above which the pair's cost
@@ -261,7 +285,7 @@ impl<'a> Setup<'a> {
         let clamp = |x: u64| x.min(i64::MAX as u64 / 8) as i64;
         let changing = |a: usize, b: usize| {
             let rel = self.relations[a * n + b];
-            let moves = self.progress[a].window_work(rel.before, 0) > 0.0;
+            let moves = self.progress[a].window_work(rel.ended, 0) > 0.0;
             moves.then(|| {
                 (
                     -clamp(rel.shift),

@@ -119,7 +119,7 @@ fn tiny_online(seed: u64) -> (Workload, Limits) {
 
 #[test]
 fn never_above_a_proven_optimum_with_arrivals() {
-    let (mut checked, mut held_back) = (0, 0);
+    let (mut checked, mut held_back, mut straddled) = (0, 0, 0);
     for seed in 0..24u64 {
         let (w, limits) = tiny_online(seed);
         let arrivals: f64 = w.requests().iter().map(|r| r.arrival_s).sum();
@@ -152,16 +152,15 @@ fn never_above_a_proven_optimum_with_arrivals() {
             // Earlier requests that may have done part, not all, of their work before a
             // later one's window (the time cap at work).
             let setup = Setup::new(&t, w.requests(), &limits).unwrap();
-            held_back += setup
-                .relations
-                .iter()
-                .zip(0..)
-                .filter(|(rel, k)| {
-                    let i = k / w.len();
-                    rel.before != Progress::NONE
-                        && setup.progress[i].window_work(rel.before, 0) > 0.0
-                })
-                .count();
+            for (k, rel) in setup.relations.iter().enumerate() {
+                let p = &setup.progress[k / w.len()];
+                let window = p.window_work(rel.before, 0);
+                held_back += usize::from(rel.before != Progress::NONE && window > 0.0);
+                // The batch in progress at the later arrival counts more than the window.
+                straddled += usize::from(
+                    rel.gap > 0.0 && setup.term(k / w.len(), k % w.len(), -100) > window,
+                );
+            }
         }
     }
     assert!(checked >= 20, "only {checked} proven");
@@ -169,6 +168,7 @@ fn never_above_a_proven_optimum_with_arrivals() {
         held_back >= 10,
         "only {held_back} earlier requests held back"
     );
+    assert!(straddled >= 5, "only {straddled} straddled");
 }
 
 #[test]

@@ -99,11 +99,10 @@ impl<'a> Progress<'a> {
         }
     }
 
-    /// The most it can have done before a window starting at the first batch that starts
-    /// `gap` seconds or more after its arrival, with batches of at least `bias` each: its
-    /// entries in the batches that end before then took less than `gap` (each at least the
-    /// bias and its least work), and one more batch may start before then.
-    pub(super) fn reach_in_time(&self, gap: f64, bias: f64) -> Reach {
+    /// The most it can have done in entries of batches that all lie within `gap` seconds of
+    /// its arrival, with batches of at least `bias` each: those entries took at most `gap`
+    /// (each at least the bias and its least work).
+    pub(super) fn done_in_time(&self, gap: f64, bias: f64) -> Reach {
         let input = u64::from(self.request.input_tokens);
         let output = u64::from(self.request.output_tokens);
         let prompt_time = |p: u64| {
@@ -114,21 +113,35 @@ impl<'a> Progress<'a> {
             }
         };
         let whole_prompt = prompt_time(input);
-        if whole_prompt >= gap {
-            // The most prompt tokens done in time, then one more chunk.
-            let done = last_below(input, |p| prompt_time(p) < gap);
-            let processed = done.saturating_add(self.chunk).min(input);
+        if whole_prompt > gap {
+            return Reach {
+                processed: last_below(input, |p| prompt_time(p) <= gap),
+                generated: 0,
+            };
+        }
+        // The prompt and `g - 1` later tokens in time.
+        let later_time = |g: u64| whole_prompt + (g - 1) as f64 * bias + self.later_work(1, g);
+        Reach {
+            processed: input,
+            generated: 1 + last_below(output - 1, |k| later_time(k + 1) <= gap),
+        }
+    }
+
+    /// What one more entry can add to `reach`: a chunk of the prompt (and the first token
+    /// with its last), or one token.
+    pub(super) fn one_more(&self, reach: Reach) -> Reach {
+        let input = u64::from(self.request.input_tokens);
+        let output = u64::from(self.request.output_tokens);
+        if reach.processed < input {
+            let processed = reach.processed.saturating_add(self.chunk).min(input);
             return Reach {
                 processed,
                 generated: u64::from(processed == input),
             };
         }
-        // The prompt and `g - 1` later tokens in time, then one more token.
-        let later_time = |g: u64| whole_prompt + (g - 1) as f64 * bias + self.later_work(1, g);
-        let done = 1 + last_below(output - 1, |k| later_time(k + 1) < gap);
         Reach {
             processed: input,
-            generated: (done + 1).min(output),
+            generated: (reach.generated + 1).min(output),
         }
     }
 
@@ -227,18 +240,24 @@ mod tests {
         let r = req(1000, 7);
         let p = Progress::new(&t, r, &limits);
         let b = t.batch_bias();
-        // No time: one chunk may start before the window.
-        let none = p.reach_in_time(0.0, b);
-        assert_eq!((none.processed, none.generated), (512, 0));
-        // Just under the first 512 tokens' time: still one chunk then the next one.
+        // No time: nothing done, one chunk may start.
+        assert_eq!(p.done_in_time(0.0, b), NONE);
+        let one = p.one_more(NONE);
+        assert_eq!((one.processed, one.generated), (512, 0));
+        // Just under the first 512 tokens' time: 511 done, then the rest in one chunk.
         let first = b + p.prompt_work(0, 512);
-        assert_eq!(p.reach_in_time(first * 0.999, b).processed, 1000);
-        assert_eq!(p.reach_in_time(first * 0.999, b).generated, 1);
-        // The prompt and two later tokens in time: a third may start before the window.
+        let done = p.done_in_time(first * 0.999, b);
+        assert_eq!((done.processed, done.generated), (511, 0));
+        assert_eq!(p.one_more(done).processed, 1000);
+        assert_eq!(p.one_more(done).generated, 1);
+        // The prompt and two later tokens in time: a third may start.
         let three = 2.0 * b + p.prompt_work(0, 1000) + 2.0 * b + p.later_work(1, 3);
-        assert_eq!(p.reach_in_time(three * 1.001, b).generated, 4);
+        let done = p.done_in_time(three * 1.001, b);
+        assert_eq!((done.processed, done.generated), (1000, 3));
+        assert_eq!(p.one_more(done).generated, 4);
         // Forever: everything.
-        assert_eq!(p.reach_in_time(1e9, b).generated, 7);
+        assert_eq!(p.done_in_time(1e9, b).generated, 7);
+        assert_eq!(p.one_more(p.done_in_time(1e9, b)).generated, 7);
     }
 
     #[test]
