@@ -54,6 +54,12 @@ const MAX_CELLS: usize = 64 << 20;
 /// About how many pair-bin products a sweep may cost (a few tenths of a second).
 const SWEEP_WORK: f64 = 2e8;
 
+/// The most requests: every ordered pair's relation is kept (48 bytes each, 48 MiB at this
+/// count) before the bins are chosen, and at this count [`MAX_CELLS`] already leaves about
+/// 50 bins a pair (on 128 requests of README family (c), 891 bins were not enough to pass
+/// the machine relaxation).
+const MAX_REQUESTS: usize = 1024;
+
 /// The fewest bins in the uniform part worth a bound.
 const MIN_BINS: u64 = 8;
 
@@ -74,8 +80,8 @@ const COARSE_BINS: u64 = 64;
 
 /// A lower bound on the sum of completion times (absolute seconds) within `time_limit_s`,
 /// and a low point of the pairwise problem searched for `descent_s` more (from the dual's
-/// beliefs); None where it does not apply (a negative coefficient, no bias, too many
-/// pairs).
+/// beliefs); None where it does not apply (a negative coefficient, no bias, fewer than two
+/// or more than [`MAX_REQUESTS`] requests, too many pairs).
 ///
 /// The dual is raised on coarse bins first, then on bins of half the width from the
 /// coarser messages, down to the width [`Setup::width_for`] chooses: messages travel far
@@ -192,7 +198,8 @@ struct Setup<'a> {
 impl<'a> Setup<'a> {
     fn new(t: &'a Theta<'a>, reqs: &[Request], limits: &Limits) -> Option<Self> {
         let bias = t.batch_bias();
-        if reqs.len() < 2 || !t.non_negative() || bias.is_nan() || bias <= 0.0 {
+        let n = reqs.len();
+        if !(2..=MAX_REQUESTS).contains(&n) || !t.non_negative() || bias.is_nan() || bias <= 0.0 {
             return None;
         }
         let progress: Vec<Progress<'a>> =

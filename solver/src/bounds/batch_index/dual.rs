@@ -287,16 +287,15 @@ impl Model {
     ) {
         add(&mut beliefs[pair.i], li, -1.0);
         add(&mut beliefs[pair.j], lj, -1.0);
+        // The old messages are out of the beliefs: the min-plus products go in their place.
         let (ai, aj) = (&beliefs[pair.i], &beliefs[pair.j]);
-        let mut mi = vec![0.0; ai.len()];
-        let mut mj = vec![0.0; aj.len()];
-        self.to_first(pair, aj, &mut mi, s);
-        self.to_second(pair, ai, &mut mj, s);
-        for ((l, m), a) in li.iter_mut().zip(&mi).zip(ai) {
-            *l = 0.5 * (m - a);
+        self.to_first(pair, aj, li, s);
+        self.to_second(pair, ai, lj, s);
+        for (l, a) in li.iter_mut().zip(ai) {
+            *l = 0.5 * (*l - a);
         }
-        for ((l, m), a) in lj.iter_mut().zip(&mj).zip(aj) {
-            *l = 0.5 * (m - a);
+        for (l, a) in lj.iter_mut().zip(aj) {
+            *l = 0.5 * (*l - a);
         }
         add(&mut beliefs[pair.i], li, 1.0);
         add(&mut beliefs[pair.j], lj, 1.0);

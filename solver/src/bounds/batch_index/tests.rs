@@ -194,3 +194,13 @@ fn offline_bursts_of_real_lengths_pay_for_running_together() {
         assert!(bound.value_s <= mean, "{kind:?}: {mean} under {bound:?}");
     }
 }
+
+#[test]
+fn past_its_request_limit_it_refuses_before_keeping_any_pair() {
+    let cost = preset();
+    let t = Theta(&cost);
+    let many = vec![req(100, 10, 0.0); MAX_REQUESTS + 1];
+    assert!(Setup::new(&t, &many, &Limits::unlimited()).is_none());
+    let fine = vec![req(100, 10, 0.0); 4];
+    assert!(Setup::new(&t, &fine, &Limits::unlimited()).is_some());
+}
