@@ -665,7 +665,8 @@ pub fn phase_relaxation_bound(
 }
 
 /// The batch-index bound on the mean latency (seconds; module `batch_index`), its dual
-/// raised for at most `time_limit_s`; for mean TTFT, on the first tokens alone (as
+/// raised for at most `time_limit_s` on `threads` (the same bound at any count, given the
+/// time); for mean TTFT, on the first tokens alone (as
 /// [`phase_relaxation`]). None where it does not apply (makespan, fewer than two requests,
 /// a negative cost coefficient, no batch bias, more than 1,024 requests or more pairs than
 /// its memory holds).
@@ -675,8 +676,9 @@ pub fn batch_index_bound(
     cost: &LinearCostModel,
     objective: Objective,
     time_limit_s: f64,
+    threads: u32,
 ) -> Option<CombinatorialBound> {
-    batch_index_relaxation(w, limits, cost, objective, time_limit_s, 0.0).map(|r| r.bound)
+    batch_index_relaxation(w, limits, cost, objective, time_limit_s, 0.0, threads).map(|r| r.bound)
 }
 
 /// [`batch_index_bound`] with a plan from a low point of its pairwise problem (requests in
@@ -690,11 +692,14 @@ pub fn batch_index_relaxation(
     objective: Objective,
     time_limit_s: f64,
     descent_s: f64,
+    threads: u32,
 ) -> Option<PhaseRelaxation> {
     let reqs = relaxed_requests(w, objective)?;
     let reqs: &[Request] = &reqs;
     let t = Theta(cost);
-    let relaxed = batch_index::sum_of_completions(&t, reqs, limits, time_limit_s, descent_s)?;
+    let threads = threads.max(1) as usize;
+    let relaxed =
+        batch_index::sum_of_completions(&t, reqs, limits, time_limit_s, descent_s, threads)?;
     let arrivals: f64 = reqs.iter().map(|r| r.arrival_s).sum();
     let fewest: Vec<u64> = reqs
         .iter()

@@ -486,6 +486,7 @@ fn batch_index(p: &Problem<'_>, budget: &Budget, store: &mut Store<'_>) {
         p.objective,
         left.share_s(BATCH_INDEX_SHARE),
         left.share_s(BATCH_INDEX_DESCENT_SHARE),
+        p.options.threads,
     ) else {
         return;
     };

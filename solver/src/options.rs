@@ -146,7 +146,7 @@ impl PolicyConstraints {
 pub struct SolveOptions {
     /// Wall-clock limit for HiGHS (seconds).
     pub time_limit_s: f64,
-    /// HiGHS threads.
+    /// Threads: HiGHS's, and the batch-index bound's sweeps (its rounds of pairs shared).
     pub threads: u32,
     /// Relative MIP gap at which HiGHS stops.
     pub mip_rel_gap: f64,

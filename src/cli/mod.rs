@@ -63,7 +63,7 @@ pub(crate) struct MilpArgs {
     /// Time limit for the MILP (HiGHS) in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub(crate) time_limit: f64,
-    /// HiGHS threads, 1 to 256.
+    /// Threads for HiGHS and for the batch-index bound's sweeps, 1 to 256.
     #[arg(long, default_value_t = 2)]
     pub(crate) threads: u32,
     /// Relative MIP gap at which HiGHS stops.

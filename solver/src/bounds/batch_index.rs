@@ -36,6 +36,7 @@
 mod dual;
 mod grid;
 mod pairs;
+mod rounds;
 mod window;
 
 use std::time::{Duration, Instant};
@@ -51,8 +52,10 @@ use window::{Progress, Reach, least_reach};
 /// The most message entries (pairs times bins), 8 bytes each: 512 MiB.
 const MAX_CELLS: usize = 64 << 20;
 
-/// About how many pair-bin products a sweep may cost (a few tenths of a second).
-const SWEEP_WORK: f64 = 2e8;
+/// About how many pair-bin products a sweep may cost (about 0.15 s on 32 requests of README
+/// family (c), one thread; 2e8 before the products ran eight at a time, which left the
+/// bound 0.15% lower there in the same time and the same on 64 requests).
+const SWEEP_WORK: f64 = 8e8;
 
 /// The most requests: every ordered pair's relation is kept (48 bytes each, 48 MiB at this
 /// count) before the bins are chosen, and at this count [`MAX_CELLS`] already leaves about
@@ -78,9 +81,9 @@ const LEVEL_SHARE: f64 = 0.3;
 /// About how many bins the coarsest width has up to where most counts lie.
 const COARSE_BINS: u64 = 64;
 
-/// A lower bound on the sum of completion times (absolute seconds) within `time_limit_s`,
-/// and a low point of the pairwise problem searched for `descent_s` more (from the dual's
-/// beliefs); None where it does not apply (a negative coefficient, no bias, fewer than two
+/// A lower bound on the sum of completion times (absolute seconds) within `time_limit_s`
+/// on `threads`, and a low point of the pairwise problem searched for `descent_s` more
+/// (from the dual's beliefs); None where it does not apply (a negative coefficient, no bias, fewer than two
 /// or more than [`MAX_REQUESTS`] requests, too many pairs).
 ///
 /// The dual is raised on coarse bins first, then on bins of half the width from the
@@ -92,6 +95,7 @@ pub(super) fn sum_of_completions(
     limits: &Limits,
     time_limit_s: f64,
     descent_s: f64,
+    threads: usize,
 ) -> Option<Relaxed> {
     let deadline = Instant::now() + Duration::try_from_secs_f64(time_limit_s.max(0.0)).ok()?;
     let setup = Setup::new(t, reqs, limits)?;
@@ -120,6 +124,7 @@ pub(super) fn sum_of_completions(
             } else {
                 now + deadline.saturating_duration_since(now).mul_f64(LEVEL_SHARE)
             },
+            threads,
         };
         let (value, messages) = model.raise(messages, effort);
         best = best.max(value);
@@ -451,11 +456,16 @@ impl<'a> Setup<'a> {
             })
             .collect();
         let (pairs, fixed) = self.pairs(&grid, &domains, frame)?;
+        let ends: Vec<(usize, usize)> = pairs.iter().map(|p| (p.i, p.j)).collect();
+        let (order, rounds) = rounds::in_rounds(n, &ends);
+        let mut pairs: Vec<Option<Pair>> = pairs.into_iter().map(Some).collect();
+        let pairs = order.iter().filter_map(|&k| pairs[k].take()).collect();
         Some(Model {
             grid,
             domains,
             unary,
             pairs,
+            rounds,
             fixed,
         })
     }

@@ -7,9 +7,11 @@
 //! sum computed afresh from the final messages (so rounding in the updates cannot make it
 //! invalid).
 
+use std::ops::Range;
+use std::sync::{Barrier, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::grid::Grid;
+use super::grid::{Cursor, Grid};
 use super::pairs::PairCost;
 
 /// The bins a request's batch count may take: global bins `first .. first + len`.
@@ -34,7 +36,10 @@ pub(super) struct Model {
     pub(super) grid: Grid,
     pub(super) domains: Vec<Domain>,
     pub(super) unary: Vec<Vec<f64>>,
+    /// The pairs, a round after another (module `rounds`).
     pub(super) pairs: Vec<Pair>,
+    /// Each round's pairs: no request in two of them.
+    pub(super) rounds: Vec<Range<usize>>,
     pub(super) fixed: f64,
 }
 
@@ -48,10 +53,16 @@ pub(super) struct Effort {
     /// No sweep starts that would end after this, by the last one's time (the final
     /// evaluation takes about half a sweep more).
     pub(super) deadline: Instant,
+    /// How many threads share each round's updates (the same results at any count).
+    pub(super) threads: usize,
 }
 
 /// Per pair, the messages to its first and to its second request.
 pub(super) type Messages = Vec<(Vec<f64>, Vec<f64>)>;
+
+/// One thread's part of a sweep: per round, the index of its first pair and those pairs'
+/// messages (none where the round has too few pairs).
+type Share<'a> = Vec<(usize, &'a mut [(Vec<f64>, Vec<f64>)])>;
 
 /// Scratch rows for one min-plus product.
 #[derive(Default)]
@@ -84,16 +95,13 @@ impl Model {
         let (di, dj) = (self.domains[pair.i], self.domains[pair.j]);
         let (first, last) = pair.cost.kept();
         s.fill(a);
+        let mut cursor = Cursor::new(dj.first, dj.len);
         for (p, slot) in out.iter_mut().enumerate() {
             let (a0, a1) = self.grid.blocks(di.first + p);
-            // Right-constant where a0 - c' > last, left-constant where a1 - c - 1 < first.
-            let qr = self
-                .grid
-                .first_ending_above(dj.first, dj.len, a0 - last - 1);
-            let ql = self
-                .grid
-                .first_starting_above(dj.first, dj.len, a1 - 1 - first)
-                .max(qr);
+            // Right-constant where a0 - c' > last, left-constant where a1 - c - 1 < first
+            // (both rise with `p`).
+            let qr = cursor.ending_above(&self.grid, a0 - last - 1);
+            let ql = cursor.starting_above(&self.grid, a1 - 1 - first).max(qr);
             let mut best = f64::INFINITY;
             if qr > 0 {
                 best = pair.cost.right() + s.prefix[qr - 1];
@@ -110,14 +118,13 @@ impl Model {
         let (di, dj) = (self.domains[pair.i], self.domains[pair.j]);
         let (first, last) = pair.cost.kept();
         s.fill(a);
+        let mut cursor = Cursor::new(di.first, di.len);
         for (q, slot) in out.iter_mut().enumerate() {
             let (c0, c1) = self.grid.blocks(dj.first + q);
-            // Left-constant where a' <= c + first, right-constant where a > c' + last.
-            let pl = self.grid.first_ending_above(di.first, di.len, c0 + first);
-            let pr = self
-                .grid
-                .first_starting_above(di.first, di.len, c1 + last)
-                .max(pl);
+            // Left-constant where a' <= c + first, right-constant where a > c' + last (both
+            // rise with `q`).
+            let pl = cursor.ending_above(&self.grid, c0 + first);
+            let pr = cursor.starting_above(&self.grid, c1 + last).max(pl);
             let mut best = f64::INFINITY;
             if pl > 0 {
                 best = pair.cost.left() + s.prefix[pl - 1];
@@ -144,22 +151,28 @@ impl Model {
     ) -> f64 {
         let single = self.grid.single_blocks();
         let first = pair.cost.kept().0;
-        let table = pair.cost.by_blocks();
-        let mut best = f64::INFINITY;
         let split = if at < single {
             (offset + others.end).min(single).max(offset + others.start) - offset
         } else {
             others.start
         };
-        // Both bins one block each: the block difference is the bins' difference.
-        for (k, &ak) in a.iter().enumerate().take(split).skip(others.start) {
-            let delta = if flipped {
-                (offset + k) as i64 - at as i64
-            } else {
-                at as i64 - (offset + k) as i64
-            };
-            best = best.min(table[(delta - first) as usize] + ak);
-        }
+        // Both bins one block each: the block difference is the bins' difference, so the
+        // table is read at consecutive entries (forwards, or in reverse where `at` is the
+        // first request's bin and the difference falls as `k` rises).
+        let ks = others.start..split;
+        let mut best = if ks.is_empty() {
+            f64::INFINITY
+        } else if flipped {
+            let from = (offset + ks.start) as i64 - at as i64 - first;
+            let table = &pair.cost.by_blocks()[from as usize..][..ks.len()];
+            min_plus(table, &a[ks])
+        } else {
+            // Entry `at - (offset + k) - first` of the table, reversed: `len - 1 - that`.
+            let len = pair.cost.by_blocks().len() as i64;
+            let from = len - 1 - (at as i64 - (offset + ks.start) as i64 - first);
+            let table = &pair.cost.by_blocks_reversed()[from as usize..][..ks.len()];
+            min_plus(table, &a[ks])
+        };
         for (k, &ak) in a.iter().enumerate().take(others.end).skip(split) {
             let c = if flipped {
                 pair.cost.binned(&self.grid, offset + k, at)
@@ -254,19 +267,23 @@ impl Model {
             add(&mut beliefs[pair.i], li, 1.0);
             add(&mut beliefs[pair.j], lj, 1.0);
         }
-        let mut s = Scratch::default();
-        let mut last = beliefs.iter().map(|b| least(b)).sum::<f64>();
+        let beliefs: Vec<Mutex<Vec<f64>>> = beliefs.into_iter().map(Mutex::new).collect();
+        let total = |beliefs: &[Mutex<Vec<f64>>]| -> f64 {
+            beliefs
+                .iter()
+                .map(|b| least(&b.lock().unwrap_or_else(PoisonError::into_inner)))
+                .sum()
+        };
+        let mut last = total(&beliefs);
         let mut sweep_time = Duration::ZERO;
         for _ in 0..effort.sweeps {
             let began = Instant::now();
             if began + sweep_time >= effort.deadline {
                 break;
             }
-            for (pair, (li, lj)) in self.pairs.iter().zip(messages.iter_mut()) {
-                self.update(pair, li, lj, &mut beliefs, &mut s);
-            }
+            self.sweep(&mut messages, &beliefs, effort.threads);
             sweep_time = began.elapsed();
-            let now: f64 = beliefs.iter().map(|b| least(b)).sum();
+            let now = total(&beliefs);
             let gain = now - last;
             last = now;
             if gain <= effort.min_gain * now.abs() {
@@ -276,30 +293,110 @@ impl Model {
         (self.dual_value(&messages), messages)
     }
 
-    /// MPLP's update of one pair's messages.
+    /// One sweep of updates over the pairs, round by round; each round's pairs split in
+    /// runs among `threads`, which wait for one another at the round's end.
+    fn sweep(&self, messages: &mut Messages, beliefs: &[Mutex<Vec<f64>>], threads: usize) {
+        let threads = threads.clamp(1, 64);
+        let mut shares: Vec<Share<'_>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut rest: &mut [(Vec<f64>, Vec<f64>)] = messages;
+        for round in &self.rounds {
+            let (mine, tail) = rest.split_at_mut(round.len());
+            rest = tail;
+            let per = round.len().div_ceil(threads).max(1);
+            let mut chunks = mine.chunks_mut(per);
+            for (t, share) in shares.iter_mut().enumerate() {
+                let chunk = chunks.next().unwrap_or_default();
+                share.push((round.start + t * per, chunk));
+            }
+        }
+        if threads == 1 {
+            let share = shares.pop().unwrap_or_default();
+            self.run_share(share, beliefs, None);
+            return;
+        }
+        let barrier = Barrier::new(threads);
+        std::thread::scope(|scope| {
+            let mut shares = shares.into_iter();
+            let own = shares.next().unwrap_or_default();
+            for share in shares {
+                let barrier = &barrier;
+                scope.spawn(move || self.run_share(share, beliefs, Some(barrier)));
+            }
+            self.run_share(own, beliefs, Some(&barrier));
+        });
+    }
+
+    /// A thread's updates, round by round (waiting at `barrier` after each).
+    fn run_share(&self, share: Share<'_>, beliefs: &[Mutex<Vec<f64>>], barrier: Option<&Barrier>) {
+        let mut s = Scratch::default();
+        let lock = |k: usize| beliefs[k].lock().unwrap_or_else(PoisonError::into_inner);
+        for (start, messages) in share {
+            for (k, (li, lj)) in messages.iter_mut().enumerate() {
+                let pair = &self.pairs[start + k];
+                // No other thread holds these in this round.
+                let (mut bi, mut bj) = (lock(pair.i), lock(pair.j));
+                self.update(pair, li, lj, &mut bi, &mut bj, &mut s);
+            }
+            if let Some(b) = barrier {
+                b.wait();
+            }
+        }
+    }
+
+    /// MPLP's update of one pair's messages (`bi`, `bj`: the two requests' beliefs).
     fn update(
         &self,
         pair: &Pair,
         li: &mut [f64],
         lj: &mut [f64],
-        beliefs: &mut [Vec<f64>],
+        bi: &mut [f64],
+        bj: &mut [f64],
         s: &mut Scratch,
     ) {
-        add(&mut beliefs[pair.i], li, -1.0);
-        add(&mut beliefs[pair.j], lj, -1.0);
+        add(bi, li, -1.0);
+        add(bj, lj, -1.0);
         // The old messages are out of the beliefs: the min-plus products go in their place.
-        let (ai, aj) = (&beliefs[pair.i], &beliefs[pair.j]);
-        self.to_first(pair, aj, li, s);
-        self.to_second(pair, ai, lj, s);
-        for (l, a) in li.iter_mut().zip(ai) {
+        self.to_first(pair, bj, li, s);
+        self.to_second(pair, bi, lj, s);
+        for (l, a) in li.iter_mut().zip(bi.iter()) {
             *l = 0.5 * (*l - a);
         }
-        for (l, a) in lj.iter_mut().zip(aj) {
+        for (l, a) in lj.iter_mut().zip(bj.iter()) {
             *l = 0.5 * (*l - a);
         }
-        add(&mut beliefs[pair.i], li, 1.0);
-        add(&mut beliefs[pair.j], lj, 1.0);
+        add(bi, li, 1.0);
+        add(bj, lj, 1.0);
     }
+}
+
+/// The least `table[k] + a[k]` (`+inf` for none): eight running minima, which the
+/// compiler keeps in vector registers, since this is where a sweep spends its time.
+fn min_plus(table: &[f64], a: &[f64]) -> f64 {
+    const LANES: usize = 8;
+    let mut acc = [f64::INFINITY; LANES];
+    let (tc, ac) = (table.chunks_exact(LANES), a.chunks_exact(LANES));
+    let (tr, ar) = (tc.remainder(), ac.remainder());
+    for (t, x) in tc.zip(ac) {
+        for l in 0..LANES {
+            let s = t[l] + x[l];
+            if s < acc[l] {
+                acc[l] = s;
+            }
+        }
+    }
+    for (l, (t, x)) in tr.iter().zip(ar).enumerate() {
+        let s = t + x;
+        if s < acc[l] {
+            acc[l] = s;
+        }
+    }
+    let mut best = acc[0];
+    for &x in &acc[1..] {
+        if x < best {
+            best = x;
+        }
+    }
+    best
 }
 
 /// `row += sign * by`.

@@ -97,15 +97,59 @@ impl Grid {
     }
 
     /// The first bin among `first .. first + len` whose end block is above `block`.
+    #[cfg(test)]
     pub(super) fn first_ending_above(&self, first: usize, len: usize, block: i64) -> usize {
         let at = block.saturating_mul(self.width as i64);
         self.edges[first + 1..first + len + 1].partition_point(|&e| e <= at)
     }
 
     /// The first bin among `first .. first + len` whose first block is above `block`.
+    #[cfg(test)]
     pub(super) fn first_starting_above(&self, first: usize, len: usize, block: i64) -> usize {
         let at = block.saturating_mul(self.width as i64);
         self.edges[first..first + len].partition_point(|&e| e <= at)
+    }
+}
+
+/// The first bin of a domain whose end (or first) block is above a block that never falls
+/// from one call to the next: a walk instead of a search each time.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cursor {
+    first: usize,
+    len: usize,
+    ending: usize,
+    starting: usize,
+}
+
+impl Cursor {
+    /// A cursor over the bins `first .. first + len`.
+    pub(super) fn new(first: usize, len: usize) -> Self {
+        Self {
+            first,
+            len,
+            ending: 0,
+            starting: 0,
+        }
+    }
+
+    /// The first bin whose end block is above `block` (no lower than at the last call).
+    pub(super) fn ending_above(&mut self, grid: &Grid, block: i64) -> usize {
+        let at = block.saturating_mul(grid.width as i64);
+        let ends = &grid.edges[self.first + 1..self.first + self.len + 1];
+        while self.ending < self.len && ends[self.ending] <= at {
+            self.ending += 1;
+        }
+        self.ending
+    }
+
+    /// The first bin whose first block is above `block` (no lower than at the last call).
+    pub(super) fn starting_above(&mut self, grid: &Grid, block: i64) -> usize {
+        let at = block.saturating_mul(grid.width as i64);
+        let starts = &grid.edges[self.first..self.first + self.len];
+        while self.starting < self.len && starts[self.starting] <= at {
+            self.starting += 1;
+        }
+        self.starting
     }
 }
 
@@ -138,5 +182,25 @@ mod tests {
         let g = Grid::new(1, 10, 5);
         assert_eq!(g.bins(), 6);
         assert_eq!(g.bin_of(5), 5);
+    }
+
+    #[test]
+    fn cursors_walk_to_where_the_searches_land() {
+        let g = Grid::new(3, 30, 400);
+        for (first, len) in [(0, g.bins()), (2, 9), (5, g.bins() - 5)] {
+            let mut c = Cursor::new(first, len);
+            for block in -3..150 {
+                assert_eq!(
+                    c.ending_above(&g, block),
+                    g.first_ending_above(first, len, block),
+                    "ending, {first} {len} {block}"
+                );
+                assert_eq!(
+                    c.starting_above(&g, block / 2),
+                    g.first_starting_above(first, len, block / 2),
+                    "starting, {first} {len} {block}"
+                );
+            }
+        }
     }
 }

@@ -54,6 +54,9 @@ pub(super) struct PairCost {
     /// The least over two bins of one block each, by the difference `δ` of their blocks,
     /// for `δ` in `first ..= last + 1` (`left` below, `right` above).
     by_blocks: Vec<f64>,
+    /// `by_blocks` in reverse (for `δ` from `last + 1` down to `first`): read forwards
+    /// where the other bin's block falls as the difference rises.
+    by_blocks_reversed: Vec<f64>,
 }
 
 impl PairCost {
@@ -80,8 +83,10 @@ impl PairCost {
             rest,
             whole: SparseMin::new(whole),
             by_blocks: Vec::new(),
+            by_blocks_reversed: Vec::new(),
         };
         pair.by_blocks = (first..=last + 1).map(|d| pair.least(d - 1, d)).collect();
+        pair.by_blocks_reversed = pair.by_blocks.iter().rev().copied().collect();
         pair
     }
 
@@ -90,6 +95,11 @@ impl PairCost {
     /// `first + k - 1` and block `first + k` whole).
     pub(super) fn by_blocks(&self) -> &[f64] {
         &self.by_blocks
+    }
+
+    /// [`Self::by_blocks`] in reverse: entry `k` is for the difference `last + 1 - k`.
+    pub(super) fn by_blocks_reversed(&self) -> &[f64] {
+        &self.by_blocks_reversed
     }
 
     /// The value for every difference at or below the kept blocks.
@@ -168,6 +178,8 @@ mod tests {
                     let k = a - c - pair.kept().0;
                     if a2 == a + 1 && c2 == c + 1 && k >= 0 && k < pair.by_blocks().len() as i64 {
                         assert_eq!(pair.by_blocks()[k as usize], brute);
+                        let back = pair.by_blocks().len() - 1 - k as usize;
+                        assert_eq!(pair.by_blocks_reversed()[back], brute);
                     }
                 }
             }

@@ -58,6 +58,7 @@ fn exact_bins(t: &Theta<'_>, reqs: &[Request], limits: &Limits, sweeps: usize) -
         sweeps,
         min_gain: 0.0,
         deadline: Instant::now() + Duration::from_secs(60),
+        threads: 1,
     };
     model.raise(model.zero_messages(), effort).0
 }
@@ -179,7 +180,7 @@ fn offline_bursts_of_real_lengths_pay_for_running_together() {
     let (w, limits) = super::super::arxiv_like_burst();
     let cost = preset();
     let bound =
-        super::super::batch_index_bound(&w, &limits, &cost, crate::Objective::MeanLatency, 20.0)
+        super::super::batch_index_bound(&w, &limits, &cost, crate::Objective::MeanLatency, 20.0, 2)
             .unwrap();
     let others = super::super::lower_bound(&w, &limits, &cost, crate::Objective::MeanLatency);
     assert!(
@@ -203,4 +204,55 @@ fn past_its_request_limit_it_refuses_before_keeping_any_pair() {
     assert!(Setup::new(&t, &many, &Limits::unlimited()).is_none());
     let fine = vec![req(100, 10, 0.0); 4];
     assert!(Setup::new(&t, &fine, &Limits::unlimited()).is_some());
+}
+
+#[test]
+fn threads_share_each_round_without_changing_the_updates() {
+    // Each round's pairs touch disjoint requests, so splitting a round among threads
+    // leaves every update as it is: the same messages and value at any thread count.
+    let (w, limits) = super::super::arxiv_like_burst();
+    let cost = preset();
+    let t = Theta(&cost);
+    let setup = Setup::new(&t, w.requests(), &limits).unwrap();
+    let frame = setup.frame();
+    let grid = Grid::new(
+        frame.uniform_end.div_ceil(48),
+        frame.uniform_end,
+        frame.most_batches(),
+    );
+    let model = setup.model_on(grid, &frame).unwrap();
+    assert!(model.rounds.len() > 1 && model.pairs.len() > model.rounds.len());
+    let raise = |threads: usize| {
+        let effort = Effort {
+            sweeps: 6,
+            ..effort_of(threads)
+        };
+        model.raise(model.zero_messages(), effort)
+    };
+    let (one, one_messages) = raise(1);
+    let zero = model
+        .raise(
+            model.zero_messages(),
+            Effort {
+                sweeps: 0,
+                ..effort_of(1)
+            },
+        )
+        .0;
+    assert!(one > zero, "the sweeps raised nothing: {one} from {zero}");
+    for threads in [2, 3, 5] {
+        let (value, messages) = raise(threads);
+        assert_eq!(value.to_bits(), one.to_bits(), "{threads} threads");
+        assert_eq!(messages, one_messages, "{threads} threads");
+    }
+}
+
+/// One sweep on `threads`, no deadline in sight.
+fn effort_of(threads: usize) -> Effort {
+    Effort {
+        sweeps: 1,
+        min_gain: 0.0,
+        deadline: Instant::now() + Duration::from_secs(600),
+        threads,
+    }
 }
