@@ -52,10 +52,15 @@ use window::{Progress, Reach, least_reach};
 /// The most message entries (pairs times bins), 8 bytes each: 512 MiB.
 const MAX_CELLS: usize = 64 << 20;
 
-/// About how many pair-bin products a sweep may cost (about 0.15 s on 32 requests of README
-/// family (c), one thread; 2e8 before the products ran eight at a time, which left the
-/// bound 0.15% lower there in the same time and the same on 64 requests).
-const SWEEP_WORK: f64 = 8e8;
+/// About how many pair-bin products a sweep may cost per thread-second of the time limit
+/// (2e7: 8e8, about 0.15 s of one thread on 32 requests of README family (c), for 21 s on
+/// two threads; 2e8 a sweep before the products ran eight at a time, which left the bound
+/// 0.15% lower there in the same time and the same on 64 requests), within
+/// [`SWEEP_WORK_RANGE`].
+const SWEEP_WORK: f64 = 2e7;
+
+/// The least and the most pair-bin products a sweep may cost.
+const SWEEP_WORK_RANGE: (f64, f64) = (2e8, 1.6e10);
 
 /// The most requests: every ordered pair's relation is kept (48 bytes each, 48 MiB at this
 /// count) before the bins are chosen, and at this count [`MAX_CELLS`] already leaves about
@@ -100,7 +105,11 @@ pub(super) fn sum_of_completions(
     let deadline = Instant::now() + Duration::try_from_secs_f64(time_limit_s.max(0.0)).ok()?;
     let setup = Setup::new(t, reqs, limits)?;
     let frame = setup.frame();
-    let finest = setup.width_for(frame.uniform_end)?;
+    let work = SWEEP_WORK * time_limit_s * threads as f64;
+    let finest = setup.width_for(
+        frame.uniform_end,
+        work.clamp(SWEEP_WORK_RANGE.0, SWEEP_WORK_RANGE.1),
+    )?;
     let mut width = finest;
     while frame.uniform_end / width.saturating_mul(2) >= COARSE_BINS {
         width *= 2;
@@ -470,12 +479,12 @@ impl<'a> Setup<'a> {
         })
     }
 
-    /// The finest bins' width: about `sqrt(SWEEP_WORK / 2n)` bins up to `uniform_end` (a
-    /// sweep costs about `2 n` times the bins squared), fewer where the messages would pass
-    /// [`MAX_CELLS`]; None below [`MIN_BINS`].
-    fn width_for(&self, uniform_end: u64) -> Option<u64> {
+    /// The finest bins' width: about `sqrt(work / 2n)` bins up to `uniform_end` (a sweep
+    /// costs about `2 n` times the bins squared pair-bin products, `work` the most it may
+    /// cost), fewer where the messages would pass [`MAX_CELLS`]; None below [`MIN_BINS`].
+    fn width_for(&self, uniform_end: u64, work: f64) -> Option<u64> {
         let n = self.progress.len();
-        let by_time = (SWEEP_WORK / (2.0 * n as f64)).sqrt();
+        let by_time = (work / (2.0 * n as f64)).sqrt();
         let pairs = (n * (n - 1) / 2) as f64;
         let by_memory = MAX_CELLS as f64 / (2.0 * pairs) * 0.8;
         let bins = by_time.min(by_memory).floor() as u64;
