@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let time_s = number(1, 60.0)?;
     let threads = number(5, 2.0)? as u32;
-    let w = infersched_workload::read_trace(Path::new(path))?;
+    let w = infersched_workload::read_trace(Path::new(path)).map_err(|e| e.to_string())?;
     let limits = Limits {
         token_budget: Some(number(2, 2048.0)? as u64),
         kv_capacity: Some(number(3, 32_768.0)? as u64),
