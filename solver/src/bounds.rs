@@ -665,8 +665,8 @@ pub fn phase_relaxation_bound(
 }
 
 /// The batch-index bound on the mean latency (seconds; module `batch_index`), its dual
-/// raised for at most `time_limit_s` on `threads` (the same bound at any count, given the
-/// time); for mean TTFT, on the first tokens alone (as
+/// raised for at most `time_limit_s` on `threads` (more threads, more sweeps and finer
+/// bins in the same time); for mean TTFT, on the first tokens alone (as
 /// [`phase_relaxation`]). None where it does not apply (makespan, fewer than two requests,
 /// a negative cost coefficient, no batch bias, more than 1,024 requests or more pairs than
 /// its memory holds).

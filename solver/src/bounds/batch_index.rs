@@ -87,9 +87,10 @@ const LEVEL_SHARE: f64 = 0.3;
 const COARSE_BINS: u64 = 64;
 
 /// A lower bound on the sum of completion times (absolute seconds) within `time_limit_s`
-/// on `threads`, and a low point of the pairwise problem searched for `descent_s` more
-/// (from the dual's beliefs); None where it does not apply (a negative coefficient, no bias, fewer than two
-/// or more than [`MAX_REQUESTS`] requests, too many pairs).
+/// on `threads` (the finest bins' width follows both: [`SWEEP_WORK`]), and a low point of
+/// the pairwise problem searched for `descent_s` more (from the dual's beliefs); None where
+/// it does not apply (a negative coefficient, no bias, fewer than two or more than
+/// [`MAX_REQUESTS`] requests, too many pairs).
 ///
 /// The dual is raised on coarse bins first, then on bins of half the width from the
 /// coarser messages, down to the width [`Setup::width_for`] chooses: messages travel far
